@@ -1,0 +1,84 @@
+// The resolved configuration of one run: every key users type, its default and its meaning.
+//
+// Sources are applied in order (defaults, each --config file, each --set), later wins. Every key
+// remembers where its value came from (file:line or --set) so that an error can point at it.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace lmt {
+
+struct Config {
+  struct Run {
+    std::string mode = "train";   // train
+    std::string device = "auto";  // auto | cpu | cuda
+    int64_t seed = 0;
+  } run;
+  struct Model {  // defaults are the tiny model (configs/models/tiny.toml)
+    int64_t d_model = 64, d_ff = 176, num_layers = 2, num_heads = 4, vocab_size = 256,
+            context_length = 64;
+    double rope_theta = 10000.0, norm_eps = 1e-5;
+    std::string precision = "bf16";  // fp64 | fp32 | tf32 | bf16
+    std::string attention = "flash"; // flash | naive
+    int64_t head_dim() const { return d_model / num_heads; }
+  } model;
+  struct Train {
+    int64_t batch_size = 8, steps = 200, log_every = 20, checkpoint_every = 0;
+    std::string checkpoint_dir = "", resume = "";
+  } train;
+  struct Optim {
+    double lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
+    int64_t warmup_steps = 10;
+    std::string schedule = "cosine";  // constant | cosine
+    double min_lr = 3e-4;
+  } optim;
+  struct Data {
+    std::string source = "synthetic";  // synthetic | file
+    std::string path = "";
+    int64_t synthetic_successors = 4;  // next-token choices per token in the Markov chain
+  } data;
+  struct Ddp {
+    std::string strategy = "flat";  // flat
+    double bucket_mb = 25.0;
+  } ddp;
+
+  std::map<std::string, std::string> origin;  // "section.key" -> "file:line" or "--set"
+};
+
+// One key of the config: a typed pointer into a Config plus what it means and allows.
+struct ConfigField {
+  std::string section, key;
+  std::variant<int64_t*, double*, std::string*> value;
+  double min = 0, max = 0;               // numbers: allowed range [min, max]
+  bool min_open = false;                 // numbers: min itself excluded
+  std::vector<std::string> choices;      // strings: allowed values (empty: any)
+  std::string doc;
+  std::string name() const { return section + "." + key; }
+  std::string to_string() const;  // the value as TOML would write it
+};
+
+// Every key of `c`, in the documented order (the order of --print-config and of CSV columns).
+std::vector<ConfigField> config_fields(Config& c);
+
+// Parses command-line style arguments into a resolved, validated config. Throws UsageError with
+// one line naming file:line, key, value and what was expected.
+struct CommandLine {
+  Config config;
+  std::string csv_path;
+  bool print_config = false, help = false;
+};
+CommandLine parse_command_line(const std::vector<std::string>& args);
+
+void load_config_file(Config& c, const std::string& path);
+void apply_override(Config& c, const std::string& assignment);  // "section.key=value"
+void validate(const Config& c);
+
+// TOML text of the resolved config (stable order), and its 64-bit hash (ranks compare it).
+std::string config_to_toml(const Config& c);
+uint64_t config_hash(const Config& c);
+std::string usage_text();
+
+}  // namespace lmt

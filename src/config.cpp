@@ -1,0 +1,305 @@
+// Config: defaults, TOML files, --set overrides, validation with one-line errors.
+#include "config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "check.hpp"
+#include "hash.hpp"
+
+namespace lmt {
+namespace {
+
+constexpr double kBig = 1e18;
+
+ConfigField int_field(const char* s, const char* k, int64_t* v, double min, const char* doc,
+                      double max = kBig) {
+  return ConfigField{s, k, v, min, max, false, {}, doc};
+}
+ConfigField real_field(const char* s, const char* k, double* v, double min, bool min_open,
+                       double max, const char* doc) {
+  return ConfigField{s, k, v, min, max, min_open, {}, doc};
+}
+ConfigField str_field(const char* s, const char* k, std::string* v,
+                      std::vector<std::string> choices, const char* doc) {
+  return ConfigField{s, k, v, 0, 0, false, std::move(choices), doc};
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + size_t(a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string where(const toml::source_region& src, const std::string& fallback) {
+  if (!src.path) return fallback;
+  return strf("%s:%u", src.path->c_str(), src.begin.line);
+}
+
+std::string describe(const toml::node& v) {
+  std::ostringstream os;
+  if (v.is_string()) os << '"' << *v.value<std::string>() << '"';
+  else if (v.is_table()) os << "a table";
+  else if (v.is_array()) os << "an array";
+  else v.visit([&](auto&& x) { os << x; });
+  return os.str();
+}
+
+// Sets one field from a TOML node, checking type and range. `at` is the origin for messages.
+void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::string& at) {
+  std::string name = f.name();
+  auto bad = [&](const std::string& expected) {
+    throw UsageError(strf("%s: %s = %s: expected %s", at.c_str(), name.c_str(),
+                          describe(v).c_str(), expected.c_str()));
+  };
+  auto range = [&](double x) {
+    bool low = f.min_open ? x <= f.min : x < f.min;
+    if (low || x > f.max || std::isnan(x)) {
+      std::string lo = strf("%s %g", f.min_open ? ">" : ">=", f.min);
+      bad(f.max < kBig ? strf("a number %s and <= %g", lo.c_str(), f.max)
+                       : strf("a number %s", lo.c_str()));
+    }
+  };
+  if (auto* p = std::get_if<int64_t*>(&f.value)) {
+    if (!v.is_integer()) bad("an integer");
+    int64_t x = *v.value<int64_t>();
+    range(double(x));
+    **p = x;
+  } else if (auto* p = std::get_if<double*>(&f.value)) {
+    if (!v.is_number()) bad("a number");
+    double x = *v.value<double>();
+    range(x);
+    **p = x;
+  } else {
+    auto* s = std::get<std::string*>(f.value);
+    if (!v.is_string()) bad("a string");
+    std::string x = *v.value<std::string>();
+    if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), x) == f.choices.end()) {
+      std::string list;
+      for (auto& ch : f.choices) list += (list.empty() ? "" : " | ") + ("\"" + ch + "\"");
+      bad("one of " + list);
+    }
+    *s = x;
+  }
+  c.origin[name] = at;
+}
+
+const ConfigField* find_field(const std::vector<ConfigField>& fields, const std::string& name) {
+  for (auto& f : fields)
+    if (f.name() == name) return &f;
+  return nullptr;
+}
+
+[[noreturn]] void unknown_key(const std::vector<ConfigField>& fields, const std::string& name,
+                              const std::string& at) {
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (auto& f : fields) {
+    size_t d = edit_distance(name, f.name());
+    if (d < best_d) best_d = d, best = f.name();
+  }
+  throw UsageError(strf("%s: unknown key %s (did you mean %s?)", at.c_str(), name.c_str(),
+                        best.c_str()));
+}
+
+}  // namespace
+
+std::vector<ConfigField> config_fields(Config& c) {
+  auto& r = c.run; auto& m = c.model; auto& t = c.train; auto& o = c.optim; auto& d = c.data;
+  return {
+      str_field("run", "mode", &r.mode, {"train"}, "what the run does"),
+      str_field("run", "device", &r.device, {"auto", "cpu", "cuda"},
+                "backend; auto picks cuda when this build has it and a GPU is present"),
+      int_field("run", "seed", &r.seed, 0, "seed of parameter init and every data stream"),
+      int_field("model", "d_model", &m.d_model, 1, "width of the residual stream"),
+      int_field("model", "d_ff", &m.d_ff, 1, "hidden width of the SwiGLU feed-forward"),
+      int_field("model", "num_layers", &m.num_layers, 1, "transformer blocks"),
+      int_field("model", "num_heads", &m.num_heads, 1, "attention heads (d_model / num_heads even)"),
+      int_field("model", "vocab_size", &m.vocab_size, 2, "token ids are < vocab_size", 65536),
+      int_field("model", "context_length", &m.context_length, 1, "tokens per sequence (T)"),
+      real_field("model", "rope_theta", &m.rope_theta, 0, true, kBig, "RoPE base"),
+      real_field("model", "norm_eps", &m.norm_eps, 0, true, 1, "RMSNorm epsilon"),
+      str_field("model", "precision", &m.precision, {"fp64", "fp32", "tf32", "bf16"},
+                "matmul input rounding; master weights, grads and optimizer stay fp32 (fp64: all)"),
+      str_field("model", "attention", &m.attention, {"flash", "naive"},
+                "GPU attention kernel; the CPU backend has one reference for both"),
+      int_field("train", "batch_size", &t.batch_size, 1, "sequences per rank per step"),
+      int_field("train", "steps", &t.steps, 0, "optimizer steps in total (a resumed run included)"),
+      int_field("train", "log_every", &t.log_every, 1, "steps between progress lines"),
+      int_field("train", "checkpoint_every", &t.checkpoint_every, 0,
+                "steps between checkpoints (0: only at the end, if checkpoint_dir is set)"),
+      str_field("train", "checkpoint_dir", &t.checkpoint_dir, {}, "where checkpoints go; empty: none"),
+      str_field("train", "resume", &t.resume, {}, "checkpoint file to resume from; empty: fresh start"),
+      real_field("optim", "lr", &o.lr, 0, false, kBig, "peak learning rate"),
+      real_field("optim", "beta1", &o.beta1, 0, false, 0.999999, "AdamW first-moment decay"),
+      real_field("optim", "beta2", &o.beta2, 0, false, 0.999999, "AdamW second-moment decay"),
+      real_field("optim", "eps", &o.eps, 0, true, kBig, "AdamW denominator epsilon"),
+      real_field("optim", "weight_decay", &o.weight_decay, 0, false, kBig, "decoupled weight decay"),
+      real_field("optim", "grad_clip", &o.grad_clip, 0, false, kBig,
+                 "max global gradient L2 norm; 0: no clipping"),
+      int_field("optim", "warmup_steps", &o.warmup_steps, 0, "linear warm-up steps"),
+      str_field("optim", "schedule", &o.schedule, {"constant", "cosine"},
+                "learning rate after warm-up"),
+      real_field("optim", "min_lr", &o.min_lr, 0, false, kBig, "cosine schedule's final lr"),
+      str_field("data", "source", &d.source, {"synthetic", "file"}, "where tokens come from"),
+      str_field("data", "path", &d.path, {}, "uint16 token file (source = \"file\")"),
+      int_field("data", "synthetic_successors", &d.synthetic_successors, 1,
+                "next-token choices per token in the synthetic Markov chain"),
+      str_field("ddp", "strategy", &c.ddp.strategy, {"flat"},
+                "gradient synchronisation across ranks"),
+      real_field("ddp", "bucket_mb", &c.ddp.bucket_mb, 0, true, kBig, "bucket size of the bucketed strategy (not in this build yet)"),
+  };
+}
+
+std::string ConfigField::to_string() const {
+  if (auto* p = std::get_if<int64_t*>(&value)) return std::to_string(**p);
+  if (auto* p = std::get_if<double*>(&value)) {
+    std::string s = strf("%.15g", **p);  // shortest of %.15g / %.17g that reads back exactly
+    if (std::strtod(s.c_str(), nullptr) != **p) s = strf("%.17g", **p);
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // stays a TOML float
+    return s;
+  }
+  return "\"" + *std::get<std::string*>(value) + "\"";
+}
+
+void load_config_file(Config& c, const std::string& path) {
+  std::ifstream probe(path);
+  if (!probe) throw UsageError(strf("cannot read config file '%s': %s", path.c_str(), strerror(errno)));
+  toml::table tbl;
+  try {
+    tbl = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw UsageError(strf("%s:%u:%u: TOML syntax error: %s", path.c_str(), e.source().begin.line,
+                          e.source().begin.column, std::string(e.description()).c_str()));
+  }
+  auto fields = config_fields(c);
+  for (auto&& [sec, node] : tbl) {
+    std::string at = where(node.source(), path);
+    if (!node.is_table())
+      throw UsageError(strf("%s: %s is not a [section]: keys live in [run], [model], [train], "
+                            "[optim], [data], [ddp]", at.c_str(), std::string(sec.str()).c_str()));
+    for (auto&& [key, v] : *node.as_table()) {
+      std::string name = std::string(sec.str()) + "." + std::string(key.str());
+      std::string vat = where(v.source(), path);
+      const ConfigField* f = find_field(fields, name);
+      if (!f) unknown_key(fields, name, vat);
+      set_field(c, *f, v, vat);
+    }
+  }
+}
+
+void apply_override(Config& c, const std::string& assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw UsageError(strf("--set %s: expected section.key=value", assignment.c_str()));
+  std::string name = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  auto fields = config_fields(c);
+  const ConfigField* f = find_field(fields, name);
+  if (!f) unknown_key(fields, name, "--set");
+  // The value is TOML (3, 1e-3, "x", true); a bare word is taken as a string, so that
+  // --set data.path=/tmp/tokens.bin needs no quotes.
+  toml::table tbl;
+  try {
+    tbl = toml::parse("v = " + text);
+  } catch (const toml::parse_error&) {
+    tbl = toml::table{{"v", text}};
+  }
+  set_field(c, *f, *tbl.get("v"), "--set");
+}
+
+void validate(const Config& c) {
+  auto at = [&](const char* key) {
+    auto it = c.origin.find(key);
+    return it == c.origin.end() ? std::string("default") : it->second;
+  };
+  auto& m = c.model;
+  if (m.d_model % m.num_heads != 0)
+    throw UsageError(strf("%s: model.d_model = %lld is not divisible by model.num_heads = %lld",
+                          at("model.d_model").c_str(), (long long)m.d_model, (long long)m.num_heads));
+  if (m.head_dim() % 2 != 0)
+    throw UsageError(strf("%s: model.num_heads = %lld gives head dim %lld: RoPE needs an even "
+                          "head dim", at("model.num_heads").c_str(), (long long)m.num_heads,
+                          (long long)m.head_dim()));
+  if (c.data.source == "file" && c.data.path.empty())
+    throw UsageError(strf("%s: data.source = \"file\" needs data.path (a uint16 token file)",
+                          at("data.source").c_str()));
+  if (c.data.source == "synthetic" && c.data.synthetic_successors > m.vocab_size)
+    throw UsageError(strf("%s: data.synthetic_successors = %lld: expected at most "
+                          "model.vocab_size = %lld", at("data.synthetic_successors").c_str(),
+                          (long long)c.data.synthetic_successors, (long long)m.vocab_size));
+  if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
+    throw UsageError(strf("%s: train.checkpoint_every = %lld needs train.checkpoint_dir",
+                          at("train.checkpoint_every").c_str(),
+                          (long long)c.train.checkpoint_every));
+  if (c.optim.schedule == "cosine" && c.optim.min_lr > c.optim.lr)
+    throw UsageError(strf("%s: optim.min_lr = %g: expected at most optim.lr = %g",
+                          at("optim.min_lr").c_str(), c.optim.min_lr, c.optim.lr));
+}
+
+std::string config_to_toml(const Config& c) {
+  Config copy = c;
+  std::string out, section;
+  for (auto& f : config_fields(copy)) {
+    if (f.section != section) {
+      out += (section.empty() ? "[" : "\n[") + f.section + "]\n";
+      section = f.section;
+    }
+    out += f.key + " = " + f.to_string() + "\n";
+  }
+  return out;
+}
+
+uint64_t config_hash(const Config& c) {
+  std::string text = config_to_toml(c);
+  return hash64(text.data(), text.size());
+}
+
+std::string usage_text() {
+  Config c;
+  std::string out =
+      "usage: mpirun -np N build/lmtrain [--config FILE]... [--set section.key=value]...\n"
+      "                                  [--csv FILE] [--print-config] [--help]\n\n"
+      "  --config FILE   TOML config; several allowed, later files win\n"
+      "  --set K=V       override one key (V is TOML; a bare word is a string)\n"
+      "  --csv FILE      append one row (every config field and metric) to FILE\n"
+      "  --print-config  print the resolved config and exit\n\nkeys (default, meaning):\n";
+  for (auto& f : config_fields(c))
+    out += strf("  %-28s %-12s %s\n", f.name().c_str(), f.to_string().c_str(), f.doc.c_str());
+  return out;
+}
+
+CommandLine parse_command_line(const std::vector<std::string>& args) {
+  CommandLine cl;
+  auto next = [&](size_t& i) -> const std::string& {
+    if (i + 1 >= args.size()) throw UsageError(args[i] + ": expected a value after it");
+    return args[++i];
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--config") load_config_file(cl.config, next(i));
+    else if (a == "--set") apply_override(cl.config, next(i));
+    else if (a == "--csv") cl.csv_path = next(i);
+    else if (a == "--print-config") cl.print_config = true;
+    else if (a == "--help" || a == "-h") cl.help = true;
+    else throw UsageError(strf("unknown argument '%s' (see --help)", a.c_str()));
+  }
+  validate(cl.config);
+  return cl;
+}
+
+}  // namespace lmt

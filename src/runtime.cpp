@@ -1,0 +1,97 @@
+#include "runtime.hpp"
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace lmt {
+
+std::string strf(const char* fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  int n = vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  std::string s(size_t(n), '\0');
+  vsnprintf(s.data(), size_t(n) + 1, fmt, ap2);
+  va_end(ap2);
+  return s;
+}
+
+void fatal(const std::string& what, const char* file, int line) {
+  int inited = 0, finalized = 0, rank = -1;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  bool live = inited && !finalized;
+  if (live) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "lmtrain: rank %d: %s (%s:%d)\n", rank, what.c_str(), file, line);
+  fflush(stderr);
+  if (live) MPI_Abort(MPI_COMM_WORLD, 1);  // takes every rank down, none left hanging
+  std::exit(1);
+}
+
+Runtime runtime_init(int* argc, char*** argv) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) MPI_Init(argc, argv);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  Runtime rt;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rt.rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &rt.world));
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rt.rank, MPI_INFO_NULL, &node));
+  MPI_CHECK(MPI_Comm_rank(node, &rt.local_rank));
+  MPI_CHECK(MPI_Comm_size(node, &rt.local_world));
+  MPI_CHECK(MPI_Comm_free(&node));
+  return rt;
+}
+
+void runtime_finalize() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void agree(const Runtime& rt, const std::function<void()>& step) {
+  std::string error;
+  try {
+    step();
+  } catch (const UsageError& e) {
+    error = e.what();
+  }
+  int mine = error.empty() ? rt.world : rt.rank, first = 0;
+  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (first == rt.world) return;
+  if (rt.rank == first) {
+    std::string who = rt.world > 1 ? strf(" (rank %d)", rt.rank) : "";
+    fprintf(stderr, "lmtrain: error%s: %s\n", who.c_str(), error.c_str());
+    fflush(stderr);
+  }
+  throw JobExit{2};
+}
+
+void agree_on_config(const Runtime& rt, uint64_t hash) {
+  std::vector<uint64_t> all(static_cast<size_t>(rt.world));
+  MPI_CHECK(MPI_Allgather(&hash, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
+  std::string differ;
+  for (int r = 1; r < rt.world; ++r)
+    if (all[size_t(r)] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (differ.empty()) return;
+  if (rt.is_root())
+    fprintf(stderr, "lmtrain: error: ranks disagree on the resolved config: rank(s) %s differ "
+            "from rank 0 (same --config and --set on every rank?)\n", differ.c_str());
+  throw JobExit{2};
+}
+
+std::string resolve_device(const Config& c) {
+  if (c.run.device == "cuda") {
+    auto it = c.origin.find("run.device");
+    throw UsageError(strf("%s: run.device = \"cuda\": this build has no CUDA backend yet; use "
+                          "\"cpu\" or \"auto\"", it == c.origin.end() ? "default" : it->second.c_str()));
+  }
+  return "cpu";
+}
+
+}  // namespace lmt
