@@ -1,0 +1,76 @@
+// The CPU reference backend: every op of the model, forward and backward, as plain loops.
+//
+// Written for clarity, not speed: this is the oracle the CUDA kernels are tested against and
+// what lets CI train on machines without a GPU. Instantiated for float and double. All tensors
+// are row-major; "+=" in a comment means the op accumulates into that output (parameter
+// gradients), every other output is overwritten.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace lmt {
+
+// What the matmul operands are rounded to (the precision policy; accumulation stays T).
+enum class Precision { fp64, fp32, tf32, bf16 };
+Precision parse_precision(const std::string& name);
+float round_tf32(float x);  // round to nearest even, 10 mantissa bits
+float round_bf16(float x);  // round to nearest even, 7 mantissa bits
+template <typename T> T round_to(Precision p, T x);
+
+namespace cpu {
+
+// y[M,N] = x[M,K] @ w[N,K]^T  (a Linear layer; w as PyTorch stores it)
+template <typename T>
+void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, Precision p);
+// dx[M,K] = dy @ w;  dw[N,K] += dy^T @ x
+template <typename T>
+void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
+                int64_t K, Precision p);
+
+// y = x / sqrt(mean(x^2) + eps) * g over rows of length d; rstd[row] saved for backward
+template <typename T>
+void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d, double eps);
+// dx = d/dx;  dg += d/dg
+template <typename T>
+void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg, int64_t rows,
+                 int64_t d);
+
+// Rotates adjacent pairs (x[2i], x[2i+1]) of each head by angle t * theta^(-2i/dh), in place.
+// Element (b, t, h, i) lives at x[(b*T + t)*row_stride + h*dh + i]. inverse = rotate back, which
+// is also the backward (the rotation is orthogonal).
+template <typename T>
+void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride, double theta,
+          bool inverse);
+
+// Causal softmax attention over a fused qkv[B*T, 3*H*dh] (q, k, v blocks of H*dh columns each,
+// head h at columns h*dh within a block). out[B*T, H*dh]; probs[B, H, T, T] saved for backward.
+template <typename T>
+void attention_fwd(const T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_t H, int64_t dh,
+                   Precision p);
+// dqkv[B*T, 3*H*dh] = gradient w.r.t. qkv (overwritten)
+template <typename T>
+void attention_bwd(const T* qkv, const T* probs, const T* dout, T* dqkv, int64_t B, int64_t T_,
+                   int64_t H, int64_t dh, Precision p);
+
+// g = silu(a) * b, elementwise
+template <typename T> void swiglu_fwd(const T* a, const T* b, T* g, int64_t n);
+template <typename T>
+void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n);
+
+// out[i, :] = table[tokens[i], :];  backward: dtable[tokens[i], :] += dout[i, :]
+template <typename T>
+void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n, int64_t d);
+template <typename T>
+void embedding_bwd(const int32_t* tokens, const T* dout, T* dtable, int64_t n, int64_t d);
+
+// Mean cross-entropy of logits[n, V] against targets[n]. If dlogits is not null it receives
+// (softmax - onehot) * grad_scale (grad_scale = 1/n for the gradient of the mean).
+template <typename T>
+double cross_entropy(const T* logits, const int32_t* targets, T* dlogits, int64_t n, int64_t V,
+                     double grad_scale);
+
+// y += x
+template <typename T> void add_inplace(T* y, const T* x, int64_t n);
+
+}  // namespace cpu
+}  // namespace lmt

@@ -1,0 +1,39 @@
+// Where every parameter lives in the flat buffers.
+//
+// Parameters, gradients and optimizer moments are each one contiguous buffer with identical
+// offsets. Offsets follow the order in which backward finishes gradients (LM head first,
+// embedding last), so each backward group below is one contiguous range: a bucket is a slice,
+// "flat" needs no copy, a ZeRO-1 shard is a range.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config.hpp"
+
+namespace lmt {
+
+struct ParamView {
+  std::string name;  // PyTorch-style, e.g. "layers.3.ffn.w1.weight"
+  std::vector<int64_t> shape;
+  size_t offset = 0, numel = 0;
+};
+
+// Gradients that become final at the same point of backward: group 0 is the LM head and final
+// norm, group 1 + (L-1-l) is layer l, the last group is the embedding.
+struct ParamGroup {
+  size_t begin = 0, end = 0;
+};
+
+struct ParamLayout {
+  std::vector<ParamView> params;  // in flat-buffer order
+  std::vector<ParamGroup> groups; // in backward order
+  size_t total = 0;
+
+  static ParamLayout build(const Config::Model& m);
+  const ParamView& get(const std::string& name) const;
+  static int layer_group(int64_t num_layers, int64_t layer) { return int(num_layers - layer); }
+};
+
+}  // namespace lmt
