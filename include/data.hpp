@@ -1,0 +1,41 @@
+// Where training tokens come from: a uint16 token file, or a synthetic Markov chain whose
+// entropy rate (the lowest loss any model can reach) is known exactly.
+//
+// A source is shared read-only by everyone; each rank draws its windows with its own Rng, so
+// the data a rank sees is fixed by (seed, rank) and resumes exactly from the Rng's state.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "config.hpp"
+#include "rng.hpp"
+
+namespace lmt {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  // B windows of T+1 consecutive tokens: inputs[b*T + t] = w[t], targets[b*T + t] = w[t+1].
+  virtual void sample(Rng& rng, int64_t B, int64_t T, int32_t* inputs, int32_t* targets) const = 0;
+  virtual std::string describe() const = 0;
+  // Expected loss of the best possible model, in nats per token, where it is known.
+  virtual std::optional<double> loss_floor() const { return std::nullopt; }
+};
+
+// A uint16 array as NumPy writes it (np.memmap / tofile, little endian), memory-mapped. Throws
+// UsageError for a missing file, odd byte count, fewer than T+1 tokens, or a token >= vocab.
+std::unique_ptr<TokenSource> open_token_file(const std::string& path, int64_t vocab, int64_t T);
+
+// A random sparse first-order Markov chain over `vocab` tokens, `successors` choices per token
+// (seeded), windows starting from its stationary distribution. Its loss floor is the entropy
+// rate  H = sum_i pi_i * H(P_i),  since a model sees the current token at every position.
+std::unique_ptr<TokenSource> make_markov_source(int64_t vocab, int64_t successors, uint64_t seed);
+
+std::unique_ptr<TokenSource> make_token_source(const Config& c);
+
+// The Rng stream of `rank`'s batches.
+inline Rng data_rng(uint64_t seed, int rank) { return Rng(seed, 0xda7a0000ull + uint64_t(rank)); }
+
+}  // namespace lmt

@@ -1,0 +1,31 @@
+// What a run tells its user: CSV rows with a stable header, and number formatting.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "config.hpp"
+
+namespace lmt {
+
+struct CsvRow {
+  std::vector<std::string> header, values;
+  void add(const std::string& name, const std::string& value) {
+    header.push_back(name);
+    values.push_back(value);
+  }
+};
+
+// Every config field as a column ("section.key"), in the documented order.
+CsvRow config_columns(const Config& c);
+
+// Throws UsageError if `path` exists with another header (checked before a run starts, so a long
+// run never ends unable to write its row) or its folder cannot be written.
+void check_csv(const std::string& path, const std::vector<std::string>& header);
+// Appends the row (writing the header first into a new file); the file is rewritten to a
+// temporary name and renamed, so a killed run leaves the old file whole.
+void append_csv(const std::string& path, const CsvRow& row);
+
+std::string human_count(double x);        // 12.3k, 4.56M
+std::string duration(double seconds);     // 0:42, 1:02:03
+
+}  // namespace lmt

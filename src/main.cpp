@@ -1,0 +1,32 @@
+// lmtrain: parse, start the runtime, run one mode, stop together.
+#include <cstdio>
+
+#include "modes.hpp"
+#include "runtime.hpp"
+
+int main(int argc, char** argv) {
+  using namespace lmt;
+  Runtime rt = runtime_init(&argc, &argv);
+  int code = 0;
+  try {
+    CommandLine cl;
+    agree(rt, [&] { cl = parse_command_line(std::vector<std::string>(argv + 1, argv + argc)); });
+    if (cl.help) {
+      if (rt.is_root()) fputs(usage_text().c_str(), stdout);
+    } else if (cl.print_config) {
+      if (rt.is_root()) fputs(config_to_toml(cl.config).c_str(), stdout);
+    } else {
+      agree_on_config(rt, config_hash(cl.config));
+      code = run_train(cl, rt);
+    }
+  } catch (const JobExit& e) {
+    code = e.code;
+  } catch (const UsageError& e) {
+    // Bad input found after startup on one rank only: the others may be in a collective.
+    fprintf(stderr, "lmtrain: error (rank %d): %s\n", rt.rank, e.what());
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  runtime_finalize();
+  return code;
+}

@@ -1,0 +1,158 @@
+// train mode: the training loop, its progress lines, checkpoints, closing table and CSV row.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+
+#include "checkpoint.hpp"
+#include "comm.hpp"
+#include "data.hpp"
+#include "grad_sync.hpp"
+#include "model.hpp"
+#include "modes.hpp"
+#include "optimizer.hpp"
+#include "report.hpp"
+
+namespace lmt {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void make_dir(const std::string& dir) {
+  std::string partial;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') {
+      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+        throw UsageError(strf("train.checkpoint_dir = \"%s\": cannot create %s: %s", dir.c_str(),
+                              partial.c_str(), strerror(errno)));
+    }
+    if (i < dir.size()) partial += dir[i];
+  }
+}
+
+template <typename T> int train(const CommandLine& cl, const Runtime& rt) {
+  const Config& c = cl.config;
+  const int64_t B = c.train.batch_size, T_ = c.model.context_length, steps = c.train.steps;
+  std::string device;
+  std::unique_ptr<TokenSource> source;
+  std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD);
+  Model<T> model(c.model, B, T_);
+  AdamW<T> opt(model.layout.total);
+  std::unique_ptr<GradSync> sync;
+  std::vector<RngState> rngs;
+  int64_t first_step = 0;
+  CsvRow row = config_columns(c);
+  for (auto name : {"world_size", "device_used", "parameters", "steps_run", "final_loss",
+                    "loss_floor", "ms_per_step", "tokens_per_s", "wall_s"})
+    row.add(name, "");
+  // Everything that can refuse the run does so here, on every rank, before any work.
+  agree(rt, [&] {
+    device = resolve_device(c);
+    source = make_token_source(c);
+    sync = make_grad_sync(c.ddp.strategy, *comm, model.layout, model.grads.data(), dtype_of<T>());
+    if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
+    if (!c.train.checkpoint_dir.empty() && rt.is_root()) make_dir(c.train.checkpoint_dir);
+    if (!c.train.resume.empty()) {
+      first_step = load_checkpoint(c.train.resume, model, opt, rt.world, rngs);
+      if (first_step > steps)
+        throw UsageError(strf("train.resume = \"%s\" is at step %lld, past train.steps = %lld",
+                              c.train.resume.c_str(), (long long)first_step, (long long)steps));
+    }
+  });
+  Rng rng = data_rng(uint64_t(c.run.seed), rt.rank);
+  if (c.train.resume.empty()) model.init_params(uint64_t(c.run.seed));
+  else rng.set_state(rngs[size_t(rt.rank)]);
+  comm->broadcast(model.params.data(), model.layout.total, dtype_of<T>(), 0);
+
+  const double floor = source->loss_floor().value_or(NAN);
+  const double tokens_per_step = double(B * T_ * rt.world);
+  if (rt.is_root()) {
+    printf("== lmtrain train ==\n%s\n", config_to_toml(c).c_str());
+    printf("device %s, %d rank(s), %s parameters, %s tokens per step\n", device.c_str(), rt.world,
+           human_count(double(model.layout.total)).c_str(), human_count(tokens_per_step).c_str());
+    printf("data: %s\n", source->describe().c_str());
+    if (first_step > 0) printf("resumed from %s at step %lld\n", c.train.resume.c_str(),
+                               (long long)first_step);
+    fflush(stdout);
+  }
+
+  std::vector<int32_t> inputs(static_cast<size_t>(B * T_)), targets(static_cast<size_t>(B * T_));
+  double interval_loss = 0, last_loss = NAN;
+  int64_t interval_steps = 0;
+  auto t0 = Clock::now(), t_interval = t0;
+  for (int64_t step = first_step; step < steps; ++step) {
+    source->sample(rng, B, T_, inputs.data(), targets.data());
+    interval_loss += model.forward(inputs.data(), targets.data(), rt.world);
+    model.backward(sync.get());
+    double gnorm = clip_grad_norm(model.grads.data(), model.layout.total, c.optim.grad_clip);
+    double lr = learning_rate(c.optim, step, steps);
+    opt.step(model.params.data(), model.grads.data(), lr, c.optim);
+    ++interval_steps;
+
+    const bool last = step + 1 == steps;
+    if ((step + 1) % c.train.log_every == 0 || last) {
+      comm->all_reduce(&interval_loss, 1, DType::f64);
+      last_loss = interval_loss / double(interval_steps * rt.world);
+      double ms = 1e3 * seconds_since(t_interval) / double(interval_steps);
+      if (rt.is_root()) {
+        printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | "
+               "%s tok/s | ETA %s\n", int(std::to_string(steps).size()), (long long)step + 1,
+               (long long)steps, last_loss, lr, gnorm, ms,
+               human_count(tokens_per_step / ms * 1e3).c_str(),
+               duration(double(steps - step - 1) * ms / 1e3).c_str());
+        fflush(stdout);
+      }
+      interval_loss = 0, interval_steps = 0, t_interval = Clock::now();
+    }
+    const int64_t every = c.train.checkpoint_every;
+    if (!c.train.checkpoint_dir.empty() && (last || (every > 0 && (step + 1) % every == 0))) {
+      RngState mine = rng.state();
+      std::vector<RngState> all(static_cast<size_t>(rt.world));
+      MPI_CHECK(MPI_Gather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
+                           MPI_COMM_WORLD));
+      if (rt.is_root()) {
+        std::string path = checkpoint_path(c.train.checkpoint_dir, step + 1);
+        save_checkpoint(path, c, model, opt, step + 1, all);
+        printf("checkpoint %s\n", path.c_str());
+      }
+    }
+  }
+
+  const double wall = seconds_since(t0), run_steps = double(steps - first_step);
+  const double ms_per_step = run_steps > 0 ? 1e3 * wall / run_steps : NAN;
+  if (rt.is_root()) {
+    printf("\n== done ==\n");
+    printf("  steps         %lld (from %lld)\n", (long long)steps, (long long)first_step);
+    printf("  final loss    %.4f (mean of the last interval, all ranks)\n", last_loss);
+    if (!std::isnan(floor)) printf("  loss floor    %.4f (entropy rate of the source)\n", floor);
+    printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
+    printf("  throughput    %s tokens/s\n", human_count(tokens_per_step * 1e3 / ms_per_step).c_str());
+    if (!cl.csv_path.empty()) {
+      size_t m = row.values.size() - 9;
+      for (auto v : {std::to_string(rt.world), device, std::to_string(model.layout.total),
+                     std::to_string(steps - first_step), strf("%.6f", last_loss),
+                     strf("%.6f", floor), strf("%.3f", ms_per_step),
+                     strf("%.1f", tokens_per_step * 1e3 / ms_per_step), strf("%.3f", wall)})
+        row.values[m++] = v;
+      append_csv(cl.csv_path, row);
+      printf("  csv row       appended to %s\n", cl.csv_path.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_train(const CommandLine& cl, const Runtime& rt) {
+  if (cl.config.model.precision == "fp64") return train<double>(cl, rt);
+  return train<float>(cl, rt);
+}
+
+}  // namespace lmt

@@ -1,0 +1,90 @@
+#include "report.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "check.hpp"
+
+namespace lmt {
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (auto& s : v) {
+    bool quote = s.find_first_of(",\"\n") != std::string::npos;
+    std::string cell = s;
+    for (size_t i = 0; quote && (i = cell.find('"', i)) != std::string::npos; i += 2)
+      cell.insert(i, "\"");
+    out += (out.empty() ? "" : ",") + (quote ? "\"" + cell + "\"" : cell);
+  }
+  return out;
+}
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  out = ss.str();
+  return true;
+}
+
+}  // namespace
+
+CsvRow config_columns(const Config& c) {
+  Config copy = c;
+  CsvRow row;
+  for (auto& f : config_fields(copy)) {
+    std::string v = f.to_string();
+    if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
+    row.add(f.name(), v);
+  }
+  return row;
+}
+
+void check_csv(const std::string& path, const std::vector<std::string>& header) {
+  std::string text;
+  if (read_file(path, text)) {
+    std::string first = text.substr(0, text.find('\n'));
+    if (!text.empty() && first != join(header))
+      throw UsageError(strf("--csv %s: the file has another header than this run's rows (%s...); "
+                            "use a new file", path.c_str(), first.substr(0, 60).c_str()));
+  }
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  if (access(dir.c_str(), W_OK) != 0)
+    throw UsageError(strf("--csv %s: cannot write in %s: %s", path.c_str(), dir.c_str(),
+                          strerror(errno)));
+}
+
+void append_csv(const std::string& path, const CsvRow& row) {
+  std::string text;
+  if (!read_file(path, text) || text.empty()) text = join(row.header) + "\n";
+  text += join(row.values) + "\n";
+  std::string tmp = path + strf(".tmp.%d", int(getpid()));
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << text;
+    if (!f.flush()) LMT_FATAL(strf("cannot write %s: %s", tmp.c_str(), strerror(errno)));
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0)
+    LMT_FATAL(strf("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), strerror(errno)));
+}
+
+std::string human_count(double x) {
+  if (x >= 1e9) return strf("%.2fG", x / 1e9);
+  if (x >= 1e6) return strf("%.2fM", x / 1e6);
+  if (x >= 1e3) return strf("%.1fk", x / 1e3);
+  return strf("%.0f", x);
+}
+
+std::string duration(double s) {
+  long t = long(s + 0.5);
+  if (t >= 3600) return strf("%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  return strf("%ld:%02ld", t / 60, t % 60);
+}
+
+}  // namespace lmt
