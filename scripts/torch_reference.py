@@ -1,0 +1,173 @@
+"""Independent PyTorch reference for the C++ Transformer LM, used by the C++ tests as an oracle.
+
+Run with an interpreter that has torch (1.13+) and numpy, e.g. Debian's /usr/bin/python3:
+
+    /usr/bin/python3 scripts/torch_reference.py check --in IN.safetensors --out OUT.safetensors
+
+Exchange format: safetensors files (8-byte little-endian uint64 header length N, N bytes of
+JSON header padded with spaces, then raw little-endian data; "data_offsets" are relative to
+the start of the data section). Supported dtypes: F64, F32, I32.
+
+`check` input:
+  __metadata__ (all strings): d_model d_ff num_layers num_heads vocab_size context_length
+      rope_theta norm_eps lr beta1 beta2 eps weight_decay steps
+  batch.inputs, batch.targets   I32 [B, T], T <= context_length
+  model parameters, all F64 or all F32 (that dtype is the working precision), Linear
+  convention weight [out, in], y = x @ W.T:
+      token_embeddings.weight [V, d]
+      layers.{i}.ln1.weight [d]            layers.{i}.attn.qkv_proj.weight [3d, d] (q; k; v rows)
+      layers.{i}.attn.output_proj.weight [d, d]
+      layers.{i}.ln2.weight [d]            layers.{i}.ffn.w1.weight / w3.weight [d_ff, d]
+      layers.{i}.ffn.w2.weight [d, d_ff]
+      ln_final.weight [d]                  lm_head.weight [V, d]
+
+`check` output (in the parameters' dtype):
+  logits [B, T, V], loss [1]      forward pass with the initial parameters
+  grad.<name>                     d loss / d <name> at the initial parameters
+  losses [steps]                  loss at the start of each AdamW step (losses[0] == loss)
+  final.<name>                    parameters after `steps` torch.optim.AdamW steps on the same batch
+"""
+import argparse
+import json
+import math
+import struct
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+NP_DTYPES = {"F64": "<f8", "F32": "<f4", "I32": "<i4"}
+TORCH_TO_ST = {torch.float64: "F64", torch.float32: "F32", torch.int32: "I32"}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    metadata = header.pop("__metadata__", {})
+    data = blob[8 + n:]
+    tensors = {}
+    for name, info in header.items():
+        begin, end = info["data_offsets"]
+        arr = np.frombuffer(data[begin:end], dtype=NP_DTYPES[info["dtype"]]).reshape(info["shape"])
+        # frombuffer views are read-only; copy so torch owns writable native-endian memory.
+        tensors[name] = torch.from_numpy(arr.astype(arr.dtype.newbyteorder("="), copy=True))
+    return tensors, metadata
+
+
+def write_safetensors(path, tensors, metadata=None):
+    header, chunks, offset = {}, [], 0
+    for name, t in tensors.items():
+        st_dtype = TORCH_TO_ST[t.dtype]
+        raw = t.detach().contiguous().numpy().astype(NP_DTYPES[st_dtype]).tobytes()
+        header[name] = {"dtype": st_dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    if metadata:
+        header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)  # keeps the data section 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+
+
+def rmsnorm(x, weight, eps):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def rope(x, theta):
+    # x: [B, H, T, dh]; rotates adjacent pairs (x[2k], x[2k+1]) by p * theta^(-2k/dh).
+    T, dh = x.shape[-2], x.shape[-1]
+    k = torch.arange(dh // 2, dtype=x.dtype)
+    angle = torch.arange(T, dtype=x.dtype)[:, None] * theta ** (-2 * k / dh)  # [T, dh/2]
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+
+def attention(h, w_qkv, w_o, num_heads, theta):
+    B, T, d = h.shape
+    dh = d // num_heads
+    q, k, v = (t.view(B, T, num_heads, dh).transpose(1, 2) for t in (h @ w_qkv.T).split(d, dim=-1))
+    q, k = rope(q, theta), rope(k, theta)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    return (probs @ v).transpose(1, 2).reshape(B, T, d) @ w_o.T
+
+
+def ffn(h, w1, w2, w3):
+    a = h @ w1.T
+    return (a * torch.sigmoid(a) * (h @ w3.T)) @ w2.T
+
+
+def forward(p, inputs, cfg):
+    eps, theta = cfg["norm_eps"], cfg["rope_theta"]
+    x = p["token_embeddings.weight"][inputs.long()]
+    for i in range(cfg["num_layers"]):
+        l = f"layers.{i}."
+        x = x + attention(rmsnorm(x, p[l + "ln1.weight"], eps), p[l + "attn.qkv_proj.weight"],
+                          p[l + "attn.output_proj.weight"], cfg["num_heads"], theta)
+        x = x + ffn(rmsnorm(x, p[l + "ln2.weight"], eps), p[l + "ffn.w1.weight"],
+                    p[l + "ffn.w2.weight"], p[l + "ffn.w3.weight"])
+    return rmsnorm(x, p["ln_final.weight"], eps) @ p["lm_head.weight"].T
+
+
+def loss_of(logits, targets):
+    return F.cross_entropy(logits.flatten(0, 1), targets.long().flatten())
+
+
+INT_KEYS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length", "steps")
+FLOAT_KEYS = ("rope_theta", "norm_eps", "lr", "beta1", "beta2", "eps", "weight_decay")
+
+
+def check(args):
+    tensors, meta = read_safetensors(args.inp)
+    cfg = {k: int(meta[k]) for k in INT_KEYS}
+    cfg.update({k: float(meta[k]) for k in FLOAT_KEYS})
+    inputs, targets = tensors.pop("batch.inputs"), tensors.pop("batch.targets")
+    dtypes = {t.dtype for t in tensors.values()}
+    if len(dtypes) != 1 or not dtypes <= {torch.float64, torch.float32}:
+        raise SystemExit(f"parameters must share one float dtype (F64 or F32), got {dtypes}")
+    if inputs.shape[1] > cfg["context_length"] or cfg["d_model"] % cfg["num_heads"]:
+        raise SystemExit("need T <= context_length and num_heads dividing d_model")
+
+    params = {name: t.requires_grad_() for name, t in tensors.items()}
+    names = list(params)
+    logits = forward(params, inputs, cfg)
+    loss = loss_of(logits, targets)
+    grads = torch.autograd.grad(loss, [params[n] for n in names])
+
+    opt = torch.optim.AdamW([params[n] for n in names], lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]),
+                            eps=cfg["eps"], weight_decay=cfg["weight_decay"])
+    losses = []
+    for _ in range(cfg["steps"]):
+        opt.zero_grad()
+        step_loss = loss_of(forward(params, inputs, cfg), targets)
+        step_loss.backward()
+        losses.append(step_loss.detach())
+        opt.step()
+
+    dtype = dtypes.pop()
+    out = {"logits": logits.detach(), "loss": loss.detach().reshape(1)}
+    out.update({f"grad.{n}": g for n, g in zip(names, grads)})
+    out["losses"] = torch.stack(losses) if losses else torch.zeros(0, dtype=dtype)
+    out.update({f"final.{n}": params[n].detach() for n in names})
+    write_safetensors(args.out, out)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_check = sub.add_parser("check", help="logits, loss, gradients and a few AdamW steps for one batch")
+    p_check.add_argument("--in", dest="inp", metavar="IN", required=True, help="input .safetensors")
+    p_check.add_argument("--out", required=True, help="output .safetensors")
+    p_check.set_defaults(func=check)
+    args = parser.parse_args()
+    torch.use_deterministic_algorithms(True)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

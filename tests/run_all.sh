@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs every suite and ends with one line "N passed, N failed" (test cases, all suites summed).
+#   unit: build/tests (CPU; starts build/lmtrain, under mpirun too, for whole-run tests)
+#   mpi:  build/tests_mpi under mpirun -np 2 and -np 4 (CPU backend)
+# A suite that dies before its summary counts as one failed test case.
+set -u
+cd "$(dirname "$0")/.."
+MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+passed=0 failed=0 status=0
+
+run_suite() {
+  local name=$1; shift
+  echo "== $name: $*"
+  local log
+  log=$(mktemp)
+  "$@" --no-colors=true 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local line
+  line=$(grep -a "test cases:" "$log" | tail -1)
+  if [ -z "$line" ]; then
+    echo "== $name: no summary (exit code $rc): counted as 1 failed"
+    failed=$((failed + 1)); status=1
+  else
+    local p f
+    p=$(sed -E 's/.*\| *([0-9]+) passed.*/\1/' <<<"$line")
+    f=$(sed -E 's/.*\| *([0-9]+) failed.*/\1/' <<<"$line")
+    passed=$((passed + p)); failed=$((failed + f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); fi
+    [ "$rc" -eq 0 ] || status=1
+  fi
+  rm -f "$log"
+}
+
+run_suite unit build/tests
+run_suite "mpi np=2" $MPIRUN -np 2 build/tests_mpi
+run_suite "mpi np=4" $MPIRUN -np 4 build/tests_mpi
+echo "$passed passed, $failed failed"
+exit $status

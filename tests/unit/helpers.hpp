@@ -1,0 +1,93 @@
+// Shared test helpers: fresh random inputs, relative errors, running the binary, temp files.
+#pragma once
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <sys/wait.h>
+#include <vector>
+
+namespace lmt::test {
+
+// A new seed every run (tests draw fresh inputs), printed on failure through the checks' context.
+inline std::mt19937_64& rng() {
+  static std::mt19937_64 g(std::random_device{}());
+  return g;
+}
+
+template <typename T> std::vector<T> randn(size_t n, double scale = 1.0) {
+  std::normal_distribution<double> d(0.0, scale);
+  std::vector<T> v(n);
+  for (auto& x : v) x = T(d(rng()));
+  return v;
+}
+
+inline std::vector<int32_t> rand_tokens(size_t n, int32_t vocab) {
+  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = d(rng());
+  return v;
+}
+
+// ||a - b|| / ||b||, with NaN anywhere giving infinity.
+template <typename A, typename B> double rel_err(const A& a, const B& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    double x = double(a[i]), y = double(b[i]);
+    if (std::isnan(x) || std::isnan(y)) return INFINITY;
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+struct Result {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs a shell command and returns its exit code and output.
+inline Result run(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A fresh temporary directory, removed when the object dies.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/lmtrain-test-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf " + path).c_str()); }
+  std::string file(const std::string& name, const std::string& contents = "") const {
+    std::string p = path + "/" + name;
+    if (!contents.empty()) std::ofstream(p) << contents;
+    return p;
+  }
+};
+
+// The binary under test; tests run from the repository root (make test does).
+inline const char* lmtrain() { return "build/lmtrain"; }
+
+}  // namespace lmt::test
+
+namespace lmt::test {
+
+// `mpirun -np N` as the Makefile runs it (MPIRUN carries --oversubscribe and friends).
+inline std::string mpirun(int np) {
+  const char* m = getenv("MPIRUN");
+  return std::string(m ? m : "mpirun -q --oversubscribe") + " -np " + std::to_string(np) + " ";
+}
+
+}  // namespace lmt::test

@@ -1,0 +1,146 @@
+// The whole model: its gradients against finite differences (fp64), and logits, loss, every
+// gradient and three AdamW steps against the independent PyTorch implementation.
+#include <doctest/doctest.h>
+
+#include "check.hpp"
+#include "helpers.hpp"
+#include "model.hpp"
+#include "optimizer.hpp"
+#include "safetensors.hpp"
+
+using namespace lmt;
+
+namespace {
+
+Config::Model small_model(const char* precision) {
+  Config::Model m;
+  m.d_model = 12, m.num_heads = 3, m.d_ff = 20, m.num_layers = 2, m.vocab_size = 11;
+  m.context_length = 5;
+  m.precision = precision;
+  return m;
+}
+
+// Random init, plus random RMSNorm gains (init makes them 1, which would hide their gradient).
+template <typename T> void randomize(Model<T>& model) {
+  model.init_params(lmt::test::rng()());
+  for (auto& p : model.layout.params)
+    if (p.shape.size() == 1)
+      for (size_t i = 0; i < p.numel; ++i)
+        model.params[p.offset + i] = T(1.0 + 0.3 * lmt::test::randn<double>(1)[0]);
+}
+
+}  // namespace
+
+TEST_CASE("model: every parameter's gradient matches finite differences (fp64)") {
+  Config::Model m = small_model("fp64");
+  m.d_model = 8, m.num_heads = 2, m.d_ff = 12, m.vocab_size = 7;
+  Model<double> model(m, 2, 5);
+  randomize(model);
+  auto in = lmt::test::rand_tokens(10, 7), tg = lmt::test::rand_tokens(10, 7);
+  model.forward(in.data(), tg.data());
+  model.backward();
+  std::uniform_int_distribution<size_t> pick;
+  for (auto& p : model.layout.params) {
+    for (int s = 0; s < 4; ++s) {
+      size_t i = p.offset + pick(lmt::test::rng()) % p.numel;
+      double keep = model.params[i], h = 1e-6;
+      model.params[i] = keep + h;
+      double up = model.forward(in.data(), tg.data());
+      model.params[i] = keep - h;
+      double down = model.forward(in.data(), tg.data());
+      model.params[i] = keep;
+      double fd = (up - down) / (2 * h);
+      INFO(p.name << "[" << i - p.offset << "]: analytic " << model.grads[i] << ", fd " << fd);
+      CHECK(std::abs(fd - model.grads[i]) <= 1e-7 * (1.0 + std::abs(fd)));
+    }
+  }
+}
+
+TEST_CASE("model: gradient groups are reported in backward order and cover the flat buffer") {
+  Config::Model m = small_model("fp64");
+  ParamLayout layout = ParamLayout::build(m);
+  CHECK(layout.params.front().name == "lm_head.weight");
+  CHECK(layout.params.back().name == "token_embeddings.weight");
+  REQUIRE(layout.groups.size() == size_t(m.num_layers + 2));
+  size_t at = 0;
+  for (auto& g : layout.groups) {
+    CHECK(g.begin == at);
+    at = g.end;
+  }
+  CHECK(at == layout.total);
+  struct Recorder : GradSync {
+    std::vector<int> seen;
+    void ready(int g) override { seen.push_back(g); }
+    void finish() override { seen.push_back(-1); }
+  } rec;
+  Model<double> model(m, 1, 5);
+  model.init_params(1);
+  auto in = lmt::test::rand_tokens(5, 11);
+  model.forward(in.data(), in.data());
+  model.backward(&rec);
+  CHECK(rec.seen == std::vector<int>{0, 1, 2, 3, -1});
+}
+
+template <typename T> void compare_with_torch(const char* precision, double tol) {
+  Config::Model m = small_model(precision);
+  const int64_t B = 2, T_ = 5, steps = 3;
+  Model<T> model(m, B, T_);
+  randomize(model);
+  auto in = lmt::test::rand_tokens(B * T_, 11), tg = lmt::test::rand_tokens(B * T_, 11);
+  Config::Optim o;
+  o.lr = 1e-2, o.weight_decay = 0.1, o.beta1 = 0.9, o.beta2 = 0.95, o.eps = 1e-8;
+
+  lmt::test::TempDir dir;
+  SafetensorsWriter w;
+  const char* dt = sizeof(T) == 8 ? "F64" : "F32";
+  for (auto& p : model.layout.params)
+    w.add(p.name, dt, p.shape, model.params.data() + p.offset, p.numel * sizeof(T));
+  w.add("batch.inputs", "I32", {B, T_}, in.data(), in.size() * 4);
+  w.add("batch.targets", "I32", {B, T_}, tg.data(), tg.size() * 4);
+  for (auto [k, v] : std::initializer_list<std::pair<const char*, double>>{
+           {"d_model", m.d_model}, {"d_ff", m.d_ff}, {"num_layers", m.num_layers},
+           {"num_heads", m.num_heads}, {"vocab_size", m.vocab_size},
+           {"context_length", m.context_length}, {"rope_theta", m.rope_theta},
+           {"norm_eps", m.norm_eps}, {"lr", o.lr}, {"beta1", o.beta1}, {"beta2", o.beta2},
+           {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"steps", steps}})
+    w.set(k, strf("%.17g", v));
+  w.write(dir.file("in.safetensors"));
+  const char* python = getenv("PYTHON") ? getenv("PYTHON") : "/usr/bin/python3";
+  auto r = lmt::test::run(strf("%s scripts/torch_reference.py check --in %s --out %s", python,
+                               dir.file("in.safetensors").c_str(), dir.file("out.safetensors").c_str()));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  Safetensors ref = Safetensors::read(dir.file("out.safetensors"));
+
+  double loss = model.forward(in.data(), tg.data());
+  model.backward();
+  std::vector<T> logits(model.logits(), model.logits() + B * T_ * m.vocab_size);
+  CHECK(lmt::test::rel_err(logits, ref.get<T>("logits", dt)) < tol);
+  CHECK(std::abs(loss - double(ref.get<T>("loss", dt)[0])) < tol * loss);
+  for (auto& p : model.layout.params) {
+    INFO(p.name);
+    std::vector<T> g(model.grads.begin() + long(p.offset), model.grads.begin() + long(p.offset + p.numel));
+    CHECK(lmt::test::rel_err(g, ref.get<T>("grad." + p.name, dt)) < tol);
+  }
+  AdamW<T> opt(model.layout.total);
+  auto losses = ref.get<T>("losses", dt);
+  for (int s = 0; s < steps; ++s) {
+    double l = model.forward(in.data(), tg.data());
+    CHECK(std::abs(l - double(losses[size_t(s)])) < tol * l);
+    model.backward();
+    opt.step(model.params.data(), model.grads.data(), o.lr, o);
+  }
+  for (auto& p : model.layout.params) {
+    INFO(p.name);
+    std::vector<T> v(model.params.begin() + long(p.offset), model.params.begin() + long(p.offset + p.numel));
+    CHECK(lmt::test::rel_err(v, ref.get<T>("final." + p.name, dt)) < tol);
+  }
+}
+
+TEST_CASE("model: matches the PyTorch reference in fp64 (logits, loss, gradients, 3 AdamW steps)") {
+  compare_with_torch<double>("fp64", 1e-10);
+}
+
+TEST_CASE("model: matches the PyTorch reference in fp32") {
+  compare_with_torch<float>("fp32", 2e-5);
+}

@@ -1,0 +1,156 @@
+// Whole runs of build/lmtrain: training lowers the loss, checkpoints resume bit for bit, bad
+// checkpoints and CSV files are refused with exit code 2, ranks must agree on the config.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "check.hpp"
+#include "checkpoint.hpp"
+#include "helpers.hpp"
+#include "safetensors.hpp"
+
+using namespace lmt;
+using lmt::test::run;
+using lmt::test::TempDir;
+
+namespace {
+
+const std::string kTiny =
+    " --set train.batch_size=2 --set model.context_length=16 --set model.num_layers=1"
+    " --set model.d_model=16 --set model.num_heads=2 --set model.d_ff=24 --set model.vocab_size=32";
+
+std::vector<double> progress_losses(const std::string& out) {
+  std::vector<double> v;
+  for (size_t at = 0; (at = out.find("| loss ", at)) != std::string::npos; at += 7)
+    v.push_back(std::stod(out.substr(at + 7)));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("train: two ranks on the synthetic source lower the loss toward its floor") {
+  auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() +
+               " --set train.steps=80 --set train.log_every=10 --set optim.lr=1e-2 --set "
+               "model.precision=\"fp32\"" + kTiny);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  auto losses = progress_losses(r.output);
+  REQUIRE(losses.size() == 8);
+  CHECK(losses.front() > std::log(32.0) - 0.5);  // starts near uniform guessing
+  CHECK(losses.back() < losses.front() - 1.0);   // and learns the chain
+  CHECK(r.output.find("loss floor") != std::string::npos);
+}
+
+TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one (2 ranks)") {
+  TempDir dir;
+  std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                     " --set train.steps=6 --set train.checkpoint_every=3";
+  for (std::string prec : {"fp32", "bf16", "fp64"}) {
+    INFO(prec);
+    std::string p = " --set model.precision=\"" + prec + "\"";
+    auto a = run(base + p + " --set train.checkpoint_dir=" + dir.path + "/a");
+    REQUIRE(a.code == 0);
+    auto b = run(base + p + " --set train.checkpoint_dir=" + dir.path + "/b --set train.resume=" +
+                 checkpoint_path(dir.path + "/a", 3));
+    INFO(b.output);
+    REQUIRE(b.code == 0);
+    CHECK(b.output.find("resumed from") != std::string::npos);
+    Safetensors sa = Safetensors::read(checkpoint_path(dir.path + "/a", 6));
+    Safetensors sb = Safetensors::read(checkpoint_path(dir.path + "/b", 6));
+    CHECK(sa.data == sb.data);  // parameters and both moments, every bit
+    CHECK(sa.metadata["rng.1"] == sb.metadata["rng.1"]);
+    // and the run did move: step 3 differs from step 6
+    CHECK(Safetensors::read(checkpoint_path(dir.path + "/a", 3)).data != sa.data);
+  }
+}
+
+TEST_CASE("train: torn, truncated, corrupted or mismatched checkpoints are refused, never loaded") {
+  TempDir dir;
+  auto a = run(std::string(lmt::test::lmtrain()) + kTiny +
+               " --set train.steps=2 --set train.checkpoint_dir=" + dir.path);
+  REQUIRE(a.code == 0);
+  std::string good = checkpoint_path(dir.path, 2);
+  std::ifstream f(good, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  struct Case {
+    const char* name;
+    std::string contents, expect;
+  } cases[] = {
+      {"truncated", bytes.substr(0, bytes.size() - 100), "truncated"},
+      {"torn header", bytes.substr(0, 50), "truncated"},
+      {"empty", "", "truncated"},
+      {"corrupted", bytes.substr(0, bytes.size() - 7) + "X" + bytes.substr(bytes.size() - 6),
+       "corrupted"},
+      {"not safetensors", std::string("\x10\0\0\0\0\0\0\0{\"a\": [1, 2}   ", 24), "not a safetensors file"},
+  };
+  for (auto& c : cases) {
+    INFO(std::string(c.name));
+    std::string path = dir.file(std::string(c.name) + ".safetensors");
+    std::ofstream(path, std::ios::binary) << c.contents;
+    auto r = run(std::string(lmt::test::lmtrain()) + kTiny +
+                 " --set train.steps=4 --set train.resume=\"" + path + "\"");
+    INFO(r.output);
+    CHECK(r.code == 2);
+    CHECK(r.output.find(c.expect) != std::string::npos);
+    CHECK(r.output.find("step ") == std::string::npos);  // no training happened
+  }
+  auto wrong_shape = run(std::string(lmt::test::lmtrain()) + kTiny +
+                         " --set model.d_ff=28 --set train.steps=4 --set train.resume=" + good);
+  CHECK(wrong_shape.code == 2);
+  CHECK(wrong_shape.output.find("another shape") != std::string::npos);
+  auto wrong_world = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                         " --set train.steps=4 --set train.resume=" + good);
+  CHECK(wrong_world.code == 2);
+  CHECK(wrong_world.output.find("written by 1 ranks, this run has 2") != std::string::npos);
+}
+
+TEST_CASE("train: --csv appends rows under one header; a file with another header is refused untouched") {
+  TempDir dir;
+  std::string csv = dir.file("runs.csv");
+  for (int i = 0; i < 2; ++i)
+    REQUIRE(run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=2 --csv " + csv).code == 0);
+  std::ifstream f(csv);
+  std::string header, row1, row2, extra;
+  std::getline(f, header), std::getline(f, row1), std::getline(f, row2);
+  CHECK(!std::getline(f, extra));
+  CHECK(header.rfind("run.mode,run.device,run.seed,model.d_model", 0) == 0);
+  CHECK(header.find("final_loss") != std::string::npos);
+  CHECK(std::count(row1.begin(), row1.end(), ',') == std::count(header.begin(), header.end(), ','));
+  std::string other = dir.file("other.csv", "a,b\n1,2\n");
+  auto r = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=2 --csv " + other);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("another header") != std::string::npos);
+  std::ifstream g(other);
+  std::string kept((std::istreambuf_iterator<char>(g)), {});
+  CHECK(kept == "a,b\n1,2\n");
+}
+
+TEST_CASE("train: ranks with different configs refuse to start and name the rank") {
+  std::string bin = lmt::test::lmtrain();
+  auto r = run(lmt::test::mpirun(1) + bin + kTiny + " --set train.steps=3 : -np 1 " + bin + kTiny +
+               " --set train.steps=4");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("rank(s) 1 differ from rank 0") != std::string::npos);
+}
+
+TEST_CASE("train: a bad data file on one rank stops every rank with one line and exit code 2") {
+  TempDir dir;
+  std::string odd = dir.file("odd.bin", "abc");
+  auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+               " --set data.source=\"file\" --set data.path=" + odd);
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output.find("3 bytes is odd") != std::string::npos);
+}
+
+TEST_CASE("configs: every shipped config resolves and validates") {
+  for (std::string f : {"configs/train.toml", "configs/models/tiny.toml", "configs/models/small.toml",
+                        "configs/models/medium.toml", "configs/models/large.toml",
+                        "configs/models/xl.toml", "configs/models/2.7b.toml"}) {
+    auto r = run(std::string(lmt::test::lmtrain()) + " --config " + f + " --print-config");
+    INFO(f << ": " << r.output);
+    CHECK(r.code == 0);
+  }
+}
