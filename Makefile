@@ -12,6 +12,12 @@ NVCC       := $(CUDA_HOME)/bin/nvcc
 # Real targets for A100 (sm_80) and H100/H200 (sm_90); sm_90a joins once Hopper-only code does.
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 NVCCFLAGS  := -std=c++20 -O3 -Iinclude $(CUDA_ARCHS) -MMD -MP $(addprefix -Xcompiler ,$(EXTRA_CXXFLAGS))
+# With the CUDA toolkit present the build links CUDA and NCCL (GPU selection, NCCL bootstrap);
+# without it lmtrain is CPU-only and the GPU tests are skipped.
+ifneq ($(wildcard $(NVCC)),)
+CXXFLAGS   += -DLMTRAIN_CUDA -isystem $(CUDA_HOME)/include
+LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
+endif
 
 # Open MPI refuses root unless told; CI and the GPU machines run as root. --oversubscribe lets
 # the 4-rank tests run on a 2-core machine.

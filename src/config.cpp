@@ -124,7 +124,7 @@ std::vector<ConfigField> config_fields(Config& c) {
   return {
       str_field("run", "mode", &r.mode, {"train"}, "what the run does"),
       str_field("run", "device", &r.device, {"auto", "cpu", "cuda"},
-                "backend; auto picks cuda when this build has it and a GPU is present"),
+                "backend; auto is cpu until the CUDA backend lands"),
       int_field("run", "seed", &r.seed, 0, "seed of parameter init and every data stream"),
       int_field("model", "d_model", &m.d_model, 1, "width of the residual stream"),
       int_field("model", "d_ff", &m.d_ff, 1, "hidden width of the SwiGLU feed-forward"),

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs every suite and ends with one line "N passed, N failed" (test cases, all suites summed).
+# Runs every suite and ends with one line "N passed, N failed, N skipped" (test cases, all suites
+# summed; GPU tests are skipped where no GPU is visible).
 #   unit: build/tests (CPU; starts build/lmtrain, under mpirun too, for whole-run tests)
 #   mpi:  build/tests_mpi under mpirun -np 2 and -np 4 (CPU backend)
 # A suite that dies before its summary counts as one failed test case.
 set -u
 cd "$(dirname "$0")/.."
 MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
-passed=0 failed=0 status=0
+passed=0 failed=0 skipped=0 status=0
 
 run_suite() {
   local name=$1; shift
@@ -21,10 +22,11 @@ run_suite() {
     echo "== $name: no summary (exit code $rc): counted as 1 failed"
     failed=$((failed + 1)); status=1
   else
-    local p f
+    local p f s
     p=$(sed -E 's/.*\| *([0-9]+) passed.*/\1/' <<<"$line")
     f=$(sed -E 's/.*\| *([0-9]+) failed.*/\1/' <<<"$line")
-    passed=$((passed + p)); failed=$((failed + f))
+    s=$(sed -E 's/.*\| *([0-9]+) skipped.*/\1/' <<<"$line")
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); fi
     [ "$rc" -eq 0 ] || status=1
   fi
@@ -34,5 +36,5 @@ run_suite() {
 run_suite unit build/tests
 run_suite "mpi np=2" $MPIRUN -np 2 build/tests_mpi
 run_suite "mpi np=4" $MPIRUN -np 4 build/tests_mpi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 exit $status

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -69,7 +70,7 @@ struct TempDir {
     char tmpl[] = "/tmp/lmtrain-test-XXXXXX";
     path = mkdtemp(tmpl);
   }
-  ~TempDir() { std::system(("rm -rf " + path).c_str()); }
+  ~TempDir() { std::filesystem::remove_all(path); }
   std::string file(const std::string& name, const std::string& contents = "") const {
     std::string p = path + "/" + name;
     if (!contents.empty()) std::ofstream(p) << contents;

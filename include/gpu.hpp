@@ -1,0 +1,41 @@
+// GPUs as the runtime sees them: how many this rank can use, which one it takes (its node-local
+// rank), and the NCCL communicator over all ranks, bootstrapped by broadcasting the unique id over
+// MPI. Built when the CUDA toolkit is present (LMTRAIN_CUDA); gpu_count() is 0 otherwise.
+#pragma once
+#include "runtime.hpp"
+
+#ifdef LMTRAIN_CUDA
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#define CUDA_CHECK(call)                                                             \
+  do {                                                                               \
+    cudaError_t cuda_check_rc_ = (call);                                             \
+    if (cuda_check_rc_ != cudaSuccess)                                               \
+      LMT_FATAL(std::string(#call) + " failed: " + cudaGetErrorString(cuda_check_rc_)); \
+  } while (0)
+
+#define NCCL_CHECK(call)                                                             \
+  do {                                                                               \
+    ncclResult_t nccl_check_rc_ = (call);                                            \
+    if (nccl_check_rc_ != ncclSuccess)                                               \
+      LMT_FATAL(std::string(#call) + " failed: " + ncclGetErrorString(nccl_check_rc_)); \
+  } while (0)
+#endif
+
+namespace lmt {
+
+// GPUs visible to this process; 0 without a CUDA build, a driver or a device.
+int gpu_count();
+
+// Makes GPU `local_rank` current for this rank and returns it. UsageError (before any GPU work)
+// when the node runs more ranks than it has GPUs.
+int select_gpu(const Runtime& rt);
+
+#ifdef LMTRAIN_CUDA
+// One NCCL communicator over MPI_COMM_WORLD on each rank's current GPU: rank 0 makes the unique
+// id, MPI broadcasts it, every rank joins. Collective: every rank must call it.
+ncclComm_t nccl_bootstrap(const Runtime& rt);
+#endif
+
+}  // namespace lmt
