@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -51,9 +52,23 @@ std::string where(const toml::source_region& src, const std::string& fallback) {
   return strf("%s:%u", src.path->c_str(), src.begin.line);
 }
 
+// A TOML basic string: quotes, backslashes and control characters escaped, so that printed
+// configs reload to the same value and error messages stay on one line.
+std::string toml_quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += std::string("\\") + c;
+    else if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if ((unsigned char)c < 0x20 || c == 0x7f) out += strf("\\u%04x", (unsigned char)c);
+    else out += c;
+  }
+  return out + "\"";
+}
+
 std::string describe(const toml::node& v) {
   std::ostringstream os;
-  if (v.is_string()) os << '"' << *v.value<std::string>() << '"';
+  if (v.is_string()) os << toml_quoted(*v.value<std::string>());
   else if (v.is_table()) os << "a table";
   else if (v.is_array()) os << "an array";
   else v.visit([&](auto&& x) { os << x; });
@@ -174,12 +189,14 @@ std::string ConfigField::to_string() const {
     if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // stays a TOML float
     return s;
   }
-  return "\"" + *std::get<std::string*>(value) + "\"";
+  return toml_quoted(*std::get<std::string*>(value));
 }
 
 void load_config_file(Config& c, const std::string& path) {
   std::ifstream probe(path);
   if (!probe) throw UsageError(strf("cannot read config file '%s': %s", path.c_str(), strerror(errno)));
+  if (!std::filesystem::is_regular_file(path))
+    throw UsageError(strf("config file '%s' is not a regular file", path.c_str()));
   toml::table tbl;
   try {
     tbl = toml::parse_file(path);
@@ -228,13 +245,14 @@ void validate(const Config& c) {
     return it == c.origin.end() ? std::string("default") : it->second;
   };
   auto& m = c.model;
+  const std::string dm = at("model.d_model"), nh = at("model.num_heads");
   if (m.d_model % m.num_heads != 0)
-    throw UsageError(strf("%s: model.d_model = %lld is not divisible by model.num_heads = %lld",
-                          at("model.d_model").c_str(), (long long)m.d_model, (long long)m.num_heads));
+    throw UsageError(strf("%s: model.d_model = %lld is not divisible by model.num_heads = %lld "
+                          "(%s)", dm.c_str(), (long long)m.d_model, (long long)m.num_heads, nh.c_str()));
   if (m.head_dim() % 2 != 0)
-    throw UsageError(strf("%s: model.num_heads = %lld gives head dim %lld: RoPE needs an even "
-                          "head dim", at("model.num_heads").c_str(), (long long)m.num_heads,
-                          (long long)m.head_dim()));
+    throw UsageError(strf("%s: model.d_model = %lld / model.num_heads = %lld (%s) gives head dim "
+                          "%lld: RoPE needs an even head dim", dm.c_str(), (long long)m.d_model,
+                          (long long)m.num_heads, nh.c_str(), (long long)m.head_dim()));
   if (c.data.source == "file" && c.data.path.empty())
     throw UsageError(strf("%s: data.source = \"file\" needs data.path (a uint16 token file)",
                           at("data.source").c_str()));
@@ -289,15 +307,17 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (i + 1 >= args.size()) throw UsageError(args[i] + ": expected a value after it");
     return args[++i];
   };
+  std::vector<std::string> overrides;  // applied after every file, wherever they stand
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--config") load_config_file(cl.config, next(i));
-    else if (a == "--set") apply_override(cl.config, next(i));
+    else if (a == "--set") overrides.push_back(next(i));
     else if (a == "--csv") cl.csv_path = next(i);
     else if (a == "--print-config") cl.print_config = true;
     else if (a == "--help" || a == "-h") cl.help = true;
     else throw UsageError(strf("unknown argument '%s' (see --help)", a.c_str()));
   }
+  for (auto& o : overrides) apply_override(cl.config, o);
   validate(cl.config);
   return cl;
 }

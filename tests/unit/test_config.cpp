@@ -33,6 +33,7 @@ struct BadInput {
   const char* args;    // further command-line arguments
   int line;            // line of the file the error must name (0: no file)
   const char* expect;  // part of the error: the key, the value, what was expected
+  const char* also = "";  // a second part, where the first cannot hold both
 };
 
 const BadInput kBadInputs[] = {
@@ -64,8 +65,8 @@ const BadInput kBadInputs[] = {
      "run.device = \"tpu\": expected one of \"auto\" | \"cpu\" | \"cuda\""},
     {"d_model not divisible by num_heads", "[model]\nd_model = 66\n", "", 2,
      "model.d_model = 66 is not divisible by model.num_heads = 4"},
-    {"odd head dim", "[model]\nd_model = 24\nnum_heads = 8\n", "", 3,
-     "model.num_heads = 8 gives head dim 3"},
+    {"odd head dim", "[model]\nd_model = 24\nnum_heads = 8\n", "", 2,
+     "model.num_heads = 8 (", "gives head dim 3: RoPE needs an even head dim"},
     {"file source without a path", "[data]\nsource = \"file\"\n", "", 2,
      "data.source = \"file\" needs data.path"},
     {"checkpoint_every without a dir", "[train]\ncheckpoint_every = 50\n", "", 2,
@@ -84,6 +85,7 @@ const BadInput kBadInputs[] = {
     {"--set out of range", "", "--set optim.lr=-1", 0,
      "--set: optim.lr = -1: expected a number >= 0"},
     {"unknown argument", "", "--verbose", 0, "unknown argument '--verbose'"},
+    {"a directory as the config", "", "--config /tmp", 0, "config file '/tmp' is not a regular file"},
     {"no value after --config", "", "--config", 0, "--config: expected a value after it"},
 };
 
@@ -100,6 +102,7 @@ TEST_CASE("config: malformed input exits 2 with one line naming the key and file
       CHECK(r.output.rfind("lmtrain: error: ", 0) == 0);
       CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
       CHECK(r.output.find(bad.expect) != std::string::npos);
+      CHECK(r.output.find(bad.also) != std::string::npos);
       if (bad.line > 0)
         CHECK(r.output.find(file + ":" + std::to_string(bad.line) + ":") != std::string::npos);
     }
@@ -123,6 +126,18 @@ TEST_CASE("config: later --config files win over earlier ones, --set wins over f
   Config set = parse_command_line({"--config", a, "--config", b, "--set", "optim.lr=0.05"}).config;
   CHECK(set.optim.lr == 0.05);
   CHECK(set.origin.at("optim.lr") == "--set");
+  Config before = parse_command_line({"--set", "optim.lr=0.05", "--config", a}).config;
+  CHECK(before.optim.lr == 0.05);  // --set wins wherever it stands
+}
+
+TEST_CASE("config: strings with quotes, backslashes and newlines print as TOML that reloads exactly") {
+  TempDir dir;
+  Config c;
+  c.data.path = "C:\\new \"q\"\nx\ty";
+  Config back;
+  load_config_file(back, dir.file("c.toml", config_to_toml(c)));
+  CHECK(back.data.path == c.data.path);
+  CHECK(config_hash(back) == config_hash(c));
 }
 
 TEST_CASE("config: --set takes a bare word as a string and an integer for a float") {
