@@ -13,6 +13,7 @@ struct CsvRow {
     header.push_back(name);
     values.push_back(value);
   }
+  void set(const std::string& name, const std::string& value);  // an existing column
 };
 
 // Every config field as a column ("section.key"), in the documented order.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -34,6 +35,12 @@ bool read_file(const std::string& path, std::string& out) {
 }
 
 }  // namespace
+
+void CsvRow::set(const std::string& name, const std::string& value) {
+  auto it = std::find(header.begin(), header.end(), name);
+  LMT_ASSERT(it != header.end(), "no CSV column " + name);
+  values[size_t(it - header.begin())] = value;
+}
 
 CsvRow config_columns(const Config& c) {
   Config copy = c;

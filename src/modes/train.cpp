@@ -135,12 +135,15 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt) {
     printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
     printf("  throughput    %s tokens/s\n", human_count(tokens_per_step * 1e3 / ms_per_step).c_str());
     if (!cl.csv_path.empty()) {
-      size_t m = row.values.size() - 9;
-      for (auto v : {std::to_string(rt.world), device, std::to_string(model.layout.total),
-                     std::to_string(steps - first_step), strf("%.6f", last_loss),
-                     strf("%.6f", floor), strf("%.3f", ms_per_step),
-                     strf("%.1f", tokens_per_step * 1e3 / ms_per_step), strf("%.3f", wall)})
-        row.values[m++] = v;
+      row.set("world_size", std::to_string(rt.world));
+      row.set("device_used", device);
+      row.set("parameters", std::to_string(model.layout.total));
+      row.set("steps_run", std::to_string(steps - first_step));
+      row.set("final_loss", strf("%.6f", last_loss));
+      row.set("loss_floor", strf("%.6f", floor));
+      row.set("ms_per_step", strf("%.3f", ms_per_step));
+      row.set("tokens_per_s", strf("%.1f", tokens_per_step * 1e3 / ms_per_step));
+      row.set("wall_s", strf("%.3f", wall));
       append_csv(cl.csv_path, row);
       printf("  csv row       appended to %s\n", cl.csv_path.c_str());
     }
