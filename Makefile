@@ -40,7 +40,7 @@ MPI_OBJS   := $(MPI_SRCS:%.cpp=$(BUILD)/obj/%.o)
 DEPS       := build-essential openmpi-bin libopenmpi-dev libtomlplusplus-dev doctest-dev
 TEST_DEPS  := python3-torch python3-numpy
 
-.PHONY: all test run deps test-deps clean
+.PHONY: all test run deps clean
 all: $(BUILD)/lmtrain $(BUILD)/tests $(BUILD)/tests_mpi
 
 $(BUILD)/liblmtrain.a: $(LIB_OBJS)
@@ -63,15 +63,17 @@ $(BUILD)/obj/%.o: %.cu | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-# Installs only what is missing (apt-get, through sudo when not root).
-deps $(BUILD)/.deps-ok:
+# Installs only what is missing (apt-get, through sudo when not root); the build needs DEPS, the
+# tests TEST_DEPS too.
+deps:
+	@scripts/install_deps.sh $(DEPS) $(TEST_DEPS)
+
+$(BUILD)/.deps-ok:
 	@scripts/install_deps.sh $(DEPS)
-	@mkdir -p $(BUILD) && touch $(BUILD)/.deps-ok
+	@mkdir -p $(BUILD) && touch $@
 
-test-deps:
+test: all
 	@scripts/install_deps.sh $(TEST_DEPS)
-
-test: all test-deps
 	MPIRUN="$(MPIRUN)" PYTHON=$(PYTHON) tests/run_all.sh
 
 run: $(BUILD)/lmtrain
