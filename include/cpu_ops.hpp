@@ -17,6 +17,12 @@ float round_tf32(float x);  // round to nearest even, 10 mantissa bits
 float round_bf16(float x);  // round to nearest even, 7 mantissa bits
 template <typename T> T round_to(Precision p, T x);
 
+// One AdamW step's scalars (the update rule is in optimizer.hpp).
+struct AdamWStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  int64_t t;  // 1-based step count, for bias correction
+};
+
 namespace cpu {
 
 // y[M,N] = x[M,K] @ w[N,K]^T  (a Linear layer; w as PyTorch stores it)
@@ -63,14 +69,17 @@ void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n, int
 template <typename T>
 void embedding_bwd(const int32_t* tokens, const T* dout, T* dtable, int64_t n, int64_t d);
 
-// Mean cross-entropy of logits[n, V] against targets[n]. If dlogits is not null it receives
-// (softmax - onehot) * grad_scale (grad_scale = 1/n for the gradient of the mean).
+// Cross-entropy of each row of logits[n, V] against targets[n] into row_loss[n]. If dlogits is
+// not null it receives (softmax - onehot) * grad_scale (1/n: the gradient of the mean).
 template <typename T>
-double cross_entropy(const T* logits, const int32_t* targets, T* dlogits, int64_t n, int64_t V,
-                     double grad_scale);
+void cross_entropy(const T* logits, const int32_t* targets, T* dlogits, T* row_loss, int64_t n,
+                   int64_t V, double grad_scale);
 
 // y += x
 template <typename T> void add_inplace(T* y, const T* x, int64_t n);
+
+// One AdamW step over n elements of flat buffers (p, m, v updated in place).
+template <typename T> void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s);
 
 }  // namespace cpu
 }  // namespace lmt

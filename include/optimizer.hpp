@@ -5,23 +5,29 @@
 //   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 #pragma once
 #include <cstdint>
-#include <vector>
 
+#include "backend.hpp"
 #include "config.hpp"
 
 namespace lmt {
 
 template <typename T> struct AdamW {
-  std::vector<T> m, v;  // same offsets as the flat parameter buffer
-  int64_t t = 0;        // steps taken
+  BackendArray<T> m, v;  // same offsets as the flat parameter buffer, in the backend's memory
+  int64_t t = 0;         // steps taken
 
-  explicit AdamW(size_t n) : m(n, T(0)), v(n, T(0)) {}
-  void step(T* params, const T* grads, double lr, const Config::Optim& o);
+  AdamW(Backend<T>& be, size_t n) : m(be, n), v(be, n), be_(be) {}
+  void step(T* params, const T* grads, double lr, const Config::Optim& o) {
+    be_.adamw(params, grads, m.data(), v.data(), m.size(),
+              AdamWStep{lr, o.beta1, o.beta2, o.eps, o.weight_decay, ++t});
+  }
+
+ private:
+  Backend<T>& be_;
 };
 
 // Scales grads so that their global L2 norm is at most max_norm (0: never); returns the norm
 // before clipping.
-template <typename T> double clip_grad_norm(T* grads, size_t n, double max_norm);
+template <typename T> double clip_grad_norm(Backend<T>& be, T* grads, size_t n, double max_norm);
 
 // Learning rate for step `step` (0-based) of `total`: linear warm-up over warmup_steps to lr,
 // then constant, or cosine from lr down to min_lr at the last step.

@@ -23,7 +23,11 @@ void save_checkpoint(const std::string& path, const Config& c, const Model<T>& m
                      const AdamW<T>& opt, int64_t step, const std::vector<RngState>& rngs) {
   SafetensorsWriter w;
   const char* dt = dtype_name<T>();
-  for (auto [prefix, buf] : {std::pair{"", &model.params}, {"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
+  const size_t n = model.layout.total;
+  std::vector<T> params = model.params_host(), m(n), v(n);
+  model.be.download(m.data(), opt.m.data(), n);
+  model.be.download(v.data(), opt.v.data(), n);
+  for (auto [prefix, buf] : {std::pair{"", &params}, {"optim.m.", &m}, {"optim.v.", &v}})
     for (auto& p : model.layout.params)
       w.add(prefix + p.name, dt, p.shape, buf->data() + p.offset, p.numel * sizeof(T));
   w.set("format", kFormat);
@@ -61,7 +65,9 @@ int64_t load_checkpoint(const std::string& path, Model<T>& model, AdamW<T>& opt,
     throw UsageError(strf("%s: written by %s ranks, this run has %d (each rank's data stream "
                           "is in the checkpoint)", path.c_str(), meta("world_size").c_str(), world));
   const char* dt = dtype_name<T>();
-  for (auto [prefix, buf] : {std::pair{"", &model.params}, {"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
+  const size_t n = model.layout.total;
+  std::vector<T> params(n), m(n), v(n);
+  for (auto [prefix, buf] : {std::pair{"", &params}, {"optim.m.", &m}, {"optim.v.", &v}})
     for (auto& p : model.layout.params) {
       auto it = st.tensors.find(prefix + p.name);
       if (it == st.tensors.end() || it->second.shape != p.shape || it->second.dtype != dt)
@@ -69,6 +75,9 @@ int64_t load_checkpoint(const std::string& path, Model<T>& model, AdamW<T>& opt,
                               "this model (%s)", path.c_str(), prefix, p.name.c_str(), dt));
       std::memcpy(buf->data() + p.offset, st.data.data() + it->second.begin, p.numel * sizeof(T));
     }
+  model.set_params(params);
+  model.be.upload(opt.m.data(), m.data(), n);
+  model.be.upload(opt.v.data(), v.data(), n);
   opt.t = std::stoll(meta("adam_t"));
   rngs.assign(size_t(world), RngState{});
   for (int r = 0; r < world; ++r) {

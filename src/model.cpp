@@ -5,9 +5,10 @@
 namespace lmt {
 
 template <typename T>
-Model<T>::Model(const Config::Model& c, int64_t batch, int64_t seq_len)
-    : cfg(c), B(batch), T_(seq_len), precision(parse_precision(c.precision)),
-      layout(ParamLayout::build(c)), params(layout.total), grads(layout.total) {
+Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int64_t seq_len)
+    : be(backend), cfg(c), B(batch), T_(seq_len), precision(parse_precision(c.precision)),
+      layout(ParamLayout::build(c)), params_(be, layout.total), grads_(be, layout.total),
+      inputs_(be, size_t(B * seq_len)), targets_(be, size_t(B * seq_len)) {
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
   for (int64_t l = 0; l < L; ++l) {
@@ -30,25 +31,25 @@ Model<T>::Model(const Config::Model& c, int64_t batch, int64_t seq_len)
       plan.push_back({ptr, size});
   }
   for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, n * d}, {&logits_, n * V},
-                           {&dlogits_, n * V}, {&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d},
+                           {&dlogits_, n * V}, {&row_loss_, n}, {&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d},
                            {&datt_, n * d}, {&dqkv_, 3 * n * d}, {&dg_, n * f}, {&da1_, n * f},
                            {&da3_, n * f}})
     plan.push_back({ptr, size});
   size_t total = 0;
   for (auto& [ptr, size] : plan) total += size_t(size);
-  arena_.assign(total, T(0));
+  arena_ = std::make_unique<BackendArray<T>>(be, total);
   total = 0;
   for (auto& [ptr, size] : plan) {
-    *ptr = arena_.data() + total;
+    *ptr = arena_->data() + total;
     total += size_t(size);
   }
-  inputs_.resize(size_t(n));
 }
 
 template <typename T> void Model<T>::init_params(uint64_t seed) {
   Rng rng(seed, /*stream=*/0x1a17);
+  std::vector<T> host(layout.total);
   for (auto& p : layout.params) {
-    T* w = params.data() + p.offset;
+    T* w = host.data() + p.offset;
     if (p.shape.size() == 1) {
       for (size_t i = 0; i < p.numel; ++i) w[i] = T(1);
       continue;
@@ -62,69 +63,73 @@ template <typename T> void Model<T>::init_params(uint64_t seed) {
       w[i] = T(z * std);
     }
   }
+  set_params(host);
 }
 
 template <typename T>
 double Model<T>::forward(const int32_t* inputs, const int32_t* targets, double grad_divisor) {
   const int64_t n = B * T_, d = cfg.d_model, f = cfg.d_ff, V = cfg.vocab_size;
   const int64_t H = cfg.num_heads, dh = cfg.head_dim();
-  const T* P = params.data();
-  inputs_.assign(inputs, inputs + n);
-  cpu::embedding_fwd(inputs, P + layout.get("token_embeddings.weight").offset, x_[0], n, d);
+  const T* P = params_.data();
+  be.upload_bytes(inputs_.data(), inputs, size_t(n) * sizeof(int32_t));
+  be.upload_bytes(targets_.data(), targets, size_t(n) * sizeof(int32_t));
+  be.embedding_fwd(inputs_.data(), P + layout.get("token_embeddings.weight").offset, x_[0], n, d);
   for (size_t l = 0; l < acts_.size(); ++l) {
     const LayerWeights& w = weights_[l];
     const LayerActs& a = acts_[l];
-    cpu::rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps);
-    cpu::linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision);
-    cpu::rope(a.qkv, B, T_, H, dh, 3 * d, cfg.rope_theta, false);      // q
-    cpu::rope(a.qkv + d, B, T_, H, dh, 3 * d, cfg.rope_theta, false);  // k
-    cpu::attention_fwd(a.qkv, a.att, a.probs, B, T_, H, dh, precision);
-    cpu::linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision);
-    cpu::add_inplace(a.x_mid, x_[l], n * d);
-    cpu::rmsnorm_fwd(a.x_mid, P + w.ln2, a.h2, a.rstd2, n, d, cfg.norm_eps);
-    cpu::linear_fwd(a.h2, P + w.w1, a.a1, n, f, d, precision);
-    cpu::linear_fwd(a.h2, P + w.w3, a.a3, n, f, d, precision);
-    cpu::swiglu_fwd(a.a1, a.a3, a.g, n * f);
-    cpu::linear_fwd(a.g, P + w.w2, x_[l + 1], n, d, f, precision);
-    cpu::add_inplace(x_[l + 1], a.x_mid, n * d);
+    be.rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps);
+    be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision);
+    be.rope(a.qkv, B, T_, H, dh, 3 * d, cfg.rope_theta, false);      // q
+    be.rope(a.qkv + d, B, T_, H, dh, 3 * d, cfg.rope_theta, false);  // k
+    be.attention_fwd(a.qkv, a.att, a.probs, B, T_, H, dh, precision);
+    be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision);
+    be.add_inplace(a.x_mid, x_[l], n * d);
+    be.rmsnorm_fwd(a.x_mid, P + w.ln2, a.h2, a.rstd2, n, d, cfg.norm_eps);
+    be.linear_fwd(a.h2, P + w.w1, a.a1, n, f, d, precision);
+    be.linear_fwd(a.h2, P + w.w3, a.a3, n, f, d, precision);
+    be.swiglu_fwd(a.a1, a.a3, a.g, n * f);
+    be.linear_fwd(a.g, P + w.w2, x_[l + 1], n, d, f, precision);
+    be.add_inplace(x_[l + 1], a.x_mid, n * d);
   }
-  cpu::rmsnorm_fwd(x_.back(), P + layout.get("ln_final.weight").offset, hf_, rstdf_, n, d,
+  be.rmsnorm_fwd(x_.back(), P + layout.get("ln_final.weight").offset, hf_, rstdf_, n, d,
                    cfg.norm_eps);
-  cpu::linear_fwd(hf_, P + layout.get("lm_head.weight").offset, logits_, n, V, d, precision);
-  return cpu::cross_entropy(logits_, targets, dlogits_, n, V, 1.0 / (double(n) * grad_divisor));
+  be.linear_fwd(hf_, P + layout.get("lm_head.weight").offset, logits_, n, V, d, precision);
+  be.cross_entropy(logits_, targets_.data(), dlogits_, row_loss_, n, V,
+                   1.0 / (double(n) * grad_divisor));
+  return be.sum(row_loss_, size_t(n)) / double(n);
 }
 
 template <typename T> void Model<T>::backward(GradSync* sync) {
   const int64_t n = B * T_, d = cfg.d_model, f = cfg.d_ff, V = cfg.vocab_size;
   const int64_t H = cfg.num_heads, dh = cfg.head_dim(), L = cfg.num_layers;
-  const T* P = params.data();
-  T* G = grads.data();
-  std::fill(grads.begin(), grads.end(), T(0));
+  const T* P = params_.data();
+  T* G = grads_.data();
+  be.zero_bytes(G, layout.total * sizeof(T));
   if (sync) sync->begin_step();
   size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
-  cpu::linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision);
-  cpu::rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d);
+  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision);
+  be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d);
   if (sync) sync->ready(0);
   for (int64_t l = L - 1; l >= 0; --l) {  // dx_ holds the gradient of x_[l + 1]
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
-    cpu::linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision);
-    cpu::swiglu_bwd(a.a1, a.a3, dg_, da1_, da3_, n * f);
-    cpu::linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision);
-    cpu::linear_bwd(a.h2, P + w.w3, da3_, dtmp_, G + w.w3, n, f, d, precision);
-    cpu::add_inplace(dh_, dtmp_, n * d);
-    cpu::rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dtmp_, G + w.ln2, n, d);
-    cpu::add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_mid
-    cpu::linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision);
-    cpu::attention_bwd(a.qkv, a.probs, datt_, dqkv_, B, T_, H, dh, precision);
-    cpu::rope(dqkv_, B, T_, H, dh, 3 * d, cfg.rope_theta, true);
-    cpu::rope(dqkv_ + d, B, T_, H, dh, 3 * d, cfg.rope_theta, true);
-    cpu::linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision);
-    cpu::rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dtmp_, G + w.ln1, n, d);
-    cpu::add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_[l]
+    be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision);
+    be.swiglu_bwd(a.a1, a.a3, dg_, da1_, da3_, n * f);
+    be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision);
+    be.linear_bwd(a.h2, P + w.w3, da3_, dtmp_, G + w.w3, n, f, d, precision);
+    be.add_inplace(dh_, dtmp_, n * d);
+    be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dtmp_, G + w.ln2, n, d);
+    be.add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_mid
+    be.linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision);
+    be.attention_bwd(a.qkv, a.probs, datt_, dqkv_, B, T_, H, dh, precision);
+    be.rope(dqkv_, B, T_, H, dh, 3 * d, cfg.rope_theta, true);
+    be.rope(dqkv_ + d, B, T_, H, dh, 3 * d, cfg.rope_theta, true);
+    be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision);
+    be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dtmp_, G + w.ln1, n, d);
+    be.add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_[l]
     if (sync) sync->ready(ParamLayout::layer_group(L, l));
   }
-  cpu::embedding_bwd(inputs_.data(), dx_, G + layout.get("token_embeddings.weight").offset, n, d);
+  be.embedding_bwd(inputs_.data(), dx_, G + layout.get("token_embeddings.weight").offset, n, d, V);
   if (sync) {
     sync->ready(int(L + 1));
     sync->finish();

@@ -43,8 +43,9 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt) {
   std::string device;
   std::unique_ptr<TokenSource> source;
   std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD);
-  Model<T> model(c.model, B, T_);
-  AdamW<T> opt(model.layout.total);
+  std::unique_ptr<Backend<T>> backend = make_cpu_backend<T>();
+  Model<T> model(*backend, c.model, B, T_);
+  AdamW<T> opt(*backend, model.layout.total);
   std::unique_ptr<GradSync> sync;
   std::vector<RngState> rngs;
   int64_t first_step = 0;
@@ -56,7 +57,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt) {
   agree(rt, [&] {
     device = resolve_device(c);
     source = make_token_source(c);
-    sync = make_grad_sync(c.ddp.strategy, *comm, model.layout, model.grads.data(), dtype_of<T>());
+    sync = make_grad_sync(c.ddp.strategy, *comm, model.layout, model.grads(), dtype_of<T>());
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
     if (!c.train.checkpoint_dir.empty() && rt.is_root()) make_dir(c.train.checkpoint_dir);
     if (!c.train.resume.empty()) {
@@ -69,7 +70,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt) {
   Rng rng = data_rng(uint64_t(c.run.seed), rt.rank);
   if (c.train.resume.empty()) model.init_params(uint64_t(c.run.seed));
   else rng.set_state(rngs[size_t(rt.rank)]);
-  comm->broadcast(model.params.data(), model.layout.total, dtype_of<T>(), 0);
+  comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
 
   const double floor = source->loss_floor().value_or(NAN);
   const double tokens_per_step = double(B * T_ * rt.world);
@@ -91,9 +92,9 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt) {
     source->sample(rng, B, T_, inputs.data(), targets.data());
     interval_loss += model.forward(inputs.data(), targets.data(), rt.world);
     model.backward(sync.get());
-    double gnorm = clip_grad_norm(model.grads.data(), model.layout.total, c.optim.grad_clip);
+    double gnorm = clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
     double lr = learning_rate(c.optim, step, steps);
-    opt.step(model.params.data(), model.grads.data(), lr, c.optim);
+    opt.step(model.params(), model.grads(), lr, c.optim);
     ++interval_steps;
 
     const bool last = step + 1 == steps;

@@ -36,30 +36,31 @@ TEST_CASE("flat: ranks stay identical and match one process on the global batch"
   o.lr = 3e-3;
   auto source = make_markov_source(m.vocab_size, 3, seed);
 
-  Model<float> ddp(m, B, T);
+  auto cpu = make_cpu_backend<float>();
+  Model<float> ddp(*cpu, m, B, T);
   ddp.init_params(seed);
-  AdamW<float> opt(ddp.layout.total);
-  auto sync = make_grad_sync("flat", *comm, ddp.layout, ddp.grads.data(), DType::f32);
+  AdamW<float> opt(*cpu, ddp.layout.total);
+  auto sync = make_grad_sync("flat", *comm, ddp.layout, ddp.grads(), DType::f32);
   Rng rng = data_rng(seed, me);
   std::vector<int32_t> in(size_t(B * T)), tg(size_t(B * T));
   for (int s = 0; s < steps; ++s) {
     source->sample(rng, B, T, in.data(), tg.data());
     ddp.forward(in.data(), tg.data(), R);
     ddp.backward(sync.get());
-    clip_grad_norm(ddp.grads.data(), ddp.layout.total, o.grad_clip);
-    opt.step(ddp.params.data(), ddp.grads.data(), o.lr, o);
+    clip_grad_norm(*cpu, ddp.grads(), ddp.layout.total, o.grad_clip);
+    opt.step(ddp.params(), ddp.grads(), o.lr, o);
   }
   // Bit-identical across ranks: gather everyone's parameters and compare with rank 0's.
   std::vector<float> all(ddp.layout.total * size_t(R));
-  comm->all_gather(ddp.params.data(), all.data(), ddp.layout.total, DType::f32);
+  comm->all_gather(ddp.params(), all.data(), ddp.layout.total, DType::f32);
   for (int r = 1; r < R; ++r)
     CHECK(std::equal(all.begin(), all.begin() + long(ddp.layout.total),
                      all.begin() + long(size_t(r) * ddp.layout.total)));
 
   // One process, global batch = every rank's batch in rank order, same data streams.
-  Model<float> single(m, B * R, T);
+  Model<float> single(*cpu, m, B * R, T);
   single.init_params(seed);
-  AdamW<float> opt1(single.layout.total);
+  AdamW<float> opt1(*cpu, single.layout.total);
   std::vector<Rng> rngs;
   for (int r = 0; r < R; ++r) rngs.push_back(data_rng(seed, r));
   std::vector<int32_t> gin(size_t(B * T * R)), gtg(size_t(B * T * R));
@@ -68,13 +69,13 @@ TEST_CASE("flat: ranks stay identical and match one process on the global batch"
       source->sample(rngs[size_t(r)], B, T, gin.data() + r * B * T, gtg.data() + r * B * T);
     single.forward(gin.data(), gtg.data());
     single.backward();
-    clip_grad_norm(single.grads.data(), single.layout.total, o.grad_clip);
-    opt1.step(single.params.data(), single.grads.data(), o.lr, o);
+    clip_grad_norm(*cpu, single.grads(), single.layout.total, o.grad_clip);
+    opt1.step(single.params(), single.grads(), o.lr, o);
   }
   double num = 0, den = 0;
   for (size_t i = 0; i < single.layout.total; ++i) {
-    double d = double(ddp.params[i]) - double(single.params[i]);
-    num += d * d, den += double(single.params[i]) * double(single.params[i]);
+    double d = double(ddp.params()[i]) - double(single.params()[i]);
+    num += d * d, den += double(single.params()[i]) * double(single.params()[i]);
   }
   CHECK(std::sqrt(num / den) < 1e-5);
 }

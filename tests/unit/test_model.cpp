@@ -4,6 +4,7 @@
 
 #include "check.hpp"
 #include "helpers.hpp"
+#include "backend.hpp"
 #include "model.hpp"
 #include "optimizer.hpp"
 #include "safetensors.hpp"
@@ -23,10 +24,12 @@ Config::Model small_model(const char* precision) {
 // Random init, plus random RMSNorm gains (init makes them 1, which would hide their gradient).
 template <typename T> void randomize(Model<T>& model) {
   model.init_params(lmt::test::rng()());
+  std::vector<T> host = model.params_host();
   for (auto& p : model.layout.params)
     if (p.shape.size() == 1)
       for (size_t i = 0; i < p.numel; ++i)
-        model.params[p.offset + i] = T(1.0 + 0.3 * lmt::test::randn<double>(1)[0]);
+        host[p.offset + i] = T(1.0 + 0.3 * lmt::test::randn<double>(1)[0]);
+  model.set_params(host);
 }
 
 }  // namespace
@@ -34,8 +37,11 @@ template <typename T> void randomize(Model<T>& model) {
 TEST_CASE("model: every parameter's gradient matches finite differences (fp64)") {
   Config::Model m = small_model("fp64");
   m.d_model = 8, m.num_heads = 2, m.d_ff = 12, m.vocab_size = 7;
-  Model<double> model(m, 2, 5);
+  auto cpu = make_cpu_backend<double>();
+  Model<double> model(*cpu, m, 2, 5);
   randomize(model);
+  double* P = model.params();  // host memory on the CPU backend
+  double* G = model.grads();
   auto in = lmt::test::rand_tokens(10, 7), tg = lmt::test::rand_tokens(10, 7);
   model.forward(in.data(), tg.data());
   model.backward();
@@ -43,15 +49,15 @@ TEST_CASE("model: every parameter's gradient matches finite differences (fp64)")
   for (auto& p : model.layout.params) {
     for (int s = 0; s < 4; ++s) {
       size_t i = p.offset + pick(lmt::test::rng()) % p.numel;
-      double keep = model.params[i], h = 1e-6;
-      model.params[i] = keep + h;
+      double keep = P[i], h = 1e-6;
+      P[i] = keep + h;
       double up = model.forward(in.data(), tg.data());
-      model.params[i] = keep - h;
+      P[i] = keep - h;
       double down = model.forward(in.data(), tg.data());
-      model.params[i] = keep;
+      P[i] = keep;
       double fd = (up - down) / (2 * h);
-      INFO(p.name << "[" << i - p.offset << "]: analytic " << model.grads[i] << ", fd " << fd);
-      CHECK(std::abs(fd - model.grads[i]) <= 1e-7 * (1.0 + std::abs(fd)));
+      INFO(p.name << "[" << i - p.offset << "]: analytic " << G[i] << ", fd " << fd);
+      CHECK(std::abs(fd - G[i]) <= 1e-7 * (1.0 + std::abs(fd)));
     }
   }
 }
@@ -73,7 +79,8 @@ TEST_CASE("model: gradient groups are reported in backward order and cover the f
     void ready(int g) override { seen.push_back(g); }
     void finish() override { seen.push_back(-1); }
   } rec;
-  Model<double> model(m, 1, 5);
+  auto cpu = make_cpu_backend<double>();
+  Model<double> model(*cpu, m, 1, 5);
   model.init_params(1);
   auto in = lmt::test::rand_tokens(5, 11);
   model.forward(in.data(), in.data());
@@ -84,7 +91,8 @@ TEST_CASE("model: gradient groups are reported in backward order and cover the f
 template <typename T> void compare_with_torch(const char* precision, double tol) {
   Config::Model m = small_model(precision);
   const int64_t B = 2, T_ = 5, steps = 3;
-  Model<T> model(m, B, T_);
+  auto cpu = make_cpu_backend<T>();
+  Model<T> model(*cpu, m, B, T_);
   randomize(model);
   auto in = lmt::test::rand_tokens(B * T_, 11), tg = lmt::test::rand_tokens(B * T_, 11);
   Config::Optim o;
@@ -93,8 +101,9 @@ template <typename T> void compare_with_torch(const char* precision, double tol)
   lmt::test::TempDir dir;
   SafetensorsWriter w;
   const char* dt = sizeof(T) == 8 ? "F64" : "F32";
+  std::vector<T> init = model.params_host();
   for (auto& p : model.layout.params)
-    w.add(p.name, dt, p.shape, model.params.data() + p.offset, p.numel * sizeof(T));
+    w.add(p.name, dt, p.shape, init.data() + p.offset, p.numel * sizeof(T));
   w.add("batch.inputs", "I32", {B, T_}, in.data(), in.size() * 4);
   w.add("batch.targets", "I32", {B, T_}, tg.data(), tg.size() * 4);
   for (auto [k, v] : std::initializer_list<std::pair<const char*, double>>{
@@ -114,25 +123,26 @@ template <typename T> void compare_with_torch(const char* precision, double tol)
 
   double loss = model.forward(in.data(), tg.data());
   model.backward();
-  std::vector<T> logits(model.logits(), model.logits() + B * T_ * m.vocab_size);
-  CHECK(lmt::test::rel_err(logits, ref.get<T>("logits", dt)) < tol);
+  CHECK(lmt::test::rel_err(model.logits_host(), ref.get<T>("logits", dt)) < tol);
   CHECK(std::abs(loss - double(ref.get<T>("loss", dt)[0])) < tol * loss);
+  std::vector<T> grads = model.grads_host();
   for (auto& p : model.layout.params) {
     INFO(p.name);
-    std::vector<T> g(model.grads.begin() + long(p.offset), model.grads.begin() + long(p.offset + p.numel));
+    std::vector<T> g(grads.begin() + long(p.offset), grads.begin() + long(p.offset + p.numel));
     CHECK(lmt::test::rel_err(g, ref.get<T>("grad." + p.name, dt)) < tol);
   }
-  AdamW<T> opt(model.layout.total);
+  AdamW<T> opt(*cpu, model.layout.total);
   auto losses = ref.get<T>("losses", dt);
   for (int s = 0; s < steps; ++s) {
     double l = model.forward(in.data(), tg.data());
     CHECK(std::abs(l - double(losses[size_t(s)])) < tol * l);
     model.backward();
-    opt.step(model.params.data(), model.grads.data(), o.lr, o);
+    opt.step(model.params(), model.grads(), o.lr, o);
   }
+  std::vector<T> final = model.params_host();
   for (auto& p : model.layout.params) {
     INFO(p.name);
-    std::vector<T> v(model.params.begin() + long(p.offset), model.params.begin() + long(p.offset + p.numel));
+    std::vector<T> v(final.begin() + long(p.offset), final.begin() + long(p.offset + p.numel));
     CHECK(lmt::test::rel_err(v, ref.get<T>("final." + p.name, dt)) < tol);
   }
 }

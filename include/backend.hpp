@@ -1,0 +1,86 @@
+// A backend: where tensors live and how each op of the graph runs on them.
+//
+// The model graph (model.cpp) is written once against this interface; the CPU backend forwards
+// to the reference loops of cpu_ops.hpp (which document each op's maths and layout), the CUDA
+// backend to our kernels and cuBLAS. Pointers passed to ops are the backend's own memory.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "cpu_ops.hpp"
+
+namespace lmt {
+
+template <typename T> class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // Memory. alloc returns zeroed memory; upload/download copy from/to host memory.
+  virtual void* alloc_bytes(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;  // within the backend
+  virtual void zero_bytes(void* p, size_t bytes) = 0;
+  virtual void synchronize() {}
+
+  // Ops, as in cpu_ops.hpp.
+  virtual void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,
+                          Precision p) = 0;
+  virtual void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M,
+                          int64_t N, int64_t K, Precision p) = 0;
+  virtual void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
+                           double eps) = 0;
+  virtual void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
+                           int64_t rows, int64_t d) = 0;
+  virtual void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
+                    double theta, bool inverse) = 0;
+  virtual void attention_fwd(const T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_t H,
+                             int64_t dh, Precision p) = 0;
+  virtual void attention_bwd(const T* qkv, const T* probs, const T* dout, T* dqkv, int64_t B,
+                             int64_t T_, int64_t H, int64_t dh, Precision p) = 0;
+  virtual void swiglu_fwd(const T* a, const T* b, T* g, int64_t n) = 0;
+  virtual void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n) = 0;
+  virtual void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n,
+                             int64_t d) = 0;
+  virtual void embedding_bwd(const int32_t* tokens, const T* dout, T* dtable, int64_t n,
+                             int64_t d, int64_t vocab) = 0;
+  // row_loss[i] = loss of row i; dlogits as cpu::cross_entropy.
+  virtual void cross_entropy(const T* logits, const int32_t* targets, T* dlogits, T* row_loss,
+                             int64_t n, int64_t V, double grad_scale) = 0;
+  virtual void add_inplace(T* y, const T* x, int64_t n) = 0;
+
+  // Reductions return to the host (a synchronisation on a device backend), summed in double.
+  virtual double sum(const T* x, size_t n) = 0;
+  virtual double sum_squares(const T* x, size_t n) = 0;
+  virtual void scale(T* x, size_t n, double s) = 0;
+  virtual void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s) = 0;
+
+  // Typed helpers.
+  T* alloc(size_t n) { return static_cast<T*>(alloc_bytes(n * sizeof(T))); }
+  void upload(T* dst, const T* src, size_t n) { upload_bytes(dst, src, n * sizeof(T)); }
+  void download(T* dst, const T* src, size_t n) { download_bytes(dst, src, n * sizeof(T)); }
+};
+
+// A backend allocation that frees itself.
+template <typename T, typename E = T> class BackendArray {
+ public:
+  BackendArray(Backend<T>& be, size_t n)
+      : be_(&be), p_(static_cast<E*>(be.alloc_bytes(n * sizeof(E)))), n_(n) {}
+  BackendArray(const BackendArray&) = delete;
+  BackendArray& operator=(const BackendArray&) = delete;
+  ~BackendArray() { be_->release(p_); }
+  E* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  Backend<T>* be_;
+  E* p_;
+  size_t n_;
+};
+
+template <typename T> std::unique_ptr<Backend<T>> make_cpu_backend();
+
+}  // namespace lmt

@@ -1,0 +1,97 @@
+// The CPU backend: host memory and the reference loops.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend.hpp"
+#include "check.hpp"
+
+namespace lmt {
+namespace {
+
+template <typename T> class CpuBackend : public Backend<T> {
+ public:
+  const char* name() const override { return "cpu"; }
+  void* alloc_bytes(size_t bytes) override {
+    void* p = std::calloc(bytes ? bytes : 1, 1);
+    if (!p) throw UsageError(strf("out of host memory: %zu bytes requested", bytes));
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void upload_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
+  void download_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
+  void copy_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
+  void zero_bytes(void* p, size_t b) override { std::memset(p, 0, b); }
+
+  void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,
+                  Precision p) override {
+    cpu::linear_fwd(x, w, y, M, N, K, p);
+  }
+  void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
+                  int64_t K, Precision p) override {
+    cpu::linear_bwd(x, w, dy, dx, dw, M, N, K, p);
+  }
+  void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
+                   double eps) override {
+    cpu::rmsnorm_fwd(x, g, y, rstd, rows, d, eps);
+  }
+  void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
+                   int64_t rows, int64_t d) override {
+    cpu::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, d);
+  }
+  void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t stride, double theta,
+            bool inverse) override {
+    cpu::rope(x, B, T_, H, dh, stride, theta, inverse);
+  }
+  void attention_fwd(const T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_t H,
+                     int64_t dh, Precision p) override {
+    cpu::attention_fwd(qkv, out, probs, B, T_, H, dh, p);
+  }
+  void attention_bwd(const T* qkv, const T* probs, const T* dout, T* dqkv, int64_t B,
+                     int64_t T_, int64_t H, int64_t dh, Precision p) override {
+    cpu::attention_bwd(qkv, probs, dout, dqkv, B, T_, H, dh, p);
+  }
+  void swiglu_fwd(const T* a, const T* b, T* g, int64_t n) override { cpu::swiglu_fwd(a, b, g, n); }
+  void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n) override {
+    cpu::swiglu_bwd(a, b, dg, da, db, n);
+  }
+  void embedding_fwd(const int32_t* tok, const T* table, T* out, int64_t n, int64_t d) override {
+    cpu::embedding_fwd(tok, table, out, n, d);
+  }
+  void embedding_bwd(const int32_t* tok, const T* dout, T* dtable, int64_t n, int64_t d,
+                     int64_t) override {
+    cpu::embedding_bwd(tok, dout, dtable, n, d);
+  }
+  void cross_entropy(const T* logits, const int32_t* targets, T* dlogits, T* row_loss, int64_t n,
+                     int64_t V, double grad_scale) override {
+    cpu::cross_entropy(logits, targets, dlogits, row_loss, n, V, grad_scale);
+  }
+  void add_inplace(T* y, const T* x, int64_t n) override { cpu::add_inplace(y, x, n); }
+
+  double sum(const T* x, size_t n) override {
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += double(x[i]);
+    return s;
+  }
+  double sum_squares(const T* x, size_t n) override {
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+    return s;
+  }
+  void scale(T* x, size_t n, double s) override {
+    for (size_t i = 0; i < n; ++i) x[i] *= T(s);
+  }
+  void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s) override {
+    cpu::adamw(p, g, m, v, n, s);
+  }
+};
+
+}  // namespace
+
+template <typename T> std::unique_ptr<Backend<T>> make_cpu_backend() {
+  return std::make_unique<CpuBackend<T>>();
+}
+template std::unique_ptr<Backend<float>> make_cpu_backend();
+template std::unique_ptr<Backend<double>> make_cpu_backend();
+
+}  // namespace lmt
