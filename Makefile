@@ -16,7 +16,7 @@ NVCCFLAGS  := -std=c++20 -O3 -Iinclude $(CUDA_ARCHS) -MMD -MP $(addprefix -Xcomp
 # without it lmtrain is CPU-only and the GPU tests are skipped.
 ifneq ($(wildcard $(NVCC)),)
 CXXFLAGS   += -DLMTRAIN_CUDA -isystem $(CUDA_HOME)/include
-LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
+LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart
 endif
 
 # Open MPI refuses root unless told; CI and the GPU machines run as root. --oversubscribe lets
@@ -29,7 +29,7 @@ PYTHON     := /usr/bin/python3
 
 BUILD      := build
 LIB_SRCS   := $(filter-out src/main.cpp,$(wildcard src/*.cpp src/*/*.cpp))
-CUDA_SRCS  := $(wildcard cuda/*.cu cuda/*/*.cu)
+CUDA_SRCS  := $(if $(wildcard $(NVCC)),$(wildcard cuda/*.cu cuda/*/*.cu))
 UNIT_SRCS  := $(wildcard tests/unit/*.cpp)
 MPI_SRCS   := $(wildcard tests/mpi/*.cpp)
 LIB_OBJS   := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o)

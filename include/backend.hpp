@@ -82,5 +82,9 @@ template <typename T, typename E = T> class BackendArray {
 };
 
 template <typename T> std::unique_ptr<Backend<T>> make_cpu_backend();
+#ifdef LMTRAIN_CUDA
+// On the current GPU (select_gpu); fp32 storage, the precision policy in the matmuls.
+std::unique_ptr<Backend<float>> make_cuda_backend();
+#endif
 
 }  // namespace lmt

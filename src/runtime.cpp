@@ -1,5 +1,7 @@
 #include "runtime.hpp"
 
+#include "gpu.hpp"
+
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -85,13 +87,18 @@ void agree_on_config(const Runtime& rt, uint64_t hash) {
   throw JobExit{2};
 }
 
-std::string resolve_device(const Config& c) {
-  if (c.run.device == "cuda") {
+std::string resolve_device(const Config& c, const Runtime& rt) {
+  std::string why;  // why cuda cannot run this job, if it cannot
+  if (gpu_count() == 0) why = "no GPU is visible (or this build has no CUDA)";
+  else if (c.model.precision == "fp64") why = "model.precision = \"fp64\" is CPU-only";
+  else if (rt.world > 1) why = "several GPU ranks need the NCCL strategies (not in this build yet)";
+  if (c.run.device == "cpu" || (c.run.device == "auto" && !why.empty())) return "cpu";
+  if (!why.empty()) {
     auto it = c.origin.find("run.device");
-    throw UsageError(strf("%s: run.device = \"cuda\": this build has no CUDA backend yet; use "
-                          "\"cpu\" or \"auto\"", it == c.origin.end() ? "default" : it->second.c_str()));
+    throw UsageError(strf("%s: run.device = \"cuda\": %s", it == c.origin.end() ? "default"
+                          : it->second.c_str(), why.c_str()));
   }
-  return "cpu";
+  return "cuda";
 }
 
 }  // namespace lmt

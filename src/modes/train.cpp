@@ -5,11 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <cstdio>
 
 #include "checkpoint.hpp"
 #include "comm.hpp"
 #include "data.hpp"
+#include "gpu.hpp"
 #include "grad_sync.hpp"
 #include "model.hpp"
 #include "modes.hpp"
@@ -37,14 +39,30 @@ void make_dir(const std::string& dir) {
   }
 }
 
-template <typename T> int train(const CommandLine& cl, const Runtime& rt) {
+template <typename T>
+std::unique_ptr<Backend<T>> make_backend(const std::string& device, const Runtime& rt) {
+#ifdef LMTRAIN_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (device == "cuda") {
+      select_gpu(rt);
+      return make_cuda_backend();
+    }
+#endif
+  (void)rt;
+  LMT_ASSERT(device == "cpu", "no " + device + " backend for this precision");
+  return make_cpu_backend<T>();
+}
+
+template <typename T> int train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   const Config& c = cl.config;
   const int64_t B = c.train.batch_size, T_ = c.model.context_length, steps = c.train.steps;
-  std::string device;
   std::unique_ptr<TokenSource> source;
   std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD);
-  std::unique_ptr<Backend<T>> backend = make_cpu_backend<T>();
-  Model<T> model(*backend, c.model, B, T_);
+  std::unique_ptr<Backend<T>> backend;
+  agree(rt, [&] { backend = make_backend<T>(device, rt); });
+  std::unique_ptr<Model<T>> model_ptr;
+  agree(rt, [&] { model_ptr = std::make_unique<Model<T>>(*backend, c.model, B, T_); });
+  Model<T>& model = *model_ptr;
   AdamW<T> opt(*backend, model.layout.total);
   std::unique_ptr<GradSync> sync;
   std::vector<RngState> rngs;
@@ -55,9 +73,9 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt) {
     row.add(name, "");
   // Everything that can refuse the run does so here, on every rank, before any work.
   agree(rt, [&] {
-    device = resolve_device(c);
     source = make_token_source(c);
-    sync = make_grad_sync(c.ddp.strategy, *comm, model.layout, model.grads(), dtype_of<T>());
+    if (rt.world > 1)  // one rank has nothing to synchronise
+      sync = make_grad_sync(c.ddp.strategy, *comm, model.layout, model.grads(), dtype_of<T>());
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
     if (!c.train.checkpoint_dir.empty() && rt.is_root()) make_dir(c.train.checkpoint_dir);
     if (!c.train.resume.empty()) {
@@ -70,7 +88,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt) {
   Rng rng = data_rng(uint64_t(c.run.seed), rt.rank);
   if (c.train.resume.empty()) model.init_params(uint64_t(c.run.seed));
   else rng.set_state(rngs[size_t(rt.rank)]);
-  comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
+  if (rt.world > 1) comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
 
   const double floor = source->loss_floor().value_or(NAN);
   const double tokens_per_step = double(B * T_ * rt.world);
@@ -155,8 +173,10 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt) {
 }  // namespace
 
 int run_train(const CommandLine& cl, const Runtime& rt) {
-  if (cl.config.model.precision == "fp64") return train<double>(cl, rt);
-  return train<float>(cl, rt);
+  std::string device;
+  agree(rt, [&] { device = resolve_device(cl.config, rt); });
+  if (cl.config.model.precision == "fp64") return train<double>(cl, rt, device);
+  return train<float>(cl, rt, device);
 }
 
 }  // namespace lmt

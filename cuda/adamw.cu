@@ -1,0 +1,71 @@
+// AdamW over flat buffers, one thread per element (optimizer.hpp has the update rule):
+//   p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+// And the deterministic sum used for the loss and the global gradient norm: a fixed grid of
+// kSumPartials blocks writes partial sums (fp64), one block adds them in order.
+#include <cmath>
+
+#include "common.cuh"
+#include "cuda_kernels.hpp"
+
+namespace lmt::cuda {
+namespace {
+
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, size_t n, float b1,
+                             float b2, float decay, float step_size, float bc2_sqrt, float eps) {
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float gi = g[i], pi = p[i] * decay;
+  float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+  m[i] = mi, v[i] = vi;
+  p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+}
+
+__device__ double block_sum_double(double v, double* scratch) {
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (int(threadIdx.x) < o) scratch[threadIdx.x] += scratch[threadIdx.x + o];
+    __syncthreads();
+  }
+  return scratch[0];
+}
+
+__global__ void partial_sum_kernel(const float* x, size_t n, bool squares, double* partials) {
+  __shared__ double scratch[256];
+  double acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    acc += squares ? double(x[i]) * double(x[i]) : double(x[i]);
+  double total = block_sum_double(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void final_sum_kernel(const double* partials, int count, double* out) {
+  __shared__ double scratch[256];
+  double acc = 0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  double total = block_sum_double(acc, scratch);
+  if (threadIdx.x == 0) *out = total;
+}
+
+}  // namespace
+
+void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s,
+           cudaStream_t stream) {
+  const double bc1 = 1.0 - std::pow(s.beta1, double(s.t)), bc2 = 1.0 - std::pow(s.beta2, double(s.t));
+  adamw_kernel<<<blocks_for(int64_t(n), 256), 256, 0, stream>>>(
+      p, g, m, v, n, float(s.beta1), float(s.beta2), float(1.0 - s.lr * s.weight_decay),
+      float(s.lr / bc1), float(std::sqrt(bc2)), float(s.eps));
+  CUDA_LAUNCH_CHECK();
+}
+
+void sum(const float* x, size_t n, bool squares, double* partials, double* out,
+         cudaStream_t s) {
+  partial_sum_kernel<<<kSumPartials, 256, 0, s>>>(x, n, squares, partials);
+  CUDA_LAUNCH_CHECK();
+  final_sum_kernel<<<1, 256, 0, s>>>(partials, kSumPartials, out);
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace lmt::cuda

@@ -1,0 +1,39 @@
+// Shared by the kernel files: launch checks and block-wide reductions.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "check.hpp"
+
+#define CUDA_LAUNCH_CHECK()                                                          \
+  do {                                                                               \
+    cudaError_t launch_rc_ = cudaGetLastError();                                     \
+    if (launch_rc_ != cudaSuccess)                                                   \
+      LMT_FATAL(std::string("kernel launch failed: ") + cudaGetErrorString(launch_rc_)); \
+  } while (0)
+
+namespace lmt::cuda {
+
+inline int blocks_for(int64_t n, int threads) { return int((n + threads - 1) / threads); }
+
+// Sum (or max) over the block; every thread gets the result. blockDim.x is a multiple of 32,
+// at most 1024; `scratch` is 32 floats of shared memory.
+template <bool Max> __device__ inline float block_reduce(float v, float* scratch) {
+  for (int o = 16; o > 0; o >>= 1) {
+    float other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = Max ? fmaxf(v, other) : v + other;
+  }
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : (Max ? -INFINITY : 0.0f);
+  for (int o = 16; o > 0; o >>= 1) {
+    float other = __shfl_xor_sync(0xffffffffu, v, o);
+    v = Max ? fmaxf(v, other) : v + other;
+  }
+  return v;
+}
+
+}  // namespace lmt::cuda

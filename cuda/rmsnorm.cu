@@ -1,0 +1,61 @@
+// RMSNorm over rows of length d: y = x * r * g, r = (mean(x^2) + eps)^(-1/2), statistics in fp32.
+// Backward, s = sum_j g_j dy_j x_j:  dx_i = r g_i dy_i - x_i r^3 s / d;  dg_i += sum_rows dy_i x_i r.
+// Forward and dx: one block per row. dg: one thread per column, rows summed in order
+// (deterministic).
+#include "common.cuh"
+#include "cuda_kernels.hpp"
+
+namespace lmt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void rmsnorm_fwd_kernel(const float* x, const float* g, float* y, float* rstd,
+                                   int64_t d, float eps) {
+  __shared__ float scratch[32];
+  const float* xr = x + blockIdx.x * d;
+  float ss = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
+  float r = rsqrtf(block_reduce<false>(ss, scratch) / float(d) + eps);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) y[blockIdx.x * d + i] = xr[i] * r * g[i];
+}
+
+__global__ void rmsnorm_dx_kernel(const float* x, const float* g, const float* rstd,
+                                  const float* dy, float* dx, int64_t d) {
+  __shared__ float scratch[32];
+  const float *xr = x + blockIdx.x * d, *dyr = dy + blockIdx.x * d;
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s += g[i] * dyr[i] * xr[i];
+  s = block_reduce<false>(s, scratch);
+  float r = rstd[blockIdx.x], c = r * r * r * s / float(d);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    dx[blockIdx.x * d + i] = r * g[i] * dyr[i] - xr[i] * c;
+}
+
+__global__ void rmsnorm_dg_kernel(const float* x, const float* rstd, const float* dy, float* dg,
+                                  int64_t rows, int64_t d) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= d) return;
+  float acc = 0;
+  for (int64_t r = 0; r < rows; ++r) acc += dy[r * d + i] * x[r * d + i] * rstd[r];
+  dg[i] += acc;
+}
+
+}  // namespace
+
+void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t d,
+                 double eps, cudaStream_t s) {
+  rmsnorm_fwd_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, g, y, rstd, d, float(eps));
+  CUDA_LAUNCH_CHECK();
+}
+
+void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
+                 float* dg, int64_t rows, int64_t d, cudaStream_t s) {
+  rmsnorm_dx_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, g, rstd, dy, dx, d);
+  CUDA_LAUNCH_CHECK();
+  rmsnorm_dg_kernel<<<blocks_for(d, 128), 128, 0, s>>>(x, rstd, dy, dg, rows, d);
+  CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace lmt::cuda

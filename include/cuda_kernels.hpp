@@ -1,0 +1,49 @@
+// Launchers of our CUDA kernels (cuda/*.cu): pointers, sizes and a stream, nothing else. Each
+// computes what the op of the same name in cpu_ops.hpp computes, in fp32; each .cu file states
+// its maths and layout. Only built with the CUDA toolkit (LMTRAIN_CUDA).
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cpu_ops.hpp"
+
+namespace lmt::cuda {
+
+void embedding_fwd(const int32_t* tokens, const float* table, float* out, int64_t n, int64_t d,
+                   cudaStream_t s);
+void embedding_bwd(const int32_t* tokens, const float* dout, float* dtable, int64_t n, int64_t d,
+                   int64_t vocab, cudaStream_t s);
+void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t d,
+                 double eps, cudaStream_t s);
+void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
+                 float* dg, int64_t rows, int64_t d, cudaStream_t s);
+void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t row_stride,
+          double theta, bool inverse, cudaStream_t s);
+void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, cudaStream_t s);
+void swiglu_bwd(const float* a, const float* b, const float* dg, float* da, float* db, int64_t n,
+                cudaStream_t s);
+void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);
+void scale(float* x, int64_t n, float factor, cudaStream_t s);
+// Causal softmax over rows of scores [rows, T] (row r is query r % T), in place: P.
+void softmax_causal_fwd(float* scores, int64_t rows, int64_t T, cudaStream_t s);
+// dS = P * (dP - rowsum(P * dP)) * scale, in place over dP.
+void softmax_causal_bwd(const float* P, float* dP, int64_t rows, int64_t T, float scale,
+                        cudaStream_t s);
+void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss,
+                   int64_t n, int64_t V, double grad_scale, cudaStream_t s);
+void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& step,
+           cudaStream_t s);
+// Deterministic sums (fixed partition, fixed order) of x or x^2 into *out (device, double).
+void sum(const float* x, size_t n, bool squares, double* partials, double* out, cudaStream_t s);
+constexpr int kSumPartials = 1024;  // blocks of the first pass: partials holds this many
+
+// Row-major C[M,N] (+)= alpha * op(A) op(B), batched with strides, through cuBLAS with fp32
+// accumulation; the precision policy picks the tensor-core input rounding.
+void gemm(cublasHandle_t h, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
+          float alpha, const float* A, int64_t lda, int64_t strideA, const float* B, int64_t ldb,
+          int64_t strideB, float beta, float* C, int64_t ldc, int64_t strideC, int64_t batch,
+          Precision p);
+
+}  // namespace lmt::cuda

@@ -1,0 +1,174 @@
+// The CUDA backend: device memory, one stream, our kernels (cuda/*.cu) and cuBLAS.
+//
+// Activations, parameters, gradients and optimizer state are fp32; the precision policy decides
+// how tensor cores round matmul operands (cuda/matmul.cu). Attention is the naive baseline:
+// scores materialised by a batched matmul, a causal softmax kernel, a second matmul.
+#ifdef LMTRAIN_CUDA
+#include <cublas_v2.h>
+
+#include <cmath>
+
+#include "backend.hpp"
+#include "cuda_kernels.hpp"
+#include "gpu.hpp"
+
+namespace lmt {
+namespace {
+
+class CudaBackend : public Backend<float> {
+ public:
+  CudaBackend() {
+    CUDA_CHECK(cudaStreamCreate(&stream_));
+    cublasStatus_t st = cublasCreate(&cublas_);
+    if (st != CUBLAS_STATUS_SUCCESS) LMT_FATAL(std::string("cublasCreate failed: ") + cublasGetStatusString(st));
+    cublasSetStream(cublas_, stream_);
+    partials_ = static_cast<double*>(alloc_bytes((cuda::kSumPartials + 1) * sizeof(double)));
+  }
+  ~CudaBackend() override {
+    release(partials_);
+    release(workspace_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+  }
+  const char* name() const override { return "cuda"; }
+
+  void* alloc_bytes(size_t bytes) override {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+      cudaGetLastError();
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw UsageError(strf("out of GPU memory: %.1f MiB more needed, %.1f MiB free of %.1f MiB "
+                            "(a smaller batch, context or model fits)", double(bytes) / (1 << 20),
+                            double(free) / (1 << 20), double(total) / (1 << 20)));
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    return p;
+  }
+  void release(void* p) override {
+    if (p) cudaFree(p);
+  }
+  void upload_bytes(void* dst, const void* src, size_t b) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, b, cudaMemcpyHostToDevice, stream_));
+  }
+  void download_bytes(void* dst, const void* src, size_t b) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, b, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+  }
+  void copy_bytes(void* dst, const void* src, size_t b) override {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, b, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void zero_bytes(void* p, size_t b) override { CUDA_CHECK(cudaMemsetAsync(p, 0, b, stream_)); }
+  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  void linear_fwd(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K,
+                  Precision p) override {
+    cuda::gemm(cublas_, false, true, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1, p);
+  }
+  void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw,
+                  int64_t M, int64_t N, int64_t K, Precision p) override {
+    cuda::gemm(cublas_, false, false, M, K, N, 1, dy, N, 0, w, K, 0, 0, dx, K, 0, 1, p);
+    cuda::gemm(cublas_, true, false, N, K, M, 1, dy, N, 0, x, K, 0, 1, dw, K, 0, 1, p);
+  }
+  void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows,
+                   int64_t d, double eps) override {
+    cuda::rmsnorm_fwd(x, g, y, rstd, rows, d, eps, stream_);
+  }
+  void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
+                   float* dg, int64_t rows, int64_t d) override {
+    cuda::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, d, stream_);
+  }
+  void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride, double theta,
+            bool inverse) override {
+    cuda::rope(x, B, T, H, dh, stride, theta, inverse, stream_);
+  }
+  void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H,
+                     int64_t dh, Precision p) override {
+    const int64_t d = H * dh, ld = 3 * d;
+    const float scale = float(1.0 / std::sqrt(double(dh)));
+    for (int64_t b = 0; b < B; ++b) {  // S = scale * Q K^T, each head a batch entry
+      const float* q = qkv + b * T * ld;
+      cuda::gemm(cublas_, false, true, T, T, dh, scale, q, ld, dh, q + d, ld, dh, 0,
+                 probs + b * H * T * T, T, T * T, H, p);
+    }
+    cuda::softmax_causal_fwd(probs, B * H * T, T, stream_);
+    for (int64_t b = 0; b < B; ++b)  // out = P V
+      cuda::gemm(cublas_, false, false, T, dh, T, 1, probs + b * H * T * T, T, T * T,
+                 qkv + b * T * ld + 2 * d, ld, dh, 0, out + b * T * d, d, dh, H, p);
+  }
+  void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv,
+                     int64_t B, int64_t T, int64_t H, int64_t dh, Precision p) override {
+    const int64_t d = H * dh, ld = 3 * d;
+    const float scale = float(1.0 / std::sqrt(double(dh)));
+    float* dS = workspace(size_t(H * T * T));
+    for (int64_t b = 0; b < B; ++b) {
+      const float *q = qkv + b * T * ld, *k = q + d, *v = q + 2 * d;
+      const float *P = probs + b * H * T * T, *dO = dout + b * T * d;
+      float *dq = dqkv + b * T * ld, *dk = dq + d, *dv = dq + 2 * d;
+      cuda::gemm(cublas_, false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H, p);
+      cuda::gemm(cublas_, true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H, p);
+      cuda::softmax_causal_bwd(P, dS, H * T, T, scale, stream_);
+      cuda::gemm(cublas_, false, false, T, dh, T, 1, dS, T, T * T, k, ld, dh, 0, dq, ld, dh, H, p);
+      cuda::gemm(cublas_, true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, p);
+    }
+  }
+  void swiglu_fwd(const float* a, const float* b, float* g, int64_t n) override {
+    cuda::swiglu_fwd(a, b, g, n, stream_);
+  }
+  void swiglu_bwd(const float* a, const float* b, const float* dg, float* da, float* db,
+                  int64_t n) override {
+    cuda::swiglu_bwd(a, b, dg, da, db, n, stream_);
+  }
+  void embedding_fwd(const int32_t* tok, const float* table, float* out, int64_t n,
+                     int64_t d) override {
+    cuda::embedding_fwd(tok, table, out, n, d, stream_);
+  }
+  void embedding_bwd(const int32_t* tok, const float* dout, float* dtable, int64_t n, int64_t d,
+                     int64_t vocab) override {
+    cuda::embedding_bwd(tok, dout, dtable, n, d, vocab, stream_);
+  }
+  void cross_entropy(const float* logits, const int32_t* targets, float* dlogits,
+                     float* row_loss, int64_t n, int64_t V, double grad_scale) override {
+    cuda::cross_entropy(logits, targets, dlogits, row_loss, n, V, grad_scale, stream_);
+  }
+  void add_inplace(float* y, const float* x, int64_t n) override {
+    cuda::add_inplace(y, x, n, stream_);
+  }
+  double sum(const float* x, size_t n) override { return reduce(x, n, false); }
+  double sum_squares(const float* x, size_t n) override { return reduce(x, n, true); }
+  void scale(float* x, size_t n, double s) override { cuda::scale(x, int64_t(n), float(s), stream_); }
+  void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s) override {
+    cuda::adamw(p, g, m, v, n, s, stream_);
+  }
+
+ private:
+  double reduce(const float* x, size_t n, bool squares) {
+    cuda::sum(x, n, squares, partials_, partials_ + cuda::kSumPartials, stream_);
+    double out = 0;
+    download_bytes(&out, partials_ + cuda::kSumPartials, sizeof out);
+    return out;
+  }
+  // Scratch that grows to the largest request and is kept (no allocation after the first step).
+  float* workspace(size_t n) {
+    if (n > workspace_size_) {
+      synchronize();
+      release(workspace_);
+      workspace_ = static_cast<float*>(alloc_bytes(n * sizeof(float)));
+      workspace_size_ = n;
+    }
+    return workspace_;
+  }
+
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  double* partials_ = nullptr;
+  float* workspace_ = nullptr;
+  size_t workspace_size_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend<float>> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace lmt
+#endif

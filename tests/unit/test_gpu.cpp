@@ -1,0 +1,266 @@
+// The CUDA backend against the CPU reference: every op forward and backward on fresh random
+// inputs of odd sizes, per precision, with outputs poisoned (NaN) first so an unwritten element
+// fails; then the whole model's loss and gradients, and training steps that track the CPU.
+// Skipped where no GPU is visible.
+#include <doctest/doctest.h>
+
+#include <limits>
+
+#include "backend.hpp"
+#include "gpu.hpp"
+#include "helpers.hpp"
+#include "model.hpp"
+#include "optimizer.hpp"
+
+using namespace lmt;
+using lmt::test::randn;
+using lmt::test::rel_err;
+
+#ifdef LMTRAIN_CUDA
+namespace {
+
+using Vec = std::vector<double>;
+
+// The same values on the fp64 CPU backend (host vectors) and the CUDA backend (device arrays).
+struct Pair {
+  Backend<float>& gpu;
+  std::vector<std::unique_ptr<BackendArray<float>>> arrays;
+
+  // A device copy of host values (rounded to float: the reference sees the same inputs).
+  float* up(const Vec& host) {
+    std::vector<float> f(host.begin(), host.end());
+    arrays.push_back(std::make_unique<BackendArray<float>>(gpu, f.size()));
+    gpu.upload(arrays.back()->data(), f.data(), f.size());
+    return arrays.back()->data();
+  }
+  // A device output filled with NaN: elements the op fails to write stay NaN.
+  float* poisoned(size_t n) { return up(Vec(n, std::numeric_limits<double>::quiet_NaN())); }
+  Vec down(const float* p, size_t n) {
+    std::vector<float> f(n);
+    gpu.download(f.data(), p, n);
+    return Vec(f.begin(), f.end());
+  }
+};
+
+Vec as_float(Vec v) {  // the reference's inputs: exactly the floats the GPU gets
+  for (auto& x : v) x = double(float(x));
+  return v;
+}
+
+// Tolerance of ||gpu - ref|| / ||ref|| when the reference rounds operands the same way.
+double tol(Precision p) { return p == Precision::fp32 ? 2e-6 : 2e-3; }
+
+const Precision kPolicies[] = {Precision::fp32, Precision::tf32, Precision::bf16};
+
+}  // namespace
+
+TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  const int64_t M = 37, N = 29, K = 53;
+  for (Precision p : kPolicies) {
+    INFO("precision " << int(p));
+    Pair g{*gpu, {}};
+    Vec x = as_float(randn<double>(M * K)), w = as_float(randn<double>(N * K));
+    Vec dy = as_float(randn<double>(M * N)), dw0 = as_float(randn<double>(N * K));
+    Vec y(M * N), dx(M * K), dw = dw0;
+    // The reference in fp32 storage with the same operand rounding, accumulated in double.
+    std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), dyf(dy.begin(), dy.end());
+    for (auto* v : {&xf, &wf, &dyf})
+      for (auto& e : *v) e = round_to(p, e);
+    Vec xr(xf.begin(), xf.end()), wr(wf.begin(), wf.end()), dyr(dyf.begin(), dyf.end());
+    cpu::linear_fwd(xr.data(), wr.data(), y.data(), M, N, K, Precision::fp64);
+    cpu::linear_bwd(xr.data(), wr.data(), dyr.data(), dx.data(), dw.data(), M, N, K, Precision::fp64);
+    float *gx = g.up(x), *gw = g.up(w), *gy = g.poisoned(M * N), *gdx = g.poisoned(M * K);
+    float* gdw = g.up(dw0);
+    gpu->linear_fwd(gx, gw, gy, M, N, K, p);
+    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p);
+    CHECK(rel_err(g.down(gy, M * N), y) < tol(p));
+    CHECK(rel_err(g.down(gdx, M * K), dx) < tol(p));
+    CHECK(rel_err(g.down(gdw, N * K), dw) < tol(p));  // accumulated onto dw0
+  }
+}
+
+TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CPU reference" *
+          doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  Pair g{*gpu, {}};
+  SUBCASE("rmsnorm forward and backward") {
+    const int64_t rows = 33, d = 77;
+    Vec x = as_float(randn<double>(rows * d)), w = as_float(randn<double>(d));
+    Vec dy = as_float(randn<double>(rows * d)), dg0 = as_float(randn<double>(d));
+    Vec y(rows * d), rstd(rows), dx(rows * d), dg = dg0;
+    cpu::rmsnorm_fwd(x.data(), w.data(), y.data(), rstd.data(), rows, d, 1e-5);
+    cpu::rmsnorm_bwd(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dg.data(), rows, d);
+    float *gx = g.up(x), *gw = g.up(w), *gyv = g.poisoned(rows * d), *gr = g.poisoned(rows);
+    float *gdx = g.poisoned(rows * d), *gdg = g.up(dg0);
+    gpu->rmsnorm_fwd(gx, gw, gyv, gr, rows, d, 1e-5);
+    gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx, gdg, rows, d);
+    CHECK(rel_err(g.down(gyv, rows * d), y) < 2e-6);
+    CHECK(rel_err(g.down(gr, rows), rstd) < 2e-6);
+    CHECK(rel_err(g.down(gdx, rows * d), dx) < 2e-6);
+    CHECK(rel_err(g.down(gdg, d), dg) < 2e-6);
+  }
+  SUBCASE("rope forward and inverse on strided rows") {
+    const int64_t B = 2, T = 37, H = 3, dh = 10, stride = 97;
+    Vec x = as_float(randn<double>(B * T * stride)), ref = x;
+    float* gx = g.up(x);
+    cpu::rope(ref.data(), B, T, H, dh, stride, 10000.0, false);
+    gpu->rope(gx, B, T, H, dh, stride, 10000.0, false);
+    CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
+    cpu::rope(ref.data(), B, T, H, dh, stride, 500.0, true);
+    gpu->rope(gx, B, T, H, dh, stride, 500.0, true);
+    CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
+  }
+  SUBCASE("swiglu forward and backward, residual add") {
+    const int64_t n = 1001;
+    Vec a = as_float(randn<double>(n, 2.0)), b = as_float(randn<double>(n)), dgr = as_float(randn<double>(n));
+    Vec out(n), da(n), db(n);
+    cpu::swiglu_fwd(a.data(), b.data(), out.data(), n);
+    cpu::swiglu_bwd(a.data(), b.data(), dgr.data(), da.data(), db.data(), n);
+    float *ga = g.up(a), *gb = g.up(b), *go = g.poisoned(n), *gda = g.poisoned(n), *gdb = g.poisoned(n);
+    gpu->swiglu_fwd(ga, gb, go, n);
+    gpu->swiglu_bwd(ga, gb, g.up(dgr), gda, gdb, n);
+    CHECK(rel_err(g.down(go, n), out) < 2e-6);
+    CHECK(rel_err(g.down(gda, n), da) < 2e-6);
+    CHECK(rel_err(g.down(gdb, n), db) < 2e-6);
+    gpu->add_inplace(ga, gb, n);
+    cpu::add_inplace(a.data(), b.data(), n);
+    CHECK(rel_err(g.down(ga, n), a) < 2e-7);
+  }
+  SUBCASE("embedding gather and deterministic scatter-add") {
+    const int64_t V = 50, d = 19, n = 301;
+    auto tok = lmt::test::rand_tokens(n, int32_t(V));
+    Vec table = as_float(randn<double>(V * d)), dout = as_float(randn<double>(n * d));
+    Vec out(n * d), dtable(V * d, 0.0);
+    cpu::embedding_fwd(tok.data(), table.data(), out.data(), n, d);
+    cpu::embedding_bwd(tok.data(), dout.data(), dtable.data(), n, d);
+    BackendArray<float, int32_t> gt(*gpu, size_t(n));
+    gpu->upload_bytes(gt.data(), tok.data(), size_t(n) * 4);
+    float *go = g.poisoned(n * d), *gdt = g.up(Vec(V * d, 0.0));
+    gpu->embedding_fwd(gt.data(), g.up(table), go, n, d);
+    float* gdo = g.up(dout);
+    gpu->embedding_bwd(gt.data(), gdo, gdt, n, d, V);
+    CHECK(rel_err(g.down(go, n * d), out) == 0.0);
+    Vec first = g.down(gdt, V * d);
+    CHECK(rel_err(first, dtable) < 2e-6);
+    gpu->zero_bytes(gdt, size_t(V * d) * 4);
+    gpu->embedding_bwd(gt.data(), gdo, gdt, n, d, V);
+    CHECK(g.down(gdt, V * d) == first);  // bit-identical when repeated
+  }
+  SUBCASE("cross-entropy rows and gradient") {
+    const int64_t n = 17, V = 1001;
+    Vec z = as_float(randn<double>(n * V, 3.0)), dz(n * V), rows(n);
+    auto tg = lmt::test::rand_tokens(n, int32_t(V));
+    cpu::cross_entropy(z.data(), tg.data(), dz.data(), rows.data(), n, V, 1.0 / n);
+    BackendArray<float, int32_t> gt(*gpu, size_t(n));
+    gpu->upload_bytes(gt.data(), tg.data(), size_t(n) * 4);
+    float *gdz = g.poisoned(n * V), *grows = g.poisoned(n);
+    gpu->cross_entropy(g.up(z), gt.data(), gdz, grows, n, V, 1.0 / n);
+    CHECK(rel_err(g.down(grows, n), rows) < 2e-6);
+    CHECK(rel_err(g.down(gdz, n * V), dz) < 2e-6);
+  }
+}
+
+TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per precision" *
+          doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  const int64_t B = 2, T = 37, H = 3, dh = 8, d = H * dh;
+  for (Precision p : kPolicies) {
+    INFO("precision " << int(p));
+    Pair g{*gpu, {}};
+    Vec qkv = as_float(randn<double>(B * T * 3 * d)), dout = as_float(randn<double>(B * T * d));
+    std::vector<float> qf(qkv.begin(), qkv.end()), df(dout.begin(), dout.end());
+    Vec out(B * T * d), probs(B * H * T * T), dqkv(qkv.size());
+    // Reference in float with the same policy (operands rounded), against double inputs.
+    std::vector<float> outf(out.size()), pf(probs.size()), dqf(qkv.size());
+    cpu::attention_fwd(qf.data(), outf.data(), pf.data(), B, T, H, dh, p);
+    cpu::attention_bwd(qf.data(), pf.data(), df.data(), dqf.data(), B, T, H, dh, p);
+    float *gq = g.up(qkv), *go = g.poisoned(out.size()), *gp = g.poisoned(probs.size());
+    float* gdq = g.poisoned(qkv.size());
+    gpu->attention_fwd(gq, go, gp, B, T, H, dh, p);
+    gpu->attention_bwd(gq, gp, g.up(dout), gdq, B, T, H, dh, p);
+    double t = p == Precision::fp32 ? 1e-5 : 2e-2;
+    CHECK(rel_err(g.down(go, out.size()), outf) < t);
+    CHECK(rel_err(g.down(gp, probs.size()), pf) < t);
+    CHECK(rel_err(g.down(gdq, qkv.size()), dqf) < t);
+  }
+}
+
+TEST_CASE("gpu adamw and reductions match the CPU" * doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  Pair g{*gpu, {}};
+  const size_t n = 100003;
+  Vec pv = as_float(randn<double>(n)), gv = as_float(randn<double>(n));
+  Vec m = as_float(randn<double>(n, 0.1)), v(n);
+  for (auto& e : v) e = double(float(std::abs(randn<double>(1)[0]) * 0.01));
+  std::vector<float> pf(pv.begin(), pv.end()), gf(gv.begin(), gv.end()), mf(m.begin(), m.end()), vf(v.begin(), v.end());
+  float *gp = g.up(pv), *gm = g.up(m), *gvv = g.up(v), *gg = g.up(gv);
+  AdamWStep s{1e-3, 0.9, 0.95, 1e-8, 0.1, 7};
+  cpu::adamw(pf.data(), gf.data(), mf.data(), vf.data(), n, s);
+  gpu->adamw(gp, gg, gm, gvv, n, s);
+  CHECK(rel_err(g.down(gp, n), pf) < 1e-6);
+  CHECK(rel_err(g.down(gm, n), mf) < 1e-6);
+  CHECK(rel_err(g.down(gvv, n), vf) < 1e-6);
+  double sum = 0, sq = 0;
+  for (double x : gv) sum += x, sq += x * x;
+  CHECK(gpu->sum(gg, n) == doctest::Approx(sum).epsilon(1e-12));
+  CHECK(gpu->sum_squares(gg, n) == doctest::Approx(sq).epsilon(1e-12));
+  CHECK(gpu->sum(gg, n) == gpu->sum(gg, n));  // deterministic
+}
+
+TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training tracks the CPU" *
+          doctest::skip(gpu_count() == 0)) {
+  Config::Model m;
+  m.d_model = 48, m.num_heads = 3, m.d_ff = 136, m.num_layers = 2, m.vocab_size = 97;
+  m.context_length = 29;
+  const int64_t B = 3, T = 29;
+  auto in = lmt::test::rand_tokens(B * T, 97), tg = lmt::test::rand_tokens(B * T, 97);
+  auto cpu = make_cpu_backend<double>();
+  auto gpu = make_cuda_backend();
+  Config::Model m64 = m;
+  m64.precision = "fp64";
+  Model<double> ref(*cpu, m64, B, T);
+  uint64_t seed = lmt::test::rng()();
+  ref.init_params(seed);
+  double ref_loss = ref.forward(in.data(), tg.data());
+  ref.backward();
+  std::vector<double> ref_grads = ref.grads_host();
+  struct Tol {
+    const char* precision;
+    double loss, grads;  // relative, against fp64 without operand rounding
+  };
+  for (auto [prec, t, tg_] : {Tol{"fp32", 1e-5, 1e-4}, Tol{"tf32", 5e-3, 2e-2}, Tol{"bf16", 3e-2, 8e-2}}) {
+    INFO(prec);
+    m.precision = prec;
+    Model<float> model(*gpu, m, B, T);
+    model.init_params(seed);
+    double loss = model.forward(in.data(), tg.data());
+    model.backward();
+    CHECK(std::abs(loss - ref_loss) < t * ref_loss);
+    std::vector<float> grads = model.grads_host();
+    for (auto& p : model.layout.params) {
+      INFO(p.name);
+      Vec a(grads.begin() + long(p.offset), grads.begin() + long(p.offset + p.numel));
+      Vec b(ref_grads.begin() + long(p.offset), ref_grads.begin() + long(p.offset + p.numel));
+      CHECK(rel_err(a, b) < tg_);
+    }
+  }
+  // Ten AdamW steps in fp32 on the GPU and on the CPU (fp32) stay together.
+  m.precision = "fp32";
+  auto cpu32 = make_cpu_backend<float>();
+  Model<float> a(*gpu, m, B, T), b(*cpu32, m, B, T);
+  a.init_params(seed), b.init_params(seed);
+  AdamW<float> oa(*gpu, a.layout.total), ob(*cpu32, b.layout.total);
+  Config::Optim o;
+  for (int s = 0; s < 10; ++s) {
+    double la = a.forward(in.data(), tg.data()), lb = b.forward(in.data(), tg.data());
+    CHECK(std::abs(la - lb) < 1e-4 * lb);
+    a.backward(), b.backward();
+    clip_grad_norm(*gpu, a.grads(), a.layout.total, 1.0);
+    clip_grad_norm(*cpu32, b.grads(), b.layout.total, 1.0);
+    oa.step(a.params(), a.grads(), 1e-3, o);
+    ob.step(b.params(), b.grads(), 1e-3, o);
+  }
+  CHECK(rel_err(a.params_host(), b.params_host()) < 1e-4);
+}
+#endif
