@@ -4,22 +4,53 @@
 // to the reference loops of cpu_ops.hpp (which document each op's maths and layout), the CUDA
 // backend to our kernels and cuBLAS. Pointers passed to ops are the backend's own memory.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 
 #include "cpu_ops.hpp"
 
 namespace lmt {
 
+// What an allocation holds: every byte a backend hands out carries one of these.
+enum class MemTag { params, grads, optimizer, activations, workspace, count };
+const char* mem_tag_name(MemTag t);
+
+// Bytes in use per tag, now and at the high-water mark of the total.
+struct MemoryStats {
+  std::array<size_t, size_t(MemTag::count)> current{}, at_peak{};
+  size_t total = 0, peak = 0;
+};
+
 template <typename T> class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+  virtual std::string device_name() const { return name(); }  // e.g. the GPU's model
 
-  // Memory. alloc returns zeroed memory; upload/download copy from/to host memory.
-  virtual void* alloc_bytes(size_t bytes) = 0;
-  virtual void release(void* p) = 0;
+  // Memory: the one tagged allocator. allocate returns zeroed memory and records it under its tag;
+  // release forgets it. upload/download copy from/to host memory.
+  void* allocate(size_t bytes, MemTag tag) {
+    void* p = device_alloc(bytes);
+    live_[p] = {bytes, tag};
+    mem_.current[size_t(tag)] += bytes;
+    if ((mem_.total += bytes) > mem_.peak) mem_.peak = mem_.total, mem_.at_peak = mem_.current;
+    return p;
+  }
+  void release(void* p) {
+    auto it = live_.find(p);
+    if (it == live_.end()) return;
+    mem_.current[size_t(it->second.second)] -= it->second.first;
+    mem_.total -= it->second.first;
+    live_.erase(it);
+    device_free(p);
+  }
+  const MemoryStats& memory() const { return mem_; }
+  void reset_peak() { mem_.peak = mem_.total, mem_.at_peak = mem_.current; }
+
   virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;  // within the backend
@@ -58,17 +89,30 @@ template <typename T> class Backend {
   virtual void scale(T* x, size_t n, double s) = 0;
   virtual void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s) = 0;
 
+  // Timing: mark() records a point in the backend's work (a CUDA event, or the host clock on
+  // the CPU); elapsed_ms waits for the later mark and returns the time between the two.
+  virtual int mark() = 0;
+  virtual double elapsed_ms(int from, int to) = 0;
+  virtual void clear_marks() = 0;
+
   // Typed helpers.
-  T* alloc(size_t n) { return static_cast<T*>(alloc_bytes(n * sizeof(T))); }
   void upload(T* dst, const T* src, size_t n) { upload_bytes(dst, src, n * sizeof(T)); }
   void download(T* dst, const T* src, size_t n) { download_bytes(dst, src, n * sizeof(T)); }
+
+ protected:
+  virtual void* device_alloc(size_t bytes) = 0;  // zeroed
+  virtual void device_free(void* p) = 0;
+
+ private:
+  std::map<void*, std::pair<size_t, MemTag>> live_;
+  MemoryStats mem_;
 };
 
 // A backend allocation that frees itself.
 template <typename T, typename E = T> class BackendArray {
  public:
-  BackendArray(Backend<T>& be, size_t n)
-      : be_(&be), p_(static_cast<E*>(be.alloc_bytes(n * sizeof(E)))), n_(n) {}
+  BackendArray(Backend<T>& be, size_t n, MemTag tag)
+      : be_(&be), p_(static_cast<E*>(be.allocate(n * sizeof(E), tag))), n_(n) {}
   BackendArray(const BackendArray&) = delete;
   BackendArray& operator=(const BackendArray&) = delete;
   ~BackendArray() { be_->release(p_); }

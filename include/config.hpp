@@ -13,7 +13,7 @@ namespace lmt {
 
 struct Config {
   struct Run {
-    std::string mode = "train";   // train
+    std::string mode = "train";   // train | bench
     std::string device = "auto";  // auto | cpu | cuda
     int64_t seed = 0;
   } run;
@@ -40,6 +40,10 @@ struct Config {
     std::string path = "";
     int64_t synthetic_successors = 4;  // next-token choices per token in the Markov chain
   } data;
+  struct Bench {
+    int64_t warmup = 5, steps = 20;
+    double peak_tflops = 989.0;  // for MFU: H100/H200 dense bf16
+  } bench;
   struct Ddp {
     std::string strategy = "flat";  // flat
     double bucket_mb = 25.0;

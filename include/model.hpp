@@ -25,7 +25,13 @@ template <typename T> class Model {
   // Forward over host inputs/targets [B*T]; returns the mean loss (read back from the backend)
   // and keeps what backward needs. The loss gradient is scaled by 1/(B*T*grad_divisor): with
   // grad_divisor = world size, summing gradients across ranks averages over the global batch.
-  double forward(const int32_t* inputs, const int32_t* targets, double grad_divisor = 1);
+  double forward(const int32_t* inputs, const int32_t* targets, double grad_divisor = 1) {
+    forward_pass(inputs, targets, grad_divisor);
+    return loss();
+  }
+  // The same without reading the loss back: no synchronisation with a device backend.
+  void forward_pass(const int32_t* inputs, const int32_t* targets, double grad_divisor = 1);
+  double loss() { return be.sum(row_loss_, size_t(B * T_)) / double(B * T_); }
   // Gradients of the last forward into `grads` (overwritten), calling sync.ready() per group.
   void backward(GradSync* sync = nullptr);
 
@@ -61,7 +67,10 @@ template <typename T> class Model {
   std::vector<T*> x_;  // residual stream entering layer l; x_[L] enters the final norm
   T *rstdf_, *hf_, *logits_, *dlogits_, *row_loss_;
   T *dx_, *dh_, *dtmp_, *datt_, *dqkv_, *dg_, *da1_, *da3_;  // backward scratch
-  std::unique_ptr<BackendArray<T>> arena_;
+  // One allocation for all the pointers in `plan`, which it sets.
+  std::unique_ptr<BackendArray<T>> carve(std::vector<std::pair<T**, int64_t>>& plan, MemTag tag);
+
+  std::unique_ptr<BackendArray<T>> activations_, scratch_;
   BackendArray<T, int32_t> inputs_, targets_;
 };
 

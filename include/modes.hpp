@@ -1,10 +1,20 @@
 // One function per run.mode; main() parses, starts the runtime and calls one of these.
 #pragma once
+#include <memory>
+
+#include "backend.hpp"
 #include "config.hpp"
 #include "runtime.hpp"
 
 namespace lmt {
 
-int run_train(const CommandLine& cl, const Runtime& rt);
+// device: what resolve_device() chose, the same on every rank.
+int run_train(const CommandLine& cl, const Runtime& rt, const std::string& device);
+int run_bench(const CommandLine& cl, const Runtime& rt, const std::string& device);
+
+// The backend for `device` (on "cuda": this rank's GPU, selected first). Collective: a refusal
+// on any rank stops every rank with exit code 2.
+template <typename T>
+std::unique_ptr<Backend<T>> make_backend(const std::string& device, const Runtime& rt);
 
 }  // namespace lmt

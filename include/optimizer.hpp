@@ -15,7 +15,8 @@ template <typename T> struct AdamW {
   BackendArray<T> m, v;  // same offsets as the flat parameter buffer, in the backend's memory
   int64_t t = 0;         // steps taken
 
-  AdamW(Backend<T>& be, size_t n) : m(be, n), v(be, n), be_(be) {}
+  AdamW(Backend<T>& be, size_t n)
+      : m(be, n, MemTag::optimizer), v(be, n, MemTag::optimizer), be_(be) {}
   void step(T* params, const T* grads, double lr, const Config::Optim& o) {
     be_.adamw(params, grads, m.data(), v.data(), m.size(),
               AdamWStep{lr, o.beta1, o.beta2, o.eps, o.weight_decay, ++t});

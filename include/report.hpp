@@ -26,7 +26,14 @@ void check_csv(const std::string& path, const std::vector<std::string>& header);
 // temporary name and renamed, so a killed run leaves the old file whole.
 void append_csv(const std::string& path, const CsvRow& row);
 
+// Summary of repeated timings.
+struct Stats {
+  double mean = 0, std = 0, median = 0, min = 0, max = 0;
+};
+Stats summarize(std::vector<double> samples);
+
 std::string human_count(double x);        // 12.3k, 4.56M
+std::string human_bytes(double bytes);    // 12.3 MiB, 4.56 GiB
 std::string duration(double seconds);     // 0:42, 1:02:03
 
 }  // namespace lmt

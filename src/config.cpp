@@ -137,7 +137,8 @@ const ConfigField* find_field(const std::vector<ConfigField>& fields, const std:
 std::vector<ConfigField> config_fields(Config& c) {
   auto& r = c.run; auto& m = c.model; auto& t = c.train; auto& o = c.optim; auto& d = c.data;
   return {
-      str_field("run", "mode", &r.mode, {"train"}, "what the run does"),
+      str_field("run", "mode", &r.mode, {"train", "bench"},
+                "train, or bench: time forward, forward+backward and the full step"),
       str_field("run", "device", &r.device, {"auto", "cpu", "cuda"},
                 "backend; auto is cpu until the CUDA backend lands"),
       int_field("run", "seed", &r.seed, 0, "seed of parameter init and every data stream"),
@@ -177,7 +178,13 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "next-token choices per token in the synthetic Markov chain"),
       str_field("ddp", "strategy", &c.ddp.strategy, {"flat"},
                 "gradient synchronisation across ranks"),
-      real_field("ddp", "bucket_mb", &c.ddp.bucket_mb, 0, true, kBig, "bucket size of the bucketed strategy (not in this build yet)"),
+      real_field("ddp", "bucket_mb", &c.ddp.bucket_mb, 0, true, kBig,
+                 "bucket size of the bucketed strategy (not in this build yet)"),
+      int_field("bench", "warmup", &c.bench.warmup, 0,
+                "untimed repetitions before timing (0 shows what warm-up hides)"),
+      int_field("bench", "steps", &c.bench.steps, 1, "timed repetitions of each measurement"),
+      real_field("bench", "peak_tflops", &c.bench.peak_tflops, 0, true, kBig,
+                 "the GPU's peak at this precision, for MFU (989: H100/H200 dense bf16)"),
   };
 }
 
@@ -209,7 +216,7 @@ void load_config_file(Config& c, const std::string& path) {
     std::string at = where(node.source(), path);
     if (!node.is_table())
       throw UsageError(strf("%s: %s is not a [section]: keys live in [run], [model], [train], "
-                            "[optim], [data], [ddp]", at.c_str(), std::string(sec.str()).c_str()));
+                            "[optim], [data], [ddp], [bench]", at.c_str(), std::string(sec.str()).c_str()));
     for (auto&& [key, v] : *node.as_table()) {
       std::string name = std::string(sec.str()) + "." + std::string(key.str());
       std::string vat = where(v.source(), path);

@@ -7,8 +7,9 @@ namespace lmt {
 template <typename T>
 Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int64_t seq_len)
     : be(backend), cfg(c), B(batch), T_(seq_len), precision(parse_precision(c.precision)),
-      layout(ParamLayout::build(c)), params_(be, layout.total), grads_(be, layout.total),
-      inputs_(be, size_t(B * seq_len)), targets_(be, size_t(B * seq_len)) {
+      layout(ParamLayout::build(c)), params_(be, layout.total, MemTag::params),
+      grads_(be, layout.total, MemTag::grads), inputs_(be, size_t(B * seq_len), MemTag::activations),
+      targets_(be, size_t(B * seq_len), MemTag::activations) {
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
   for (int64_t l = 0; l < L; ++l) {
@@ -18,31 +19,41 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
                         off("attn.output_proj.weight"), off("ln2.weight"), off("ffn.w1.weight"),
                         off("ffn.w3.weight"), off("ffn.w2.weight")});
   }
-  // Size the arena first, then hand out pointers in the same order.
-  std::vector<std::pair<T**, int64_t>> plan;
+  // Two arenas: what forward saves for backward (activations), and backward's scratch
+  // (workspace). Each is sized first, then its pointers are handed out in the same order.
+  std::vector<std::pair<T**, int64_t>> saved, scratch;
   x_.resize(size_t(L + 1));
   acts_.resize(size_t(L));
-  for (int64_t l = 0; l <= L; ++l) plan.push_back({&x_[size_t(l)], n * d});
+  for (int64_t l = 0; l <= L; ++l) saved.push_back({&x_[size_t(l)], n * d});
   for (auto& a : acts_) {
     for (auto [ptr, size] : {std::pair{&a.rstd1, n}, {&a.h1, n * d}, {&a.qkv, 3 * n * d},
                              {&a.probs, B * H * T_ * T_}, {&a.att, n * d}, {&a.x_mid, n * d},
                              {&a.rstd2, n}, {&a.h2, n * d}, {&a.a1, n * f}, {&a.a3, n * f},
                              {&a.g, n * f}})
-      plan.push_back({ptr, size});
+      saved.push_back({ptr, size});
   }
   for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, n * d}, {&logits_, n * V},
-                           {&dlogits_, n * V}, {&row_loss_, n}, {&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d},
-                           {&datt_, n * d}, {&dqkv_, 3 * n * d}, {&dg_, n * f}, {&da1_, n * f},
-                           {&da3_, n * f}})
-    plan.push_back({ptr, size});
+                           {&dlogits_, n * V}, {&row_loss_, n}})
+    saved.push_back({ptr, size});
+  for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d}, {&datt_, n * d},
+                           {&dqkv_, 3 * n * d}, {&dg_, n * f}, {&da1_, n * f}, {&da3_, n * f}})
+    scratch.push_back({ptr, size});
+  activations_ = carve(saved, MemTag::activations);
+  scratch_ = carve(scratch, MemTag::workspace);
+}
+
+template <typename T>
+std::unique_ptr<BackendArray<T>> Model<T>::carve(std::vector<std::pair<T**, int64_t>>& plan,
+                                                 MemTag tag) {
   size_t total = 0;
   for (auto& [ptr, size] : plan) total += size_t(size);
-  arena_ = std::make_unique<BackendArray<T>>(be, total);
+  auto arena = std::make_unique<BackendArray<T>>(be, total, tag);
   total = 0;
   for (auto& [ptr, size] : plan) {
-    *ptr = arena_->data() + total;
+    *ptr = arena->data() + total;
     total += size_t(size);
   }
+  return arena;
 }
 
 template <typename T> void Model<T>::init_params(uint64_t seed) {
@@ -67,7 +78,7 @@ template <typename T> void Model<T>::init_params(uint64_t seed) {
 }
 
 template <typename T>
-double Model<T>::forward(const int32_t* inputs, const int32_t* targets, double grad_divisor) {
+void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, double grad_divisor) {
   const int64_t n = B * T_, d = cfg.d_model, f = cfg.d_ff, V = cfg.vocab_size;
   const int64_t H = cfg.num_heads, dh = cfg.head_dim();
   const T* P = params_.data();
@@ -96,7 +107,6 @@ double Model<T>::forward(const int32_t* inputs, const int32_t* targets, double g
   be.linear_fwd(hf_, P + layout.get("lm_head.weight").offset, logits_, n, V, d, precision);
   be.cross_entropy(logits_, targets_.data(), dlogits_, row_loss_, n, V,
                    1.0 / (double(n) * grad_divisor));
-  return be.sum(row_loss_, size_t(n)) / double(n);
 }
 
 template <typename T> void Model<T>::backward(GradSync* sync) {

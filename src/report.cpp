@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -79,6 +80,25 @@ void append_csv(const std::string& path, const CsvRow& row) {
   }
   if (rename(tmp.c_str(), path.c_str()) != 0)
     LMT_FATAL(strf("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), strerror(errno)));
+}
+
+Stats summarize(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  s.min = v.front(), s.max = v.back();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  for (double x : v) s.mean += x / double(n);
+  for (double x : v) s.std += (x - s.mean) * (x - s.mean);
+  s.std = n > 1 ? std::sqrt(s.std / double(n - 1)) : 0.0;
+  return s;
+}
+
+std::string human_bytes(double b) {
+  if (b >= double(1ull << 30)) return strf("%.2f GiB", b / double(1ull << 30));
+  if (b >= double(1ull << 20)) return strf("%.1f MiB", b / double(1ull << 20));
+  return strf("%.1f KiB", b / 1024.0);
 }
 
 std::string human_count(double x) {

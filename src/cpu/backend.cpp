@@ -1,4 +1,5 @@
 // The CPU backend: host memory and the reference loops.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -6,18 +7,14 @@
 #include "backend.hpp"
 #include "check.hpp"
 
+#include <vector>
+
 namespace lmt {
 namespace {
 
 template <typename T> class CpuBackend : public Backend<T> {
  public:
   const char* name() const override { return "cpu"; }
-  void* alloc_bytes(size_t bytes) override {
-    void* p = std::calloc(bytes ? bytes : 1, 1);
-    if (!p) throw UsageError(strf("out of host memory: %zu bytes requested", bytes));
-    return p;
-  }
-  void release(void* p) override { std::free(p); }
   void upload_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
   void download_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
   void copy_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
@@ -84,9 +81,34 @@ template <typename T> class CpuBackend : public Backend<T> {
   void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s) override {
     cpu::adamw(p, g, m, v, n, s);
   }
+
+  int mark() override {
+    marks_.push_back(std::chrono::steady_clock::now());
+    return int(marks_.size() - 1);
+  }
+  double elapsed_ms(int from, int to) override {
+    return std::chrono::duration<double, std::milli>(marks_[size_t(to)] - marks_[size_t(from)]).count();
+  }
+  void clear_marks() override { marks_.clear(); }
+
+ protected:
+  void* device_alloc(size_t bytes) override {
+    void* p = std::calloc(bytes ? bytes : 1, 1);
+    if (!p) throw UsageError(strf("out of host memory: %zu bytes requested", bytes));
+    return p;
+  }
+  void device_free(void* p) override { std::free(p); }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 
 }  // namespace
+
+const char* mem_tag_name(MemTag t) {
+  static const char* names[] = {"params", "grads", "optimizer", "activations", "workspace"};
+  return names[size_t(t)];
+}
 
 template <typename T> std::unique_ptr<Backend<T>> make_cpu_backend() {
   return std::make_unique<CpuBackend<T>>();

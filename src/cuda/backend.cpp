@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 
 #include <cmath>
+#include <vector>
 
 #include "backend.hpp"
 #include "cuda_kernels.hpp"
@@ -22,17 +23,43 @@ class CudaBackend : public Backend<float> {
     cublasStatus_t st = cublasCreate(&cublas_);
     if (st != CUBLAS_STATUS_SUCCESS) LMT_FATAL(std::string("cublasCreate failed: ") + cublasGetStatusString(st));
     cublasSetStream(cublas_, stream_);
-    partials_ = static_cast<double*>(alloc_bytes((cuda::kSumPartials + 1) * sizeof(double)));
+    partials_ = static_cast<double*>(allocate((cuda::kSumPartials + 1) * sizeof(double), MemTag::workspace));
   }
   ~CudaBackend() override {
     release(partials_);
     release(workspace_);
+    for (auto e : events_) cudaEventDestroy(e);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "cuda"; }
+  std::string device_name() const override {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    return prop.name;
+  }
 
-  void* alloc_bytes(size_t bytes) override {
+  int mark() override {
+    if (next_mark_ == events_.size()) {
+      cudaEvent_t e;
+      CUDA_CHECK(cudaEventCreate(&e));
+      events_.push_back(e);
+    }
+    CUDA_CHECK(cudaEventRecord(events_[next_mark_], stream_));
+    return int(next_mark_++);
+  }
+  double elapsed_ms(int from, int to) override {
+    CUDA_CHECK(cudaEventSynchronize(events_[size_t(to)]));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, events_[size_t(from)], events_[size_t(to)]));
+    return ms;
+  }
+  void clear_marks() override { next_mark_ = 0; }
+
+ protected:
+  void* device_alloc(size_t bytes) override {
     void* p = nullptr;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
       cudaGetLastError();
@@ -45,9 +72,9 @@ class CudaBackend : public Backend<float> {
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
     return p;
   }
-  void release(void* p) override {
-    if (p) cudaFree(p);
-  }
+  void device_free(void* p) override { cudaFree(p); }
+
+ public:
   void upload_bytes(void* dst, const void* src, size_t b) override {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, b, cudaMemcpyHostToDevice, stream_));
   }
@@ -153,7 +180,7 @@ class CudaBackend : public Backend<float> {
     if (n > workspace_size_) {
       synchronize();
       release(workspace_);
-      workspace_ = static_cast<float*>(alloc_bytes(n * sizeof(float)));
+      workspace_ = static_cast<float*>(allocate(n * sizeof(float), MemTag::workspace));
       workspace_size_ = n;
     }
     return workspace_;
@@ -164,6 +191,8 @@ class CudaBackend : public Backend<float> {
   double* partials_ = nullptr;
   float* workspace_ = nullptr;
   size_t workspace_size_ = 0;
+  std::vector<cudaEvent_t> events_;  // reused: mark() takes the next one
+  size_t next_mark_ = 0;
 };
 
 }  // namespace

@@ -5,13 +5,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 #include <cstdio>
 
 #include "checkpoint.hpp"
 #include "comm.hpp"
 #include "data.hpp"
-#include "gpu.hpp"
 #include "grad_sync.hpp"
 #include "model.hpp"
 #include "modes.hpp"
@@ -39,27 +37,12 @@ void make_dir(const std::string& dir) {
   }
 }
 
-template <typename T>
-std::unique_ptr<Backend<T>> make_backend(const std::string& device, const Runtime& rt) {
-#ifdef LMTRAIN_CUDA
-  if constexpr (std::is_same_v<T, float>)
-    if (device == "cuda") {
-      select_gpu(rt);
-      return make_cuda_backend();
-    }
-#endif
-  (void)rt;
-  LMT_ASSERT(device == "cpu", "no " + device + " backend for this precision");
-  return make_cpu_backend<T>();
-}
-
 template <typename T> int train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   const Config& c = cl.config;
   const int64_t B = c.train.batch_size, T_ = c.model.context_length, steps = c.train.steps;
   std::unique_ptr<TokenSource> source;
   std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD);
-  std::unique_ptr<Backend<T>> backend;
-  agree(rt, [&] { backend = make_backend<T>(device, rt); });
+  std::unique_ptr<Backend<T>> backend = make_backend<T>(device, rt);
   std::unique_ptr<Model<T>> model_ptr;
   agree(rt, [&] { model_ptr = std::make_unique<Model<T>>(*backend, c.model, B, T_); });
   Model<T>& model = *model_ptr;
@@ -172,9 +155,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
 
 }  // namespace
 
-int run_train(const CommandLine& cl, const Runtime& rt) {
-  std::string device;
-  agree(rt, [&] { device = resolve_device(cl.config, rt); });
+int run_train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   if (cl.config.model.precision == "fp64") return train<double>(cl, rt, device);
   return train<float>(cl, rt, device);
 }

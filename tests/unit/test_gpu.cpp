@@ -29,7 +29,7 @@ struct Pair {
   // A device copy of host values (rounded to float: the reference sees the same inputs).
   float* up(const Vec& host) {
     std::vector<float> f(host.begin(), host.end());
-    arrays.push_back(std::make_unique<BackendArray<float>>(gpu, f.size()));
+    arrays.push_back(std::make_unique<BackendArray<float>>(gpu, f.size(), MemTag::workspace));
     gpu.upload(arrays.back()->data(), f.data(), f.size());
     return arrays.back()->data();
   }
@@ -136,7 +136,7 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     Vec out(n * d), dtable(V * d, 0.0);
     cpu::embedding_fwd(tok.data(), table.data(), out.data(), n, d);
     cpu::embedding_bwd(tok.data(), dout.data(), dtable.data(), n, d);
-    BackendArray<float, int32_t> gt(*gpu, size_t(n));
+    BackendArray<float, int32_t> gt(*gpu, size_t(n), MemTag::activations);
     gpu->upload_bytes(gt.data(), tok.data(), size_t(n) * 4);
     float *go = g.poisoned(n * d), *gdt = g.up(Vec(V * d, 0.0));
     gpu->embedding_fwd(gt.data(), g.up(table), go, n, d);
@@ -154,7 +154,7 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     Vec z = as_float(randn<double>(n * V, 3.0)), dz(n * V), rows(n);
     auto tg = lmt::test::rand_tokens(n, int32_t(V));
     cpu::cross_entropy(z.data(), tg.data(), dz.data(), rows.data(), n, V, 1.0 / n);
-    BackendArray<float, int32_t> gt(*gpu, size_t(n));
+    BackendArray<float, int32_t> gt(*gpu, size_t(n), MemTag::activations);
     gpu->upload_bytes(gt.data(), tg.data(), size_t(n) * 4);
     float *gdz = g.poisoned(n * V), *grows = g.poisoned(n);
     gpu->cross_entropy(g.up(z), gt.data(), gdz, grows, n, V, 1.0 / n);

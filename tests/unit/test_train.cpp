@@ -154,3 +154,21 @@ TEST_CASE("configs: every shipped config resolves and validates") {
     CHECK(r.code == 0);
   }
 }
+
+TEST_CASE("bench: times forward, forward+backward and the step; one CSV row with every statistic") {
+  TempDir dir;
+  std::string csv = dir.file("bench.csv");
+  auto r = run(std::string(lmt::test::lmtrain()) + kTiny +
+               " --set run.mode=bench --set bench.warmup=1 --set bench.steps=3 --csv " + csv);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  for (const char* line : {"forward ", "forward+backward", "step (with AdamW)", "step phases",
+                           "tokens/s", "memory allocated: params"})
+    CHECK(r.output.find(line) != std::string::npos);
+  std::ifstream f(csv);
+  std::string header, row;
+  std::getline(f, header), std::getline(f, row);
+  CHECK(header.find("fwd_ms_median,fwd_ms_min") != std::string::npos);
+  CHECK(header.find("step_ms_mean") != std::string::npos);
+  CHECK(std::count(row.begin(), row.end(), ',') == std::count(header.begin(), header.end(), ','));
+}

@@ -1,0 +1,30 @@
+// The backend a mode runs on.
+#include <type_traits>
+
+#include "gpu.hpp"
+#include "modes.hpp"
+
+namespace lmt {
+
+template <typename T>
+std::unique_ptr<Backend<T>> make_backend(const std::string& device, const Runtime& rt) {
+  std::unique_ptr<Backend<T>> be;
+  agree(rt, [&] {
+#ifdef LMTRAIN_CUDA
+    if constexpr (std::is_same_v<T, float>)
+      if (device == "cuda") {
+        select_gpu(rt);
+        be = make_cuda_backend();
+        return;
+      }
+#endif
+    if (device != "cpu") throw UsageError("no " + device + " backend for this precision");
+    be = make_cpu_backend<T>();
+  });
+  return be;
+}
+
+template std::unique_ptr<Backend<float>> make_backend(const std::string&, const Runtime&);
+template std::unique_ptr<Backend<double>> make_backend(const std::string&, const Runtime&);
+
+}  // namespace lmt

@@ -1,0 +1,157 @@
+// bench mode: times forward, forward+backward and the full training step (with AdamW) of one
+// model size, after `warmup` untimed repetitions, with the backend's timers (CUDA events on the
+// GPU); prints mean/std/median/min/max, the step's phases, tokens/s, MFU and memory by tag.
+//
+// FLOPs counted (matmuls only, attention over the full T x T it materialises):
+//   forward = 2 B T (L (4 d^2 + 3 d d_ff) + d V) + 4 L B T^2 d,   forward+backward = 3 x forward.
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "backend.hpp"
+#include "data.hpp"
+#include "gpu.hpp"
+#include "model.hpp"
+#include "modes.hpp"
+#include "optimizer.hpp"
+#include "report.hpp"
+
+namespace lmt {
+namespace {
+
+double forward_flops(const Config::Model& m, int64_t B, int64_t T) {
+  const double d = double(m.d_model), f = double(m.d_ff), L = double(m.num_layers);
+  return 2.0 * double(B * T) * (L * (4 * d * d + 3 * d * f) + d * double(m.vocab_size)) +
+         4.0 * L * double(B) * double(T) * double(T) * d;
+}
+
+// The CSV row of a bench run: every config field, then the metrics (filled at the end).
+CsvRow bench_columns(const Config& c) {
+  CsvRow row = config_columns(c);
+  for (auto name : {"device_used", "device_name"}) row.add(name, "");
+  for (auto m : {"fwd", "fwd_bwd", "step"})
+    for (auto stat : {"mean", "std", "median", "min", "max"}) row.add(strf("%s_ms_%s", m, stat), "");
+  for (auto name : {"tokens_per_s", "tflops", "mfu", "mem_total_bytes", "mem_forward_bytes"})
+    row.add(name, "");
+  return row;
+}
+
+// Runs `body` warmup + steps times between marks; returns the timed repetitions' milliseconds.
+// `phases` marks inside the body (if any) are returned per phase in `phase_ms`.
+template <typename T>
+std::vector<double> time_reps(Backend<T>& be, int64_t warmup, int64_t steps,
+                              const std::function<void(std::vector<int>&)>& body,
+                              std::vector<std::vector<double>>* phase_ms = nullptr) {
+  std::vector<std::pair<int, int>> spans;
+  std::vector<std::vector<int>> inner;
+  be.clear_marks();
+  for (int64_t i = 0; i < warmup + steps; ++i) {
+    std::vector<int> marks;
+    int a = be.mark();
+    body(marks);
+    int b = be.mark();
+    if (i >= warmup) spans.push_back({a, b}), inner.push_back(marks);
+  }
+  std::vector<double> ms;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    ms.push_back(be.elapsed_ms(spans[i].first, spans[i].second));
+    if (!phase_ms) continue;
+    std::vector<int> m = {spans[i].first};
+    m.insert(m.end(), inner[i].begin(), inner[i].end());
+    m.push_back(spans[i].second);
+    phase_ms->resize(m.size() - 1);
+    for (size_t p = 0; p + 1 < m.size(); ++p) (*phase_ms)[p].push_back(be.elapsed_ms(m[p], m[p + 1]));
+  }
+  return ms;
+}
+
+template <typename T>
+int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> backend) {
+  const Config& c = cl.config;
+  const int64_t B = c.train.batch_size, T_ = c.model.context_length;
+  Backend<T>& be = *backend;
+  std::unique_ptr<Model<T>> model_ptr;
+  std::unique_ptr<AdamW<T>> opt_ptr;
+  std::unique_ptr<TokenSource> source;
+  agree(rt, [&] {
+    if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, bench_columns(c).header);
+    source = make_token_source(c);
+    model_ptr = std::make_unique<Model<T>>(be, c.model, B, T_);
+    opt_ptr = std::make_unique<AdamW<T>>(be, model_ptr->layout.total);
+  });
+  Model<T>& model = *model_ptr;
+  AdamW<T>& opt = *opt_ptr;
+  model.init_params(uint64_t(c.run.seed));
+  Rng rng = data_rng(uint64_t(c.run.seed), rt.rank);
+  std::vector<int32_t> in(static_cast<size_t>(B * T_)), tg(static_cast<size_t>(B * T_));
+  source->sample(rng, B, T_, in.data(), tg.data());
+  const int64_t W = c.bench.warmup, S = c.bench.steps;
+
+  auto fwd = time_reps<T>(be, W, S, [&](std::vector<int>&) { model.forward_pass(in.data(), tg.data()); });
+  auto fwd_bwd = time_reps<T>(be, W, S, [&](std::vector<int>&) {
+    model.forward_pass(in.data(), tg.data());
+    model.backward();
+  });
+  std::vector<std::vector<double>> phases;
+  auto step = time_reps<T>(be, W, S, [&](std::vector<int>& marks) {
+    model.forward_pass(in.data(), tg.data());
+    marks.push_back(be.mark());
+    model.backward();
+    marks.push_back(be.mark());
+    opt.step(model.params(), model.grads(), c.optim.lr, c.optim);
+  }, &phases);
+  const double loss = model.loss();
+
+  Stats sf = summarize(fwd), sfb = summarize(fwd_bwd), ss = summarize(step);
+  const double flops = forward_flops(c.model, B, T_), tokens = double(B * T_);
+  const double step_tflops = 3 * flops / (ss.median * 1e-3) / 1e12;
+  const double mfu = step_tflops / c.bench.peak_tflops;
+  const MemoryStats& mem = be.memory();
+  auto tag = [&](MemTag t) { return double(mem.current[size_t(t)]); };
+  if (rt.is_root()) {
+    printf("== lmtrain bench: %s on %s, %s, batch %lld x context %lld, warm-up %lld, %lld timed ==\n",
+           human_count(double(model.layout.total)).c_str(), be.device_name().c_str(),
+           c.model.precision.c_str(), (long long)B, (long long)T_, (long long)W, (long long)S);
+    printf("%-22s %9s %9s %9s %9s %9s\n", "ms", "mean", "std", "median", "min", "max");
+    for (auto [name, st] : {std::pair{"forward", sf}, {"forward+backward", sfb}, {"step (with AdamW)", ss}})
+      printf("%-22s %9.3f %9.3f %9.3f %9.3f %9.3f\n", name, st.mean, st.std, st.median, st.min, st.max);
+    printf("step phases (median ms): forward %.3f, backward %.3f, optimizer %.3f\n",
+           summarize(phases[0]).median, summarize(phases[1]).median, summarize(phases[2]).median);
+    printf("step: %s tokens/s, %.1f TFLOP/s of model matmuls, MFU %.1f%% of %.0f TFLOP/s\n",
+           human_count(tokens / (ss.median * 1e-3)).c_str(), step_tflops, 100 * mfu,
+           c.bench.peak_tflops);
+    printf("memory allocated: params %s, grads %s, optimizer %s, activations %s, workspace %s; "
+           "total %s (forward alone needs params + activations = %s)\n",
+           human_bytes(tag(MemTag::params)).c_str(), human_bytes(tag(MemTag::grads)).c_str(),
+           human_bytes(tag(MemTag::optimizer)).c_str(), human_bytes(tag(MemTag::activations)).c_str(),
+           human_bytes(tag(MemTag::workspace)).c_str(), human_bytes(double(mem.peak)).c_str(),
+           human_bytes(tag(MemTag::params) + tag(MemTag::activations)).c_str());
+    printf("loss after the timed steps %.4f (finite: the steps computed something)\n", loss);
+    if (!cl.csv_path.empty()) {
+      CsvRow row = bench_columns(c);
+      row.set("device_used", be.name());
+      row.set("device_name", be.device_name());
+      for (auto [name, st] : {std::pair{"fwd", sf}, {"fwd_bwd", sfb}, {"step", ss}})
+        for (auto [stat, v] : {std::pair{"mean", st.mean}, {"std", st.std}, {"median", st.median},
+                               {"min", st.min}, {"max", st.max}})
+          row.set(strf("%s_ms_%s", name, stat), strf("%.4f", v));
+      row.set("tokens_per_s", strf("%.1f", tokens / (ss.median * 1e-3)));
+      row.set("tflops", strf("%.2f", step_tflops));
+      row.set("mfu", strf("%.4f", mfu));
+      row.set("mem_total_bytes", std::to_string(mem.peak));
+      row.set("mem_forward_bytes", strf("%.0f", tag(MemTag::params) + tag(MemTag::activations)));
+      append_csv(cl.csv_path, row);
+    }
+  }
+  return std::isfinite(loss) ? 0 : 1;
+}
+
+}  // namespace
+
+int run_bench(const CommandLine& cl, const Runtime& rt, const std::string& device) {
+  if (cl.config.model.precision == "fp64")
+    return bench<double>(cl, rt, make_backend<double>(device, rt));
+  return bench<float>(cl, rt, make_backend<float>(device, rt));
+}
+
+}  // namespace lmt
