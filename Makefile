@@ -16,7 +16,9 @@ NVCCFLAGS  := -std=c++20 -O3 -Iinclude $(CUDA_ARCHS) -MMD -MP $(addprefix -Xcomp
 # without it lmtrain is CPU-only and the GPU tests are skipped.
 ifneq ($(wildcard $(NVCC)),)
 CXXFLAGS   += -DLMTRAIN_CUDA -isystem $(CUDA_HOME)/include
-LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart
+CUPTI_LIB  := $(CUDA_HOME)/extras/CUPTI/lib64
+LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -L$(CUPTI_LIB) -Wl,-rpath,$(CUPTI_LIB) \
+              -lnccl -lcublas -lcupti -lcudart
 endif
 
 # Open MPI refuses root unless told; CI and the GPU machines run as root. --oversubscribe lets

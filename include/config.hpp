@@ -41,7 +41,7 @@ struct Config {
     int64_t synthetic_successors = 4;  // next-token choices per token in the Markov chain
   } data;
   struct Bench {
-    int64_t warmup = 5, steps = 20;
+    int64_t warmup = 5, steps = 20, kernels = 8;
     double peak_tflops = 989.0;  // for MFU: H100/H200 dense bf16
   } bench;
   struct Ddp {

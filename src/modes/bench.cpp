@@ -11,6 +11,7 @@
 #include "backend.hpp"
 #include "data.hpp"
 #include "gpu.hpp"
+#include "kernel_profile.hpp"
 #include "model.hpp"
 #include "modes.hpp"
 #include "optimizer.hpp"
@@ -102,6 +103,21 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   }, &phases);
   const double loss = model.loss();
 
+  // Kernel summary per phase, in untimed repetitions (CUPTI adds overhead).
+  std::vector<std::pair<const char*, std::vector<KernelStat>>> kernels;
+  if (c.bench.kernels > 0 && std::string(be.name()) == "cuda" && KernelProfile::available()) {
+    KernelProfile prof;
+    prof.start();
+    model.forward_pass(in.data(), tg.data());
+    kernels.push_back({"forward", prof.stop()});
+    prof.start();
+    model.backward();
+    kernels.push_back({"backward", prof.stop()});
+    prof.start();
+    opt.step(model.params(), model.grads(), c.optim.lr, c.optim);
+    kernels.push_back({"optimizer", prof.stop()});
+  }
+
   Stats sf = summarize(fwd), sfb = summarize(fwd_bwd), ss = summarize(step);
   const double flops = forward_flops(c.model, B, T_), tokens = double(B * T_);
   const double step_tflops = 3 * flops / (ss.median * 1e-3) / 1e12;
@@ -127,6 +143,15 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
            human_bytes(tag(MemTag::workspace)).c_str(), human_bytes(double(mem.peak)).c_str(),
            human_bytes(tag(MemTag::params) + tag(MemTag::activations)).c_str());
     printf("loss after the timed steps %.4f (finite: the steps computed something)\n", loss);
+    for (auto& [phase, list] : kernels) {
+      double total = 0;
+      for (auto& k : list) total += k.total_ms;
+      printf("\ntop kernels, %s (one pass, %.3f ms of kernels in all)\n", phase, total);
+      printf("  %8s %6s %6s  %s\n", "ms", "%", "calls", "kernel");
+      for (size_t i = 0; i < list.size() && i < size_t(c.bench.kernels); ++i)
+        printf("  %8.3f %5.1f%% %6lld  %s\n", list[i].total_ms, 100 * list[i].total_ms / total,
+               (long long)list[i].calls, list[i].name.c_str());
+    }
     if (!cl.csv_path.empty()) {
       CsvRow row = bench_columns(c);
       row.set("device_used", be.name());

@@ -1,0 +1,112 @@
+// CUPTI activity records of kernels (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL): CUPTI asks us for
+// buffers, fills them with one record per kernel (name, start, end), hands them back; we total
+// the durations by kernel name.
+#include "kernel_profile.hpp"
+
+#ifdef LMTRAIN_CUDA
+#include <cuda_runtime.h>
+#include <cupti.h>
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#include "check.hpp"
+
+#define CUPTI_CHECK(call)                                                 \
+  do {                                                                    \
+    CUptiResult cupti_rc_ = (call);                                       \
+    if (cupti_rc_ != CUPTI_SUCCESS) {                                     \
+      const char* msg = nullptr;                                          \
+      cuptiGetResultString(cupti_rc_, &msg);                              \
+      LMT_FATAL(std::string(#call) + " failed: " + (msg ? msg : "?"));   \
+    }                                                                     \
+  } while (0)
+
+namespace lmt {
+namespace {
+
+std::mutex g_mutex;
+std::map<std::string, KernelStat> g_stats;  // by mangled name, filled from CUPTI's thread
+
+std::string pretty(const char* mangled) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string s = status == 0 && d ? d : mangled;
+  std::free(d);
+  // Keep the function's name: drop the parameter list; long library names stay recognisable.
+  size_t paren = s.find('(');
+  if (paren != std::string::npos && paren > 0) s = s.substr(0, paren);
+  return s.size() > 90 ? s.substr(0, 87) + "..." : s;
+}
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *size = 8 << 20;
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, *size));
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* record = nullptr;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+    auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(record);
+    KernelStat& s = g_stats[k->name];
+    s.calls += 1;
+    s.total_ms += double(k->end - k->start) * 1e-6;
+  }
+  std::free(buffer);
+}
+
+}  // namespace
+
+bool KernelProfile::available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+void KernelProfile::start() {
+  static bool registered = false;
+  if (!registered) {
+    CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
+    registered = true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_stats.clear();
+  }
+  CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+}
+
+std::vector<KernelStat> KernelProfile::stop() {
+  cudaDeviceSynchronize();
+  CUPTI_CHECK(cuptiActivityFlushAll(1));
+  CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  std::map<std::string, KernelStat> merged;  // several mangled names can print alike
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    for (auto& [mangled, s] : g_stats) {
+      KernelStat& m = merged[pretty(mangled.c_str())];
+      m.calls += s.calls, m.total_ms += s.total_ms;
+    }
+  }
+  std::vector<KernelStat> out;
+  for (auto& [name, s] : merged) out.push_back({name, s.calls, s.total_ms});
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.total_ms > b.total_ms; });
+  return out;
+}
+
+}  // namespace lmt
+
+#else
+
+namespace lmt {
+bool KernelProfile::available() { return false; }
+void KernelProfile::start() {}
+std::vector<KernelStat> KernelProfile::stop() { return {}; }
+}  // namespace lmt
+
+#endif
