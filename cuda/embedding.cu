@@ -1,6 +1,7 @@
 // Token embedding. Forward: out[i, :] = table[tokens[i], :] (a row gather).
-// Backward: dtable[v, :] += sum over i with tokens[i] == v of dout[i, :], summed in position
-// order by one block per vocabulary row, so the result is deterministic (no atomics).
+// Backward: dtable[v, :] += sum over i with tokens[i] == v of dout[i, :]. `order` lists the
+// positions sorted by token (ties by position); the block that starts each run of one token sums
+// the run's rows in that order and adds once: deterministic, no atomics, O(n d) work.
 #include "common.cuh"
 #include "cuda_kernels.hpp"
 
@@ -13,15 +14,17 @@ __global__ void embedding_fwd_kernel(const int32_t* tokens, const float* table, 
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[blockIdx.x * d + c] = row[c];
 }
 
-__global__ void embedding_bwd_kernel(const int32_t* tokens, const float* dout, float* dtable,
-                                     int64_t n, int64_t d) {
-  const int32_t v = int32_t(blockIdx.x);
+__global__ void embedding_bwd_kernel(const int32_t* tokens, const int32_t* order,
+                                     const float* dout, float* dtable, int64_t n, int64_t d) {
+  const int64_t j = blockIdx.x;
+  const int32_t v = tokens[order[j]];
+  if (j > 0 && tokens[order[j - 1]] == v) return;  // not the start of v's run
+  int64_t end = j + 1;
+  while (end < n && tokens[order[end]] == v) ++end;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
     float acc = 0;
-    bool hit = false;
-    for (int64_t i = 0; i < n; ++i)
-      if (tokens[i] == v) acc += dout[i * d + c], hit = true;
-    if (hit) dtable[v * d + c] += acc;
+    for (int64_t k = j; k < end; ++k) acc += dout[int64_t(order[k]) * d + c];
+    dtable[int64_t(v) * d + c] += acc;
   }
 }
 
@@ -33,9 +36,9 @@ void embedding_fwd(const int32_t* tokens, const float* table, float* out, int64_
   CUDA_LAUNCH_CHECK();
 }
 
-void embedding_bwd(const int32_t* tokens, const float* dout, float* dtable, int64_t n, int64_t d,
-                   int64_t vocab, cudaStream_t s) {
-  embedding_bwd_kernel<<<unsigned(vocab), 256, 0, s>>>(tokens, dout, dtable, n, d);
+void embedding_bwd(const int32_t* tokens, const int32_t* order, const float* dout, float* dtable,
+                   int64_t n, int64_t d, cudaStream_t s) {
+  embedding_bwd_kernel<<<unsigned(n), 256, 0, s>>>(tokens, order, dout, dtable, n, d);
   CUDA_LAUNCH_CHECK();
 }
 

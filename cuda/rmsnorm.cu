@@ -1,7 +1,7 @@
 // RMSNorm over rows of length d: y = x * r * g, r = (mean(x^2) + eps)^(-1/2), statistics in fp32.
 // Backward, s = sum_j g_j dy_j x_j:  dx_i = r g_i dy_i - x_i r^3 s / d;  dg_i += sum_rows dy_i x_i r.
-// Forward and dx: one block per row. dg: one thread per column, rows summed in order
-// (deterministic).
+// Forward and dx: one block per row. dg: a 32 x 32 block per 32 columns; each of its 32 row
+// lanes sums every 32nd row, then the lanes are added in order (deterministic, no atomics).
 #include "common.cuh"
 #include "cuda_kernels.hpp"
 
@@ -35,11 +35,17 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* g, const float* r
 
 __global__ void rmsnorm_dg_kernel(const float* x, const float* rstd, const float* dy, float* dg,
                                   int64_t rows, int64_t d) {
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= d) return;
+  __shared__ float part[32][33];
+  const int64_t i = blockIdx.x * 32 + threadIdx.x;
   float acc = 0;
-  for (int64_t r = 0; r < rows; ++r) acc += dy[r * d + i] * x[r * d + i] * rstd[r];
-  dg[i] += acc;
+  if (i < d)
+    for (int64_t r = threadIdx.y; r < rows; r += 32) acc += dy[r * d + i] * x[r * d + i] * rstd[r];
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || i >= d) return;
+  float total = 0;
+  for (int k = 0; k < 32; ++k) total += part[k][threadIdx.x];
+  dg[i] += total;
 }
 
 }  // namespace
@@ -54,7 +60,7 @@ void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float*
                  float* dg, int64_t rows, int64_t d, cudaStream_t s) {
   rmsnorm_dx_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, g, rstd, dy, dx, d);
   CUDA_LAUNCH_CHECK();
-  rmsnorm_dg_kernel<<<blocks_for(d, 128), 128, 0, s>>>(x, rstd, dy, dg, rows, d);
+  rmsnorm_dg_kernel<<<blocks_for(d, 32), dim3(32, 32), 0, s>>>(x, rstd, dy, dg, rows, d);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -76,8 +76,9 @@ template <typename T> class Backend {
   virtual void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n) = 0;
   virtual void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n,
                              int64_t d) = 0;
-  virtual void embedding_bwd(const int32_t* tokens, const T* dout, T* dtable, int64_t n,
-                             int64_t d, int64_t vocab) = 0;
+  // order: cpu::token_order of tokens, in backend memory.
+  virtual void embedding_bwd(const int32_t* tokens, const int32_t* order, const T* dout,
+                             T* dtable, int64_t n, int64_t d) = 0;
   // row_loss[i] = loss of row i; dlogits as cpu::cross_entropy.
   virtual void cross_entropy(const T* logits, const int32_t* targets, T* dlogits, T* row_loss,
                              int64_t n, int64_t V, double grad_scale) = 0;

@@ -13,8 +13,8 @@ namespace lmt::cuda {
 
 void embedding_fwd(const int32_t* tokens, const float* table, float* out, int64_t n, int64_t d,
                    cudaStream_t s);
-void embedding_bwd(const int32_t* tokens, const float* dout, float* dtable, int64_t n, int64_t d,
-                   int64_t vocab, cudaStream_t s);
+void embedding_bwd(const int32_t* tokens, const int32_t* order, const float* dout, float* dtable,
+                   int64_t n, int64_t d, cudaStream_t s);
 void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t d,
                  double eps, cudaStream_t s);
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,

@@ -71,7 +71,8 @@ template <typename T> class Model {
   std::unique_ptr<BackendArray<T>> carve(std::vector<std::pair<T**, int64_t>>& plan, MemTag tag);
 
   std::unique_ptr<BackendArray<T>> activations_, scratch_;
-  BackendArray<T, int32_t> inputs_, targets_;
+  BackendArray<T, int32_t> inputs_, targets_, order_;
+  std::vector<int32_t> order_host_;
 };
 
 }  // namespace lmt

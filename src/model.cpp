@@ -9,7 +9,8 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
     : be(backend), cfg(c), B(batch), T_(seq_len), precision(parse_precision(c.precision)),
       layout(ParamLayout::build(c)), params_(be, layout.total, MemTag::params),
       grads_(be, layout.total, MemTag::grads), inputs_(be, size_t(B * seq_len), MemTag::activations),
-      targets_(be, size_t(B * seq_len), MemTag::activations) {
+      targets_(be, size_t(B * seq_len), MemTag::activations),
+      order_(be, size_t(B * seq_len), MemTag::activations), order_host_(size_t(B * seq_len)) {
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
   for (int64_t l = 0; l < L; ++l) {
@@ -84,6 +85,8 @@ void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, doubl
   const T* P = params_.data();
   be.upload_bytes(inputs_.data(), inputs, size_t(n) * sizeof(int32_t));
   be.upload_bytes(targets_.data(), targets, size_t(n) * sizeof(int32_t));
+  cpu::token_order(inputs, n, order_host_.data());  // for the embedding's backward
+  be.upload_bytes(order_.data(), order_host_.data(), size_t(n) * sizeof(int32_t));
   be.embedding_fwd(inputs_.data(), P + layout.get("token_embeddings.weight").offset, x_[0], n, d);
   for (size_t l = 0; l < acts_.size(); ++l) {
     const LayerWeights& w = weights_[l];
@@ -139,7 +142,8 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
     be.add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_[l]
     if (sync) sync->ready(ParamLayout::layer_group(L, l));
   }
-  be.embedding_bwd(inputs_.data(), dx_, G + layout.get("token_embeddings.weight").offset, n, d, V);
+  be.embedding_bwd(inputs_.data(), order_.data(), dx_,
+                   G + layout.get("token_embeddings.weight").offset, n, d);
   if (sync) {
     sync->ready(int(L + 1));
     sync->finish();

@@ -55,8 +55,8 @@ template <typename T> class CpuBackend : public Backend<T> {
   void embedding_fwd(const int32_t* tok, const T* table, T* out, int64_t n, int64_t d) override {
     cpu::embedding_fwd(tok, table, out, n, d);
   }
-  void embedding_bwd(const int32_t* tok, const T* dout, T* dtable, int64_t n, int64_t d,
-                     int64_t) override {
+  void embedding_bwd(const int32_t* tok, const int32_t*, const T* dout, T* dtable, int64_t n,
+                     int64_t d) override {
     cpu::embedding_bwd(tok, dout, dtable, n, d);
   }
   void cross_entropy(const T* logits, const int32_t* targets, T* dlogits, T* row_loss, int64_t n,

@@ -150,9 +150,9 @@ class CudaBackend : public Backend<float> {
                      int64_t d) override {
     cuda::embedding_fwd(tok, table, out, n, d, stream_);
   }
-  void embedding_bwd(const int32_t* tok, const float* dout, float* dtable, int64_t n, int64_t d,
-                     int64_t vocab) override {
-    cuda::embedding_bwd(tok, dout, dtable, n, d, vocab, stream_);
+  void embedding_bwd(const int32_t* tok, const int32_t* order, const float* dout, float* dtable,
+                     int64_t n, int64_t d) override {
+    cuda::embedding_bwd(tok, order, dout, dtable, n, d, stream_);
   }
   void cross_entropy(const float* logits, const int32_t* targets, float* dlogits,
                      float* row_loss, int64_t n, int64_t V, double grad_scale) override {

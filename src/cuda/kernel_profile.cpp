@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -36,7 +37,9 @@ std::string pretty(const char* mangled) {
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string s = status == 0 && d ? d : mangled;
   std::free(d);
-  // Keep the function's name: drop the parameter list; long library names stay recognisable.
+  // Keep the function's name: drop namespaces of ours and the parameter list.
+  for (const char* noise : {"(anonymous namespace)::", "lmt::cuda::", "void "})
+    for (size_t at; (at = s.find(noise)) != std::string::npos;) s.erase(at, strlen(noise));
   size_t paren = s.find('(');
   if (paren != std::string::npos && paren > 0) s = s.substr(0, paren);
   return s.size() > 90 ? s.substr(0, 87) + "..." : s;

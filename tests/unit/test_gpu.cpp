@@ -136,17 +136,20 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     Vec out(n * d), dtable(V * d, 0.0);
     cpu::embedding_fwd(tok.data(), table.data(), out.data(), n, d);
     cpu::embedding_bwd(tok.data(), dout.data(), dtable.data(), n, d);
-    BackendArray<float, int32_t> gt(*gpu, size_t(n), MemTag::activations);
+    BackendArray<float, int32_t> gt(*gpu, size_t(n), MemTag::activations), go_(*gpu, size_t(n), MemTag::activations);
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    cpu::token_order(tok.data(), n, order.data());
     gpu->upload_bytes(gt.data(), tok.data(), size_t(n) * 4);
+    gpu->upload_bytes(go_.data(), order.data(), size_t(n) * 4);
     float *go = g.poisoned(n * d), *gdt = g.up(Vec(V * d, 0.0));
     gpu->embedding_fwd(gt.data(), g.up(table), go, n, d);
     float* gdo = g.up(dout);
-    gpu->embedding_bwd(gt.data(), gdo, gdt, n, d, V);
+    gpu->embedding_bwd(gt.data(), go_.data(), gdo, gdt, n, d);
     CHECK(rel_err(g.down(go, n * d), out) == 0.0);
     Vec first = g.down(gdt, V * d);
     CHECK(rel_err(first, dtable) < 2e-6);
     gpu->zero_bytes(gdt, size_t(V * d) * 4);
-    gpu->embedding_bwd(gt.data(), gdo, gdt, n, d, V);
+    gpu->embedding_bwd(gt.data(), go_.data(), gdo, gdt, n, d);
     CHECK(g.down(gdt, V * d) == first);  // bit-identical when repeated
   }
   SUBCASE("cross-entropy rows and gradient") {
