@@ -1,5 +1,7 @@
 #include "model.hpp"
 
+#include "check.hpp"
+#include "nvtx.hpp"
 #include "rng.hpp"
 
 namespace lmt {
@@ -83,12 +85,14 @@ void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, doubl
   const int64_t n = B * T_, d = cfg.d_model, f = cfg.d_ff, V = cfg.vocab_size;
   const int64_t H = cfg.num_heads, dh = cfg.head_dim();
   const T* P = params_.data();
+  NvtxRange range("forward");
   be.upload_bytes(inputs_.data(), inputs, size_t(n) * sizeof(int32_t));
   be.upload_bytes(targets_.data(), targets, size_t(n) * sizeof(int32_t));
   cpu::token_order(inputs, n, order_host_.data());  // for the embedding's backward
   be.upload_bytes(order_.data(), order_host_.data(), size_t(n) * sizeof(int32_t));
   be.embedding_fwd(inputs_.data(), P + layout.get("token_embeddings.weight").offset, x_[0], n, d);
   for (size_t l = 0; l < acts_.size(); ++l) {
+    NvtxRange layer(strf("layer %zu", l).c_str());
     const LayerWeights& w = weights_[l];
     const LayerActs& a = acts_[l];
     be.rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps);
@@ -117,6 +121,7 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
   const int64_t H = cfg.num_heads, dh = cfg.head_dim(), L = cfg.num_layers;
   const T* P = params_.data();
   T* G = grads_.data();
+  NvtxRange range("backward");
   be.zero_bytes(G, layout.total * sizeof(T));
   if (sync) sync->begin_step();
   size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
@@ -124,6 +129,7 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
   be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d);
   if (sync) sync->ready(0);
   for (int64_t l = L - 1; l >= 0; --l) {  // dx_ holds the gradient of x_[l + 1]
+    NvtxRange layer(strf("layer %lld", (long long)l).c_str());
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
     be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision);

@@ -12,6 +12,7 @@
 #include "backend.hpp"
 #include "cuda_kernels.hpp"
 #include "gpu.hpp"
+#include "nvtx.hpp"
 
 namespace lmt {
 namespace {
@@ -113,12 +114,19 @@ class CudaBackend : public Backend<float> {
                      int64_t dh, Precision p) override {
     const int64_t d = H * dh, ld = 3 * d;
     const float scale = float(1.0 / std::sqrt(double(dh)));
-    for (int64_t b = 0; b < B; ++b) {  // S = scale * Q K^T, each head a batch entry
-      const float* q = qkv + b * T * ld;
-      cuda::gemm(cublas_, false, true, T, T, dh, scale, q, ld, dh, q + d, ld, dh, 0,
-                 probs + b * H * T * T, T, T * T, H, p);
+    {
+      NvtxRange r("attention scores matmul");
+      for (int64_t b = 0; b < B; ++b) {  // S = scale * Q K^T, each head a batch entry
+        const float* q = qkv + b * T * ld;
+        cuda::gemm(cublas_, false, true, T, T, dh, scale, q, ld, dh, q + d, ld, dh, 0,
+                   probs + b * H * T * T, T, T * T, H, p);
+      }
     }
-    cuda::softmax_causal_fwd(probs, B * H * T, T, stream_);
+    {
+      NvtxRange r("attention softmax");
+      cuda::softmax_causal_fwd(probs, B * H * T, T, stream_);
+    }
+    NvtxRange r("attention output matmul");
     for (int64_t b = 0; b < B; ++b)  // out = P V
       cuda::gemm(cublas_, false, false, T, dh, T, 1, probs + b * H * T * T, T, T * T,
                  qkv + b * T * ld + 2 * d, ld, dh, 0, out + b * T * d, d, dh, H, p);
@@ -128,6 +136,7 @@ class CudaBackend : public Backend<float> {
     const int64_t d = H * dh, ld = 3 * d;
     const float scale = float(1.0 / std::sqrt(double(dh)));
     float* dS = workspace(size_t(H * T * T));
+    NvtxRange r("attention backward");
     for (int64_t b = 0; b < B; ++b) {
       const float *q = qkv + b * T * ld, *k = q + d, *v = q + 2 * d;
       const float *P = probs + b * H * T * T, *dO = dout + b * T * d;

@@ -13,6 +13,7 @@
 #include "gpu.hpp"
 #include "kernel_profile.hpp"
 #include "model.hpp"
+#include "nvtx.hpp"
 #include "modes.hpp"
 #include "optimizer.hpp"
 #include "report.hpp"
@@ -99,6 +100,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     marks.push_back(be.mark());
     model.backward();
     marks.push_back(be.mark());
+    NvtxRange r("optimizer");
     opt.step(model.params(), model.grads(), c.optim.lr, c.optim);
   }, &phases);
   const double loss = model.loss();

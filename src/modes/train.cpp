@@ -12,6 +12,7 @@
 #include "data.hpp"
 #include "grad_sync.hpp"
 #include "model.hpp"
+#include "nvtx.hpp"
 #include "modes.hpp"
 #include "optimizer.hpp"
 #include "report.hpp"
@@ -93,9 +94,12 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     source->sample(rng, B, T_, inputs.data(), targets.data());
     interval_loss += model.forward(inputs.data(), targets.data(), rt.world);
     model.backward(sync.get());
-    double gnorm = clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
-    double lr = learning_rate(c.optim, step, steps);
-    opt.step(model.params(), model.grads(), lr, c.optim);
+    double gnorm, lr = learning_rate(c.optim, step, steps);
+    {
+      NvtxRange range("optimizer");
+      gnorm = clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
+      opt.step(model.params(), model.grads(), lr, c.optim);
+    }
     ++interval_steps;
 
     const bool last = step + 1 == steps;
