@@ -71,7 +71,7 @@ std::vector<ConfigField> config_fields(Config& c);
 // one line naming file:line, key, value and what was expected.
 struct CommandLine {
   Config config;
-  std::string csv_path;
+  std::string csv_path, trace_path;
   bool print_config = false, help = false;
 };
 CommandLine parse_command_line(const std::vector<std::string>& args);

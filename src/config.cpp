@@ -300,10 +300,11 @@ std::string usage_text() {
   Config c;
   std::string out =
       "usage: mpirun -np N build/lmtrain [--config FILE]... [--set section.key=value]...\n"
-      "                                  [--csv FILE] [--print-config] [--help]\n\n"
+      "                                  [--csv FILE] [--trace FILE] [--print-config] [--help]\n\n"
       "  --config FILE   TOML config; several allowed, later files win\n"
       "  --set K=V       override one key (V is TOML; a bare word is a string)\n"
       "  --csv FILE      append one row (every config field and metric) to FILE\n"
+      "  --trace FILE    bench mode: write a Chrome-trace JSON (Perfetto) of the timed steps\n"
       "  --print-config  print the resolved config and exit\n\nkeys (default, meaning):\n";
   for (auto& f : config_fields(c))
     out += strf("  %-28s %-12s %s\n", f.name().c_str(), f.to_string().c_str(), f.doc.c_str());
@@ -322,12 +323,16 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     if (a == "--config") load_config_file(cl.config, next(i));
     else if (a == "--set") overrides.push_back(next(i));
     else if (a == "--csv") cl.csv_path = next(i);
+    else if (a == "--trace") cl.trace_path = next(i);
     else if (a == "--print-config") cl.print_config = true;
     else if (a == "--help" || a == "-h") cl.help = true;
     else throw UsageError(strf("unknown argument '%s' (see --help)", a.c_str()));
   }
   for (auto& o : overrides) apply_override(cl.config, o);
   validate(cl.config);
+  if (!cl.trace_path.empty() && cl.config.run.mode != "bench")
+    throw UsageError(strf("--trace %s: only run.mode = \"bench\" writes a trace in this release",
+                          cl.trace_path.c_str()));
   return cl;
 }
 

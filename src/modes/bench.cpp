@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 
 #include "backend.hpp"
 #include "data.hpp"
@@ -17,6 +18,7 @@
 #include "modes.hpp"
 #include "optimizer.hpp"
 #include "report.hpp"
+#include "trace.hpp"
 
 namespace lmt {
 namespace {
@@ -39,11 +41,13 @@ CsvRow bench_columns(const Config& c) {
 }
 
 // Runs `body` warmup + steps times between marks; returns the timed repetitions' milliseconds.
-// `phases` marks inside the body (if any) are returned per phase in `phase_ms`.
+// `phases` marks inside the body (if any) are returned per phase in `phase_ms`, and the start of
+// each timed repetition (ms after the first) in `starts`.
 template <typename T>
 std::vector<double> time_reps(Backend<T>& be, int64_t warmup, int64_t steps,
                               const std::function<void(std::vector<int>&)>& body,
-                              std::vector<std::vector<double>>* phase_ms = nullptr) {
+                              std::vector<std::vector<double>>* phase_ms = nullptr,
+                              std::vector<double>* starts = nullptr) {
   std::vector<std::pair<int, int>> spans;
   std::vector<std::vector<int>> inner;
   be.clear_marks();
@@ -57,6 +61,7 @@ std::vector<double> time_reps(Backend<T>& be, int64_t warmup, int64_t steps,
   std::vector<double> ms;
   for (size_t i = 0; i < spans.size(); ++i) {
     ms.push_back(be.elapsed_ms(spans[i].first, spans[i].second));
+    if (starts) starts->push_back(be.elapsed_ms(spans[0].first, spans[i].first));
     if (!phase_ms) continue;
     std::vector<int> m = {spans[i].first};
     m.insert(m.end(), inner[i].begin(), inner[i].end());
@@ -65,6 +70,31 @@ std::vector<double> time_reps(Backend<T>& be, int64_t warmup, int64_t steps,
     for (size_t p = 0; p + 1 < m.size(); ++p) (*phase_ms)[p].push_back(be.elapsed_ms(m[p], m[p + 1]));
   }
   return ms;
+}
+
+// The timed steps as spans (one track per phase) and the allocated memory by tag as a counter
+// (constant over a step: nothing is allocated inside one).
+template <typename T>
+void write_trace(const std::string& path, const Backend<T>& be, const std::vector<double>& starts,
+                 const std::vector<std::vector<double>>& phases) {
+  ChromeTrace trace;
+  const char* names[] = {"forward", "backward", "optimizer"};
+  trace.name_track(0, "step");
+  double end = 0;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    double t = starts[i] * 1e3, total = 0;
+    for (size_t p = 0; p < phases.size(); ++p) {
+      trace.span(names[p], t, phases[p][i] * 1e3);
+      t += phases[p][i] * 1e3, total += phases[p][i] * 1e3;
+    }
+    end = starts[i] * 1e3 + total;
+  }
+  std::map<std::string, double> mib;
+  for (size_t t = 0; t < size_t(MemTag::count); ++t)
+    mib[mem_tag_name(MemTag(t))] = double(be.memory().current[t]) / double(1 << 20);
+  trace.counter("allocated MiB", 0, mib);
+  trace.counter("allocated MiB", end, mib);
+  trace.write(path);
 }
 
 template <typename T>
@@ -95,6 +125,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     model.backward();
   });
   std::vector<std::vector<double>> phases;
+  std::vector<double> starts;  // of each timed step, ms after the first
   auto step = time_reps<T>(be, W, S, [&](std::vector<int>& marks) {
     model.forward_pass(in.data(), tg.data());
     marks.push_back(be.mark());
@@ -102,8 +133,9 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     marks.push_back(be.mark());
     NvtxRange r("optimizer");
     opt.step(model.params(), model.grads(), c.optim.lr, c.optim);
-  }, &phases);
+  }, &phases, &starts);
   const double loss = model.loss();
+  if (!cl.trace_path.empty() && rt.is_root()) write_trace(cl.trace_path, be, starts, phases);
 
   // Kernel summary per phase, in untimed repetitions (CUPTI adds overhead).
   std::vector<std::pair<const char*, std::vector<KernelStat>>> kernels;

@@ -172,3 +172,20 @@ TEST_CASE("bench: times forward, forward+backward and the step; one CSV row with
   CHECK(header.find("step_ms_mean") != std::string::npos);
   CHECK(std::count(row.begin(), row.end(), ',') == std::count(header.begin(), header.end(), ','));
 }
+
+TEST_CASE("bench: --trace writes the timed steps' phases and a memory counter; train refuses it") {
+  TempDir dir;
+  std::string path = dir.file("trace.json");
+  auto r = run(std::string(lmt::test::lmtrain()) + kTiny +
+               " --set run.mode=bench --set bench.warmup=0 --set bench.steps=2 --trace " + path);
+  REQUIRE(r.code == 0);
+  std::ifstream f(path);
+  std::string text((std::istreambuf_iterator<char>(f)), {});
+  CHECK(text.rfind("{\"traceEvents\":[", 0) == 0);
+  for (const char* phase : {"\"forward\"", "\"backward\"", "\"optimizer\""})
+    CHECK(text.find(phase) != std::string::npos);
+  CHECK(text.find("\"allocated MiB\"") != std::string::npos);
+  auto train = run(std::string(lmt::test::lmtrain()) + kTiny + " --trace " + path);
+  CHECK(train.code == 2);
+  CHECK(train.output.find("only run.mode = \"bench\" writes a trace") != std::string::npos);
+}
