@@ -1,9 +1,10 @@
 // Matmuls through cuBLAS, row-major. cuBLAS is column-major, and a row-major X[r, c] with
 // leading dimension ld is the column-major X^T: so row-major C = op(A) op(B) is computed as the
 // column-major C^T = op(B)^T op(A)^T, i.e. cublasGemm(opB, opA, N, M, K, B, A, C).
-// Accumulation is fp32; the precision policy picks what tensor cores round the fp32 operands to:
-// fp32 -> none (CUBLAS_COMPUTE_32F), tf32 -> TF32, bf16 -> BF16.
+// Accumulation and C are fp32. Operands are fp32 (compute fp32, or TF32 tensor cores under the
+// tf32 policy) or bf16 (bf16 tensor cores; to_bf16 rounds fp32 to nearest even first).
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 
 #include <string>
 
@@ -11,18 +12,31 @@
 #include "cuda_kernels.hpp"
 
 namespace lmt::cuda {
+namespace {
+
+__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+}  // namespace
+
+void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s) {
+  to_bf16_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, static_cast<__nv_bfloat16*>(y), n);
+  CUDA_LAUNCH_CHECK();
+}
 
 void gemm(cublasHandle_t h, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-          float alpha, const float* A, int64_t lda, int64_t strideA, const float* B, int64_t ldb,
+          float alpha, const void* A, int64_t lda, int64_t strideA, const void* B, int64_t ldb,
           int64_t strideB, float beta, float* C, int64_t ldc, int64_t strideC, int64_t batch,
-          Precision p) {
-  cublasComputeType_t compute = p == Precision::bf16   ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                : p == Precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                                       : CUBLAS_COMPUTE_32F;
+          Operands ops) {
+  const cudaDataType in = ops == Operands::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cublasComputeType_t compute =
+      ops == Operands::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   cublasStatus_t st = cublasGemmStridedBatchedEx(
       h, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, int(N), int(M),
-      int(K), &alpha, B, CUDA_R_32F, int(ldb), strideB, A, CUDA_R_32F, int(lda), strideA, &beta, C,
-      CUDA_R_32F, int(ldc), strideC, int(batch), compute, CUBLAS_GEMM_DEFAULT);
+      int(K), &alpha, B, in, int(ldb), strideB, A, in, int(lda), strideA, &beta, C, CUDA_R_32F,
+      int(ldc), strideC, int(batch), compute, CUBLAS_GEMM_DEFAULT);
   if (st != CUBLAS_STATUS_SUCCESS)
     LMT_FATAL(std::string("cublasGemmStridedBatchedEx failed: ") + cublasGetStatusString(st));
 }

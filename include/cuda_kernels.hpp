@@ -39,11 +39,16 @@ void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWSt
 void sum(const float* x, size_t n, bool squares, double* partials, double* out, cudaStream_t s);
 constexpr int kSumPartials = 1024;  // blocks of the first pass: partials holds this many
 
+// What matmul operands are: fp32 (fp32 arithmetic), fp32 read by TF32 tensor cores, or bf16.
+enum class Operands { fp32, tf32, bf16 };
+
 // Row-major C[M,N] (+)= alpha * op(A) op(B), batched with strides, through cuBLAS with fp32
-// accumulation; the precision policy picks the tensor-core input rounding.
+// accumulation and fp32 C; A and B are float* or, for Operands::bf16, __nv_bfloat16*.
 void gemm(cublasHandle_t h, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-          float alpha, const float* A, int64_t lda, int64_t strideA, const float* B, int64_t ldb,
+          float alpha, const void* A, int64_t lda, int64_t strideA, const void* B, int64_t ldb,
           int64_t strideB, float beta, float* C, int64_t ldc, int64_t strideC, int64_t batch,
-          Precision p);
+          Operands ops);
+// y[0..n) = x rounded to bf16 (nearest even).
+void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s);
 
 }  // namespace lmt::cuda

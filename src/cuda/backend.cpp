@@ -1,7 +1,8 @@
 // The CUDA backend: device memory, one stream, our kernels (cuda/*.cu) and cuBLAS.
 //
 // Activations, parameters, gradients and optimizer state are fp32; the precision policy decides
-// how tensor cores round matmul operands (cuda/matmul.cu). Attention is the naive baseline:
+// what matmuls read: fp32, fp32 through TF32 tensor cores, or bf16 copies of both operands made
+// just before the matmul (bf16 tensor cores, fp32 accumulation). Attention is the naive baseline:
 // scores materialised by a batched matmul, a causal softmax kernel, a second matmul.
 #ifdef LMTRAIN_CUDA
 #include <cublas_v2.h>
@@ -29,6 +30,7 @@ class CudaBackend : public Backend<float> {
   ~CudaBackend() override {
     release(partials_);
     release(workspace_);
+    for (auto& [ptr, size] : bf16_) release(ptr);
     for (auto e : events_) cudaEventDestroy(e);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -91,12 +93,15 @@ class CudaBackend : public Backend<float> {
 
   void linear_fwd(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K,
                   Precision p) override {
-    cuda::gemm(cublas_, false, true, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1, p);
+    const void *X = operand(x, M * K, p, 0), *W = operand(w, N * K, p, 1);
+    cuda::gemm(cublas_, false, true, M, N, K, 1, X, K, 0, W, K, 0, 0, y, N, 0, 1, ops(p));
   }
   void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw,
                   int64_t M, int64_t N, int64_t K, Precision p) override {
-    cuda::gemm(cublas_, false, false, M, K, N, 1, dy, N, 0, w, K, 0, 0, dx, K, 0, 1, p);
-    cuda::gemm(cublas_, true, false, N, K, M, 1, dy, N, 0, x, K, 0, 1, dw, K, 0, 1, p);
+    const void *dY = operand(dy, M * N, p, 0), *W = operand(w, N * K, p, 1);
+    cuda::gemm(cublas_, false, false, M, K, N, 1, dY, N, 0, W, K, 0, 0, dx, K, 0, 1, ops(p));
+    const void* X = operand(x, M * K, p, 1);  // stream order: the matmul above has read slot 1
+    cuda::gemm(cublas_, true, false, N, K, M, 1, dY, N, 0, X, K, 0, 1, dw, K, 0, 1, ops(p));
   }
   void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows,
                    int64_t d, double eps) override {
@@ -114,22 +119,24 @@ class CudaBackend : public Backend<float> {
                      int64_t dh, Precision p) override {
     const int64_t d = H * dh, ld = 3 * d;
     const float scale = float(1.0 / std::sqrt(double(dh)));
+    const void* QKV = operand(qkv, B * T * ld, p, 0);
     {
       NvtxRange r("attention scores matmul");
-      for (int64_t b = 0; b < B; ++b) {  // S = scale * Q K^T, each head a batch entry
-        const float* q = qkv + b * T * ld;
-        cuda::gemm(cublas_, false, true, T, T, dh, scale, q, ld, dh, q + d, ld, dh, 0,
-                   probs + b * H * T * T, T, T * T, H, p);
-      }
+      for (int64_t b = 0; b < B; ++b)  // S = scale * Q K^T, each head a batch entry
+        cuda::gemm(cublas_, false, true, T, T, dh, scale, at(QKV, b * T * ld, p), ld, dh,
+                   at(QKV, b * T * ld + d, p), ld, dh, 0, probs + b * H * T * T, T, T * T, H,
+                   ops(p));
     }
     {
       NvtxRange r("attention softmax");
       cuda::softmax_causal_fwd(probs, B * H * T, T, stream_);
     }
     NvtxRange r("attention output matmul");
-    for (int64_t b = 0; b < B; ++b)  // out = P V
-      cuda::gemm(cublas_, false, false, T, dh, T, 1, probs + b * H * T * T, T, T * T,
-                 qkv + b * T * ld + 2 * d, ld, dh, 0, out + b * T * d, d, dh, H, p);
+    for (int64_t b = 0; b < B; ++b) {  // out = P V
+      const void* P = operand(probs + b * H * T * T, H * T * T, p, 1);
+      cuda::gemm(cublas_, false, false, T, dh, T, 1, P, T, T * T, at(QKV, b * T * ld + 2 * d, p),
+                 ld, dh, 0, out + b * T * d, d, dh, H, ops(p));
+    }
   }
   void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv,
                      int64_t B, int64_t T, int64_t H, int64_t dh, Precision p) override {
@@ -137,15 +144,19 @@ class CudaBackend : public Backend<float> {
     const float scale = float(1.0 / std::sqrt(double(dh)));
     float* dS = workspace(size_t(H * T * T));
     NvtxRange r("attention backward");
+    const void *QKV = operand(qkv, B * T * ld, p, 0), *DO = operand(dout, B * T * d, p, 1);
     for (int64_t b = 0; b < B; ++b) {
-      const float *q = qkv + b * T * ld, *k = q + d, *v = q + 2 * d;
-      const float *P = probs + b * H * T * T, *dO = dout + b * T * d;
+      const void *q = at(QKV, b * T * ld, p), *k = at(QKV, b * T * ld + d, p);
+      const void *v = at(QKV, b * T * ld + 2 * d, p), *dO = at(DO, b * T * d, p);
+      const float* Pf = probs + b * H * T * T;
       float *dq = dqkv + b * T * ld, *dk = dq + d, *dv = dq + 2 * d;
-      cuda::gemm(cublas_, false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H, p);
-      cuda::gemm(cublas_, true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H, p);
-      cuda::softmax_causal_bwd(P, dS, H * T, T, scale, stream_);
-      cuda::gemm(cublas_, false, false, T, dh, T, 1, dS, T, T * T, k, ld, dh, 0, dq, ld, dh, H, p);
-      cuda::gemm(cublas_, true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, p);
+      const void* P = operand(Pf, H * T * T, p, 2);
+      cuda::gemm(cublas_, false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H, ops(p));
+      cuda::gemm(cublas_, true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H, ops(p));
+      cuda::softmax_causal_bwd(Pf, dS, H * T, T, scale, stream_);
+      const void* DS = operand(dS, H * T * T, p, 3);
+      cuda::gemm(cublas_, false, false, T, dh, T, 1, DS, T, T * T, k, ld, dh, 0, dq, ld, dh, H, ops(p));
+      cuda::gemm(cublas_, true, false, T, dh, T, 1, DS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, ops(p));
     }
   }
   void swiglu_fwd(const float* a, const float* b, float* g, int64_t n) override {
@@ -178,6 +189,30 @@ class CudaBackend : public Backend<float> {
   }
 
  private:
+  static cuda::Operands ops(Precision p) {
+    return p == Precision::bf16   ? cuda::Operands::bf16
+           : p == Precision::tf32 ? cuda::Operands::tf32
+                                  : cuda::Operands::fp32;
+  }
+  // A matmul operand as policy p reads it: x itself, or (bf16) its bf16 copy in scratch `slot`.
+  const void* operand(const float* x, int64_t n, Precision p, size_t slot) {
+    if (p != Precision::bf16) return x;
+    if (slot >= bf16_.size()) bf16_.resize(slot + 1);
+    auto& [ptr, size] = bf16_[slot];
+    if (size_t(n) > size) {
+      synchronize();
+      release(ptr);
+      ptr = allocate(size_t(n) * 2, MemTag::workspace);
+      size = size_t(n);
+    }
+    cuda::to_bf16(x, ptr, n, stream_);
+    return ptr;
+  }
+  // Element `offset` of an operand (4-byte fp32 or 2-byte bf16 elements).
+  static const void* at(const void* base, int64_t offset, Precision p) {
+    return static_cast<const char*>(base) + offset * (p == Precision::bf16 ? 2 : 4);
+  }
+
   double reduce(const float* x, size_t n, bool squares) {
     cuda::sum(x, n, squares, partials_, partials_ + cuda::kSumPartials, stream_);
     double out = 0;
@@ -200,6 +235,7 @@ class CudaBackend : public Backend<float> {
   double* partials_ = nullptr;
   float* workspace_ = nullptr;
   size_t workspace_size_ = 0;
+  std::vector<std::pair<void*, size_t>> bf16_;  // bf16 operand copies: pointer, elements
   std::vector<cudaEvent_t> events_;  // reused: mark() takes the next one
   size_t next_mark_ = 0;
 };
