@@ -26,11 +26,12 @@ void swiglu_bwd(const float* a, const float* b, const float* dg, float* da, floa
                 cudaStream_t s);
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);
 void scale(float* x, int64_t n, float factor, cudaStream_t s);
-// Causal softmax over rows of scores [rows, T] (row r is query r % T), in place: P.
-void softmax_causal_fwd(float* scores, int64_t rows, int64_t T, cudaStream_t s);
-// dS = P * (dP - rowsum(P * dP)) * scale, in place over dP.
-void softmax_causal_bwd(const float* P, float* dP, int64_t rows, int64_t T, float scale,
-                        cudaStream_t s);
+// Causal softmax over rows of scores [rows, T] (row r is query r % T), in place: P; and, if
+// probs_bf16 is not null, P rounded to bf16 there.
+void softmax_causal_fwd(float* scores, void* probs_bf16, int64_t rows, int64_t T, cudaStream_t s);
+// dS = P * (dP - rowsum(P * dP)) * scale, in place over dP (and rounded to bf16 into dS_bf16).
+void softmax_causal_bwd(const float* P, float* dP, void* dS_bf16, int64_t rows, int64_t T,
+                        float scale, cudaStream_t s);
 void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss,
                    int64_t n, int64_t V, double grad_scale, cudaStream_t s);
 void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& step,

@@ -127,16 +127,17 @@ class CudaBackend : public Backend<float> {
                    at(QKV, b * T * ld + d, p), ld, dh, 0, probs + b * H * T * T, T, T * T, H,
                    ops(p));
     }
+    // Under bf16 the softmax also writes P in bf16 for the next matmul.
+    void* P16 = p == Precision::bf16 ? bf16_scratch(1, B * H * T * T) : nullptr;
+    const void* P = P16 ? P16 : probs;
     {
       NvtxRange r("attention softmax");
-      cuda::softmax_causal_fwd(probs, B * H * T, T, stream_);
+      cuda::softmax_causal_fwd(probs, P16, B * H * T, T, stream_);
     }
     NvtxRange r("attention output matmul");
-    for (int64_t b = 0; b < B; ++b) {  // out = P V
-      const void* P = operand(probs + b * H * T * T, H * T * T, p, 1);
-      cuda::gemm(cublas_, false, false, T, dh, T, 1, P, T, T * T, at(QKV, b * T * ld + 2 * d, p),
-                 ld, dh, 0, out + b * T * d, d, dh, H, ops(p));
-    }
+    for (int64_t b = 0; b < B; ++b)  // out = P V
+      cuda::gemm(cublas_, false, false, T, dh, T, 1, at(P, b * H * T * T, p), T, T * T,
+                 at(QKV, b * T * ld + 2 * d, p), ld, dh, 0, out + b * T * d, d, dh, H, ops(p));
   }
   void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv,
                      int64_t B, int64_t T, int64_t H, int64_t dh, Precision p) override {
@@ -153,8 +154,9 @@ class CudaBackend : public Backend<float> {
       const void* P = operand(Pf, H * T * T, p, 2);
       cuda::gemm(cublas_, false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H, ops(p));
       cuda::gemm(cublas_, true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H, ops(p));
-      cuda::softmax_causal_bwd(Pf, dS, H * T, T, scale, stream_);
-      const void* DS = operand(dS, H * T * T, p, 3);
+      void* dS16 = p == Precision::bf16 ? bf16_scratch(3, H * T * T) : nullptr;
+      cuda::softmax_causal_bwd(Pf, dS, dS16, H * T, T, scale, stream_);
+      const void* DS = dS16 ? dS16 : dS;
       cuda::gemm(cublas_, false, false, T, dh, T, 1, DS, T, T * T, k, ld, dh, 0, dq, ld, dh, H, ops(p));
       cuda::gemm(cublas_, true, false, T, dh, T, 1, DS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, ops(p));
     }
@@ -197,6 +199,12 @@ class CudaBackend : public Backend<float> {
   // A matmul operand as policy p reads it: x itself, or (bf16) its bf16 copy in scratch `slot`.
   const void* operand(const float* x, int64_t n, Precision p, size_t slot) {
     if (p != Precision::bf16) return x;
+    void* y = bf16_scratch(slot, n);
+    cuda::to_bf16(x, y, n, stream_);
+    return y;
+  }
+  // Scratch slot for n bf16 values; grows to the largest request and is kept.
+  void* bf16_scratch(size_t slot, int64_t n) {
     if (slot >= bf16_.size()) bf16_.resize(slot + 1);
     auto& [ptr, size] = bf16_[slot];
     if (size_t(n) > size) {
@@ -205,7 +213,6 @@ class CudaBackend : public Backend<float> {
       ptr = allocate(size_t(n) * 2, MemTag::workspace);
       size = size_t(n);
     }
-    cuda::to_bf16(x, ptr, n, stream_);
     return ptr;
   }
   // Element `offset` of an operand (4-byte fp32 or 2-byte bf16 elements).
