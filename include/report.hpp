@@ -35,5 +35,6 @@ Stats summarize(std::vector<double> samples);
 std::string human_count(double x);        // 12.3k, 4.56M
 std::string human_bytes(double bytes);    // 12.3 MiB, 4.56 GiB
 std::string duration(double seconds);     // 0:42, 1:02:03
+std::string utc_now();                    // 2026-11-22T16:05:00Z
 
 }  // namespace lmt

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -106,6 +107,13 @@ std::string human_count(double x) {
   if (x >= 1e6) return strf("%.2fM", x / 1e6);
   if (x >= 1e3) return strf("%.1fk", x / 1e3);
   return strf("%.0f", x);
+}
+
+std::string utc_now() {
+  time_t t = time(nullptr);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+  return buf;
 }
 
 std::string duration(double s) {

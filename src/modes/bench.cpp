@@ -32,7 +32,7 @@ double forward_flops(const Config::Model& m, int64_t B, int64_t T) {
 // The CSV row of a bench run: every config field, then the metrics (filled at the end).
 CsvRow bench_columns(const Config& c) {
   CsvRow row = config_columns(c);
-  for (auto name : {"device_used", "device_name"}) row.add(name, "");
+  for (auto name : {"date_utc", "device_used", "device_name"}) row.add(name, "");
   for (auto m : {"fwd", "fwd_bwd", "step"})
     for (auto stat : {"mean", "std", "median", "min", "max"}) row.add(strf("%s_ms_%s", m, stat), "");
   for (auto name : {"tokens_per_s", "tflops", "mfu", "mem_total_bytes", "mem_forward_bytes"})
@@ -188,6 +188,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     }
     if (!cl.csv_path.empty()) {
       CsvRow row = bench_columns(c);
+      row.set("date_utc", utc_now());
       row.set("device_used", be.name());
       row.set("device_name", be.device_name());
       for (auto [name, st] : {std::pair{"fwd", sf}, {"fwd_bwd", sfb}, {"step", ss}})

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Markdown table of ours vs PyTorch from the two bench CSVs (the latest row per shape).
+
+    scripts/bench_table.py results/bench_lmtrain.csv results/bench_torch.csv > results/bench.md
+"""
+import csv
+import sys
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def shape(d_model, layers, precision, context, batch):
+    return (int(d_model), int(layers), precision, int(context), int(batch))
+
+
+def main(ours_csv, torch_csv):
+    ours, torch = {}, {}
+    for r in rows(ours_csv):
+        key = shape(r["model.d_model"], r["model.num_layers"], r["model.precision"],
+                    r["model.context_length"], r["train.batch_size"])
+        ours[key] = r
+    for r in rows(torch_csv):
+        key = shape(r["d_model"], r["num_layers"], r["precision"], r["context_length"],
+                    r["batch_size"])
+        torch.setdefault(key, {})["compile" if r["compile"] in ("True", "1", "true") else "eager"] = r
+    print("| d_model x layers | precision | B x T | device | date | lmtrain step ms | "
+          "PyTorch eager ms | PyTorch compile ms | vs eager | vs compile | lmtrain fwd ms | "
+          "lmtrain MFU |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for key in sorted(ours):
+        o = ours[key]
+        t = torch.get(key, {})
+        ms = float(o["step_ms_median"])
+        eager = float(t["eager"]["step_ms_median"]) if "eager" in t else None
+        comp = float(t["compile"]["step_ms_median"]) if "compile" in t else None
+        fmt = lambda x: f"{x:.2f}" if x is not None else "n/a"
+        ratio = lambda x: f"{x / ms:.2f}x" if x is not None else "n/a"
+        print(f"| {key[0]} x {key[1]} | {key[2]} | {key[4]} x {key[3]} | {o['device_name']} | "
+              f"{o['date_utc'][:10]} | {ms:.2f} | {fmt(eager)} | {fmt(comp)} | {ratio(eager)} | "
+              f"{ratio(comp)} | {float(o['fwd_ms_median']):.2f} | {100 * float(o['mfu']):.1f}% |")
+    print("\nMedians of timed steps after warm-up (full step: forward, backward, AdamW), both "
+          "measured in the same call on the same GPU by scripts/bench_vs_torch.sh. "
+          "Ratios > 1 mean lmtrain is faster.")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
