@@ -97,8 +97,7 @@ void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, doubl
     const LayerActs& a = acts_[l];
     be.rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps);
     be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision);
-    be.rope(a.qkv, B, T_, H, dh, 3 * d, cfg.rope_theta, false);      // q
-    be.rope(a.qkv + d, B, T_, H, dh, 3 * d, cfg.rope_theta, false);  // k
+    be.rope(a.qkv, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, false);  // q and k: 2H heads
     be.attention_fwd(a.qkv, a.att, a.probs, B, T_, H, dh, precision);
     be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision);
     be.add_inplace(a.x_mid, x_[l], n * d);
@@ -141,8 +140,7 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
     be.add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_mid
     be.linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision);
     be.attention_bwd(a.qkv, a.probs, datt_, dqkv_, B, T_, H, dh, precision);
-    be.rope(dqkv_, B, T_, H, dh, 3 * d, cfg.rope_theta, true);
-    be.rope(dqkv_ + d, B, T_, H, dh, 3 * d, cfg.rope_theta, true);
+    be.rope(dqkv_, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true);
     be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision);
     be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dtmp_, G + w.ln1, n, d);
     be.add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_[l]

@@ -8,6 +8,7 @@
 #include <cublas_v2.h>
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include "backend.hpp"
@@ -31,6 +32,7 @@ class CudaBackend : public Backend<float> {
     release(partials_);
     release(workspace_);
     for (auto& [ptr, size] : bf16_) release(ptr);
+    release(rope_);
     for (auto e : events_) cudaEventDestroy(e);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -113,7 +115,7 @@ class CudaBackend : public Backend<float> {
   }
   void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride, double theta,
             bool inverse) override {
-    cuda::rope(x, B, T, H, dh, stride, theta, inverse, stream_);
+    cuda::rope(x, rope_table(T, dh, theta), B, T, H, dh, stride, inverse, stream_);
   }
   void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H,
                      int64_t dh, Precision p) override {
@@ -215,6 +217,24 @@ class CudaBackend : public Backend<float> {
     }
     return ptr;
   }
+  // (cos, sin) for every position and pair, computed in fp64 once per (T, dh, theta).
+  const void* rope_table(int64_t T, int64_t dh, double theta) {
+    if (rope_key_ != std::tuple{T, dh, theta}) {
+      std::vector<float> host(size_t(T * dh));
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < dh / 2; ++i) {
+          double a = double(t) * std::pow(theta, -2.0 * double(i) / double(dh));
+          host[size_t(t * dh + 2 * i)] = float(std::cos(a));
+          host[size_t(t * dh + 2 * i + 1)] = float(std::sin(a));
+        }
+      synchronize();
+      release(rope_);
+      rope_ = allocate(host.size() * sizeof(float), MemTag::workspace);
+      upload_bytes(rope_, host.data(), host.size() * sizeof(float));
+      rope_key_ = {T, dh, theta};
+    }
+    return rope_;
+  }
   // Element `offset` of an operand (4-byte fp32 or 2-byte bf16 elements).
   static const void* at(const void* base, int64_t offset, Precision p) {
     return static_cast<const char*>(base) + offset * (p == Precision::bf16 ? 2 : 4);
@@ -243,6 +263,8 @@ class CudaBackend : public Backend<float> {
   float* workspace_ = nullptr;
   size_t workspace_size_ = 0;
   std::vector<std::pair<void*, size_t>> bf16_;  // bf16 operand copies: pointer, elements
+  void* rope_ = nullptr;
+  std::tuple<int64_t, int64_t, double> rope_key_{0, 0, 0.0};
   std::vector<cudaEvent_t> events_;  // reused: mark() takes the next one
   size_t next_mark_ = 0;
 };
