@@ -1,8 +1,14 @@
-"""Independent PyTorch reference for the C++ Transformer LM, used by the C++ tests as an oracle.
+"""Independent PyTorch reference for the C++ Transformer LM: the tests' oracle, and the baseline
+that lmtrain's bench mode is compared with.
 
 Run with an interpreter that has torch (1.13+) and numpy, e.g. Debian's /usr/bin/python3:
 
     /usr/bin/python3 scripts/torch_reference.py check --in IN.safetensors --out OUT.safetensors
+    python3 scripts/torch_reference.py bench --precision bf16 [--compile] [--csv FILE]
+
+`bench` times forward, forward+backward and the full step (fused AdamW, no clipping) of the same
+model on a GPU, as a PyTorch user would write it (autocast for bf16, naive attention); see
+`bench --help` and scripts/bench_vs_torch.sh.
 
 Exchange format: safetensors files (8-byte little-endian uint64 header length N, N bytes of
 JSON header padded with spaces, then raw little-endian data; "data_offsets" are relative to
@@ -28,9 +34,14 @@ the start of the data section). Supported dtypes: F64, F32, I32.
   final.<name>                    parameters after `steps` torch.optim.AdamW steps on the same batch
 """
 import argparse
+import csv
+import datetime
 import json
 import math
+import os
+import statistics
 import struct
+import time
 
 import numpy as np
 import torch
@@ -79,8 +90,9 @@ def rmsnorm(x, weight, eps):
 def rope(x, theta):
     # x: [B, H, T, dh]; rotates adjacent pairs (x[2k], x[2k+1]) by p * theta^(-2k/dh).
     T, dh = x.shape[-2], x.shape[-1]
-    k = torch.arange(dh // 2, dtype=x.dtype)
-    angle = torch.arange(T, dtype=x.dtype)[:, None] * theta ** (-2 * k / dh)  # [T, dh/2]
+    k = torch.arange(dh // 2, dtype=torch.float64, device=x.device)
+    angle = torch.arange(T, dtype=torch.float64, device=x.device)[:, None] * theta ** (-2 * k / dh)
+    angle = angle.to(x.dtype)  # [T, dh/2], computed in fp64 like lmtrain
     cos, sin = torch.cos(angle), torch.sin(angle)
     even, odd = x[..., 0::2], x[..., 1::2]
     return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
@@ -92,7 +104,7 @@ def attention(h, w_qkv, w_o, num_heads, theta):
     q, k, v = (t.view(B, T, num_heads, dh).transpose(1, 2) for t in (h @ w_qkv.T).split(d, dim=-1))
     q, k = rope(q, theta), rope(k, theta)
     scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
-    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    future = torch.ones(T, T, dtype=torch.bool, device=h.device).triu(1)
     probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
     return (probs @ v).transpose(1, 2).reshape(B, T, d) @ w_o.T
 
@@ -157,6 +169,124 @@ def check(args):
     write_safetensors(args.out, out)
 
 
+def init_params(cfg, device):
+    """CS336 init: Linear ~ N(0, 2/(in+out)) truncated at 3 sigma, embedding N(0, 1) at 3, gains 1."""
+    d, f, V = cfg["d_model"], cfg["d_ff"], cfg["vocab_size"]
+    shapes = {"token_embeddings.weight": (V, d), "ln_final.weight": (d,), "lm_head.weight": (V, d)}
+    for i in range(cfg["num_layers"]):
+        l = f"layers.{i}."
+        shapes.update({l + "ln1.weight": (d,), l + "attn.qkv_proj.weight": (3 * d, d),
+                       l + "attn.output_proj.weight": (d, d), l + "ln2.weight": (d,),
+                       l + "ffn.w1.weight": (f, d), l + "ffn.w3.weight": (f, d),
+                       l + "ffn.w2.weight": (d, f)})
+    params = {}
+    for name, shape in shapes.items():
+        if len(shape) == 1:
+            t = torch.ones(shape)
+        else:
+            std = 1.0 if name.startswith("token_") else math.sqrt(2.0 / (shape[0] + shape[1]))
+            t = torch.empty(shape)
+            torch.nn.init.trunc_normal_(t, 0.0, std, -3 * std, 3 * std)
+        params[name] = t.to(device).requires_grad_()
+    return params
+
+
+def bench(args):
+    cuda = args.device == "cuda"
+    dev = torch.device(args.device)
+    if args.compile and not hasattr(torch, "compile"):
+        raise SystemExit(f"--compile: torch {torch.__version__} has no torch.compile")
+    torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
+    torch.manual_seed(args.seed)
+    cfg = {"d_model": args.d_model, "d_ff": args.d_ff, "num_layers": args.num_layers,
+           "num_heads": args.num_heads, "vocab_size": args.vocab_size, "norm_eps": 1e-5,
+           "rope_theta": 10000.0}
+    params = init_params(cfg, dev)
+    inputs = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device=dev)
+    targets = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device=dev)
+    opt = torch.optim.AdamW(params.values(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1,
+                            **({"fused": True} if cuda else {}))
+
+    def model_loss(inp, tgt):
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+            return loss_of(forward(params, inp, cfg), tgt)
+
+    fn = torch.compile(model_loss) if args.compile else model_loss
+
+    def fwd():
+        fn(inputs, targets)
+
+    def fwd_bwd():
+        opt.zero_grad(set_to_none=True)
+        fn(inputs, targets).backward()
+
+    def step():
+        fwd_bwd()
+        opt.step()
+
+    def timed(body):
+        for _ in range(args.warmup):
+            body()
+        times = []
+        for _ in range(args.steps):
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                body()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+            else:
+                t0 = time.perf_counter()
+                body()
+                times.append(1e3 * (time.perf_counter() - t0))
+        return {"mean": statistics.mean(times),
+                "std": statistics.stdev(times) if len(times) > 1 else 0.0,
+                "median": statistics.median(times), "min": min(times), "max": max(times)}
+
+    def peak(body):
+        if not cuda:
+            return 0
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        body()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated()
+
+    stats = {"fwd": timed(fwd), "fwd_bwd": timed(fwd_bwd), "step": timed(step)}
+    row = {"label": args.label, "device": args.device,
+           "gpu_name": torch.cuda.get_device_name() if cuda else "cpu",
+           "precision": args.precision, "compile": args.compile, "d_model": args.d_model,
+           "d_ff": args.d_ff, "num_layers": args.num_layers, "num_heads": args.num_heads,
+           "vocab_size": args.vocab_size, "context_length": args.context_length,
+           "batch_size": args.batch_size, "warmup": args.warmup, "steps": args.steps}
+    for m, st in stats.items():
+        row.update({f"{m}_ms_{k}": round(v, 4) for k, v in st.items()})
+    row["tokens_per_s"] = round(args.batch_size * args.context_length / (stats["step"]["median"] * 1e-3), 1)
+    row["peak_mem_fwd_bytes"] = peak(fwd)
+    row["peak_mem_step_bytes"] = peak(step)
+    row["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+    print(f"== torch {torch.__version__} bench: {args.label} on {row['gpu_name']}, {args.precision}"
+          f"{', compiled' if args.compile else ''}, batch {args.batch_size} x context {args.context_length} ==")
+    print(f"{'ms':22} {'mean':>9} {'std':>9} {'median':>9} {'min':>9} {'max':>9}")
+    for m, name in (("fwd", "forward"), ("fwd_bwd", "forward+backward"), ("step", "step (with AdamW)")):
+        st = stats[m]
+        print(f"{name:22} {st['mean']:9.3f} {st['std']:9.3f} {st['median']:9.3f} {st['min']:9.3f} {st['max']:9.3f}")
+    print(f"step: {row['tokens_per_s']:.0f} tokens/s; peak memory forward {row['peak_mem_fwd_bytes'] / 2**30:.2f} GiB, "
+          f"step {row['peak_mem_step_bytes'] / 2**30:.2f} GiB")
+    if args.json:
+        print(json.dumps(row))
+    if args.csv:
+        new = not os.path.exists(args.csv) or os.path.getsize(args.csv) == 0
+        with open(args.csv, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(row))
+            if new:
+                w.writeheader()
+            w.writerow(row)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,8 +294,21 @@ def main():
     p_check.add_argument("--in", dest="inp", metavar="IN", required=True, help="input .safetensors")
     p_check.add_argument("--out", required=True, help="output .safetensors")
     p_check.set_defaults(func=check)
+    p_bench = sub.add_parser("bench", help="time forward, forward+backward and the training step")
+    for name, default in (("d-model", 768), ("d-ff", 3072), ("num-layers", 12), ("num-heads", 12),
+                          ("vocab-size", 10000), ("context-length", 512), ("batch-size", 4),
+                          ("warmup", 5), ("steps", 20), ("seed", 0)):
+        p_bench.add_argument(f"--{name}", type=int, default=default)
+    p_bench.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="bf16")
+    p_bench.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
+    p_bench.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p_bench.add_argument("--label", default="", help="free text for the CSV row")
+    p_bench.add_argument("--csv", help="append one row (header first in a new file)")
+    p_bench.add_argument("--json", action="store_true", help="also print the row as one JSON line")
+    p_bench.set_defaults(func=bench)
     args = parser.parse_args()
-    torch.use_deterministic_algorithms(True)
+    if args.command == "check":
+        torch.use_deterministic_algorithms(True)
     args.func(args)
 
 
