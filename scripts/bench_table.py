@@ -28,8 +28,8 @@ def main(ours_csv, torch_csv):
         torch.setdefault(key, {})["compile" if r["compile"] in ("True", "1", "true") else "eager"] = r
     print("| d_model x layers | precision | B x T | device | date | lmtrain step ms | "
           "PyTorch eager ms | PyTorch compile ms | vs eager | vs compile | lmtrain fwd ms | "
-          "lmtrain MFU |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "lmtrain MFU | lmtrain memory GiB | PyTorch eager peak GiB (fwd / step) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(ours):
         o = ours[key]
         t = torch.get(key, {})
@@ -37,13 +37,19 @@ def main(ours_csv, torch_csv):
         eager = float(t["eager"]["step_ms_median"]) if "eager" in t else None
         comp = float(t["compile"]["step_ms_median"]) if "compile" in t else None
         fmt = lambda x: f"{x:.2f}" if x is not None else "n/a"
+        gib = lambda r, k: f"{float(r[k]) / 2**30:.1f}"
+        torch_mem = (f"{gib(t['eager'], 'peak_mem_fwd_bytes')} / {gib(t['eager'], 'peak_mem_step_bytes')}"
+                     if "eager" in t else "n/a")
         ratio = lambda x: f"{x / ms:.2f}x" if x is not None else "n/a"
         print(f"| {key[0]} x {key[1]} | {key[2]} | {key[4]} x {key[3]} | {o['device_name']} | "
               f"{o['date_utc'][:10]} | {ms:.2f} | {fmt(eager)} | {fmt(comp)} | {ratio(eager)} | "
-              f"{ratio(comp)} | {float(o['fwd_ms_median']):.2f} | {100 * float(o['mfu']):.1f}% |")
+              f"{ratio(comp)} | {float(o['fwd_ms_median']):.2f} | {100 * float(o['mfu']):.1f}% | "
+              f"{gib(o, 'mem_total_bytes')} | {torch_mem} |")
     print("\nMedians of timed steps after warm-up (full step: forward, backward, AdamW), both "
           "measured in the same call on the same GPU by scripts/bench_vs_torch.sh. "
-          "Ratios > 1 mean lmtrain is faster.")
+          "Ratios > 1 mean lmtrain is faster. lmtrain memory: everything its allocator holds "
+          "(allocated once, fixed through the step); PyTorch: torch.cuda.max_memory_allocated "
+          "over one forward and over one full step.")
 
 
 if __name__ == "__main__":
