@@ -57,6 +57,10 @@ template <typename T> class Backend {
   virtual void zero_bytes(void* p, size_t bytes) = 0;
   virtual void synchronize() {}
 
+  // The model's parameters: a backend may keep a low-precision copy of this range for matmuls
+  // (refreshed whenever the range is written through the backend).
+  virtual void set_weights(const T* params, size_t n) { (void)params, (void)n; }
+
   // Ops, as in cpu_ops.hpp.
   virtual void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,
                           Precision p) = 0;

@@ -36,8 +36,9 @@ void softmax_causal_bwd(const float* P, float* dP, void* dS_bf16, int64_t rows, 
                         float scale, cudaStream_t s);
 void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss,
                    int64_t n, int64_t V, double grad_scale, cudaStream_t s);
-void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& step,
-           cudaStream_t s);
+// p_bf16: if not null, receives the updated p rounded to bf16.
+void adamw(float* p, const float* g, float* m, float* v, void* p_bf16, size_t n,
+           const AdamWStep& step, cudaStream_t s);
 // Deterministic sums (fixed partition, fixed order) of x or x^2 into *out (device, double).
 void sum(const float* x, size_t n, bool squares, double* partials, double* out, cudaStream_t s);
 constexpr int kSumPartials = 1024;  // blocks of the first pass: partials holds this many

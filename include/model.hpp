@@ -17,6 +17,9 @@ namespace lmt {
 template <typename T> class Model {
  public:
   Model(Backend<T>& be, const Config::Model& cfg, int64_t batch, int64_t seq_len);
+  ~Model() { be.set_weights(nullptr, 0); }
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
 
   // CS336 init: Linear ~ trunc normal(0, 2/(in+out)) at +-3 sigma, embedding ~ trunc normal(0, 1)
   // at +-3, RMSNorm gains 1.

@@ -41,6 +41,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d}, {&datt_, n * d},
                            {&dqkv_, 3 * n * d}, {&dg_, n * f}, {&da1_, n * f}, {&da3_, n * f}})
     scratch.push_back({ptr, size});
+  be.set_weights(params_.data(), layout.total);
   activations_ = carve(saved, MemTag::activations);
   scratch_ = carve(scratch, MemTag::workspace);
 }

@@ -33,6 +33,7 @@ class CudaBackend : public Backend<float> {
     release(workspace_);
     for (auto& [ptr, size] : bf16_) release(ptr);
     release(rope_);
+    release(weights16_);
     for (auto e : events_) cudaEventDestroy(e);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
@@ -80,7 +81,12 @@ class CudaBackend : public Backend<float> {
   void device_free(void* p) override { cudaFree(p); }
 
  public:
+  void set_weights(const float* params, size_t n) override {
+    release(weights16_);
+    weights_ = params, weights_n_ = n, weights16_ = nullptr, weights_fresh_ = false;
+  }
   void upload_bytes(void* dst, const void* src, size_t b) override {
+    touched(dst, b);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, b, cudaMemcpyHostToDevice, stream_));
   }
   void download_bytes(void* dst, const void* src, size_t b) override {
@@ -88,9 +94,13 @@ class CudaBackend : public Backend<float> {
     synchronize();
   }
   void copy_bytes(void* dst, const void* src, size_t b) override {
+    touched(dst, b);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, b, cudaMemcpyDeviceToDevice, stream_));
   }
-  void zero_bytes(void* p, size_t b) override { CUDA_CHECK(cudaMemsetAsync(p, 0, b, stream_)); }
+  void zero_bytes(void* p, size_t b) override {
+    touched(p, b);
+    CUDA_CHECK(cudaMemsetAsync(p, 0, b, stream_));
+  }
   void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   void linear_fwd(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K,
@@ -189,7 +199,11 @@ class CudaBackend : public Backend<float> {
   double sum_squares(const float* x, size_t n) override { return reduce(x, n, true); }
   void scale(float* x, size_t n, double s) override { cuda::scale(x, int64_t(n), float(s), stream_); }
   void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s) override {
-    cuda::adamw(p, g, m, v, n, s, stream_);
+    // Updating all the weights refreshes their bf16 copy in the same pass; anything else stales it.
+    bool whole = p == weights_ && n == weights_n_ && weights16_;
+    if (!whole) touched(p, n * sizeof(float));
+    cuda::adamw(p, g, m, v, whole ? weights16_ : nullptr, n, s, stream_);
+    if (whole) weights_fresh_ = true;
   }
 
  private:
@@ -201,6 +215,12 @@ class CudaBackend : public Backend<float> {
   // A matmul operand as policy p reads it: x itself, or (bf16) its bf16 copy in scratch `slot`.
   const void* operand(const float* x, int64_t n, Precision p, size_t slot) {
     if (p != Precision::bf16) return x;
+    if (weights_ && x >= weights_ && x + n <= weights_ + weights_n_) {  // a weight: cached copy
+      if (!weights16_) weights16_ = allocate(weights_n_ * 2, MemTag::params);
+      if (!weights_fresh_) cuda::to_bf16(weights_, weights16_, int64_t(weights_n_), stream_);
+      weights_fresh_ = true;
+      return at(weights16_, x - weights_, p);
+    }
     void* y = bf16_scratch(slot, n);
     cuda::to_bf16(x, y, n, stream_);
     return y;
@@ -217,6 +237,12 @@ class CudaBackend : public Backend<float> {
     }
     return ptr;
   }
+  // A write to [p, p + bytes) makes the weights' bf16 copy stale if it overlaps them.
+  void touched(const void* p, size_t bytes) {
+    auto* c = static_cast<const char*>(p);
+    auto* w = reinterpret_cast<const char*>(weights_);
+    if (weights_ && c < w + weights_n_ * sizeof(float) && w < c + bytes) weights_fresh_ = false;
+  }
   // (cos, sin) for every position and pair, computed in fp64 once per (T, dh, theta).
   const void* rope_table(int64_t T, int64_t dh, double theta) {
     if (rope_key_ != std::tuple{T, dh, theta}) {
@@ -229,6 +255,7 @@ class CudaBackend : public Backend<float> {
         }
       synchronize();
       release(rope_);
+    release(weights16_);
       rope_ = allocate(host.size() * sizeof(float), MemTag::workspace);
       upload_bytes(rope_, host.data(), host.size() * sizeof(float));
       rope_key_ = {T, dh, theta};
@@ -264,6 +291,10 @@ class CudaBackend : public Backend<float> {
   size_t workspace_size_ = 0;
   std::vector<std::pair<void*, size_t>> bf16_;  // bf16 operand copies: pointer, elements
   void* rope_ = nullptr;
+  const float* weights_ = nullptr;  // the model's parameters (set_weights) ...
+  size_t weights_n_ = 0;
+  void* weights16_ = nullptr;       // ... their bf16 copy, made on first use under bf16 ...
+  bool weights_fresh_ = false;      // ... and whether it matches them
   std::tuple<int64_t, int64_t, double> rope_key_{0, 0, 0.0};
   std::vector<cudaEvent_t> events_;  // reused: mark() takes the next one
   size_t next_mark_ = 0;
