@@ -60,6 +60,7 @@ template <typename T> class Backend {
   // The model's parameters: a backend may keep a low-precision copy of this range for matmuls
   // (refreshed whenever the range is written through the backend).
   virtual void set_weights(const T* params, size_t n) { (void)params, (void)n; }
+  virtual void forget_weights(const T* params) { (void)params; }  // before they are freed
 
   // Ops, as in cpu_ops.hpp.
   virtual void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,

@@ -17,7 +17,7 @@ namespace lmt {
 template <typename T> class Model {
  public:
   Model(Backend<T>& be, const Config::Model& cfg, int64_t batch, int64_t seq_len);
-  ~Model() { be.set_weights(nullptr, 0); }
+  ~Model() { be.forget_weights(params_.data()); }
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 

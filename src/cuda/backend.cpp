@@ -85,6 +85,9 @@ class CudaBackend : public Backend<float> {
     release(weights16_);
     weights_ = params, weights_n_ = n, weights16_ = nullptr, weights_fresh_ = false;
   }
+  void forget_weights(const float* params) override {
+    if (params == weights_) set_weights(nullptr, 0);
+  }
   void upload_bytes(void* dst, const void* src, size_t b) override {
     touched(dst, b);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, b, cudaMemcpyHostToDevice, stream_));
