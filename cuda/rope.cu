@@ -15,10 +15,10 @@ __global__ void rope_kernel(float* x, const float2* table, int64_t total, int64_
   if (idx >= total) return;
   int64_t half = dh / 2, i = idx % half, h = (idx / half) % H, bt = idx / (half * H);
   float2 cs = table[(bt % T) * half + i];
-  float2* p2 = reinterpret_cast<float2*>(x + bt * row_stride + h * dh + 2 * i);
-  float2 v = *p2;
-  float x0 = v.x, x1 = v.y, fs = sign * cs.y, fc = cs.x;
-  *p2 = make_float2(x0 * fc - x1 * fs, x0 * fs + x1 * fc);
+  float* p = x + bt * row_stride + h * dh + 2 * i;
+  float x0 = p[0], x1 = p[1], fs = sign * cs.y, fc = cs.x;
+  p[0] = x0 * fc - x1 * fs;
+  p[1] = x0 * fs + x1 * fc;
 }
 
 }  // namespace

@@ -19,8 +19,7 @@ void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t 
                  double eps, cudaStream_t s);
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
                  float* dg, int64_t rows, int64_t d, cudaStream_t s);
-// table: float2 (cos, sin) of angle t * theta^(-2i/dh) at [t * dh/2 + i], t < T. Even row
-// strides and dh (8-byte aligned pairs).
+// table: float2 (cos, sin) of angle t * theta^(-2i/dh) at [t * dh/2 + i], t < T.
 void rope(float* x, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,
           int64_t row_stride, bool inverse, cudaStream_t s);
 void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, cudaStream_t s);

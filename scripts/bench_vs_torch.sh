@@ -4,7 +4,8 @@
 # warm-up and step count. Rows go to results/bench_lmtrain.csv and results/bench_torch.csv (with
 # device and date); scripts/bench_table.py then writes results/bench.md from them alone.
 #   scripts/bench_vs_torch.sh [sizes...]      (default: small medium large xl)
-# Env: PRECISION (bf16), CONTEXT (512), BATCH (4), WARMUP (5), STEPS (20), PYTHON (python3).
+# Env: PRECISION (bf16), CONTEXT (512), BATCH (4), WARMUP (5), STEPS (20), PYTHON (python3),
+#      TORCH_MODES ("eager compile").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=("$@")
@@ -20,7 +21,7 @@ for size in "${sizes[@]}"; do
     --set bench.warmup="$warm" --set bench.steps="$steps" --set bench.kernels=0 \
     --csv results/bench_lmtrain.csv | grep -E "^== |^step"
   read -r d f l h v < <(awk -F' = ' '/^d_model/{d=$2}/^d_ff/{f=$2}/^num_layers/{l=$2}/^num_heads/{h=$2}/^vocab_size/{v=$2}END{print d,f,l,h,v}' "$cfg")
-  for mode in eager compile; do
+  for mode in ${TORCH_MODES:-eager compile}; do
     extra=()
     [ "$mode" = compile ] && extra=(--compile)
     "$py" scripts/torch_reference.py bench --d-model "$d" --d-ff "$f" --num-layers "$l" \

@@ -258,7 +258,6 @@ class CudaBackend : public Backend<float> {
         }
       synchronize();
       release(rope_);
-    release(weights16_);
       rope_ = allocate(host.size() * sizeof(float), MemTag::workspace);
       upload_bytes(rope_, host.data(), host.size() * sizeof(float));
       rope_key_ = {T, dh, theta};
