@@ -4,6 +4,10 @@
 // gradients become final (backward order), and finish() before the optimizer; after finish()
 // every rank holds the sum of all ranks' gradients. (The model scales its loss gradient by
 // 1/world, so the sum is the average over the global batch.)
+//   naive    one all-reduce per parameter tensor, after backward
+//   flat     one all-reduce over the whole flat buffer, after backward (no copy: it is one buffer)
+//   overlap  an async all-reduce of each group's range as soon as backward finishes the group
+//   bucketed contiguous buckets of >= ddp.bucket_mb, each launched async once complete
 #pragma once
 #include <memory>
 #include <string>
@@ -22,8 +26,21 @@ class GradSync {
   virtual void finish() = 0;
 };
 
-// grads: the flat gradient buffer (layout.total elements of dtype t).
-std::unique_ptr<GradSync> make_grad_sync(const std::string& strategy, Communicator& comm,
-                                         const ParamLayout& layout, void* grads, DType t);
+// The flat gradient buffer as strategies see it: element ranges all-reduced in place.
+struct GradBuffer {
+  Communicator& comm;
+  void* data;
+  DType t;
+  Handle all_reduce_async(size_t begin, size_t end) const {
+    return comm.all_reduce_async(static_cast<char*>(data) + begin * dtype_size(t), end - begin, t);
+  }
+};
+
+// Contiguous ranges of the flat buffer in backward order, each at least bucket_bytes unless it is
+// the last; a parameter is never split, so one larger than a bucket is a bucket of its own.
+std::vector<ParamGroup> make_buckets(const ParamLayout& layout, double bucket_bytes, DType t);
+
+std::unique_ptr<GradSync> make_grad_sync(const std::string& strategy, const GradBuffer& grads,
+                                         const ParamLayout& layout, double bucket_mb);
 
 }  // namespace lmt

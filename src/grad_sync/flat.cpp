@@ -1,5 +1,4 @@
-// flat: one all-reduce over the whole flat gradient buffer after backward. No copy: the
-// gradients already are one buffer.
+// flat: one all-reduce over the whole flat gradient buffer after backward.
 #include "grad_sync.hpp"
 
 namespace lmt {
@@ -7,21 +6,18 @@ namespace {
 
 class FlatSync : public GradSync {
  public:
-  FlatSync(Communicator& comm, void* grads, size_t count, DType t)
-      : comm_(comm), grads_(grads), count_(count), t_(t) {}
-  void finish() override { comm_.all_reduce(grads_, count_, t_); }
+  FlatSync(const GradBuffer& g, size_t total) : g_(g), total_(total) {}
+  void finish() override { g_.all_reduce_async(0, total_)->wait(); }
 
  private:
-  Communicator& comm_;
-  void* grads_;
-  size_t count_;
-  DType t_;
+  GradBuffer g_;
+  size_t total_;
 };
 
 }  // namespace
 
-std::unique_ptr<GradSync> make_flat_sync(Communicator& comm, void* grads, size_t count, DType t) {
-  return std::make_unique<FlatSync>(comm, grads, count, t);
+std::unique_ptr<GradSync> make_flat_sync(const GradBuffer& g, const ParamLayout& layout) {
+  return std::make_unique<FlatSync>(g, layout.total);
 }
 
 }  // namespace lmt

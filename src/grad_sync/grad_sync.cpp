@@ -4,11 +4,18 @@
 
 namespace lmt {
 
-std::unique_ptr<GradSync> make_flat_sync(Communicator& comm, void* grads, size_t count, DType t);
+std::unique_ptr<GradSync> make_naive_sync(const GradBuffer& g, const ParamLayout& layout);
+std::unique_ptr<GradSync> make_flat_sync(const GradBuffer& g, const ParamLayout& layout);
+std::unique_ptr<GradSync> make_overlap_sync(const GradBuffer& g, const ParamLayout& layout);
+std::unique_ptr<GradSync> make_bucketed_sync(const GradBuffer& g, const ParamLayout& layout,
+                                             double bucket_bytes);
 
-std::unique_ptr<GradSync> make_grad_sync(const std::string& strategy, Communicator& comm,
-                                         const ParamLayout& layout, void* grads, DType t) {
-  if (strategy == "flat") return make_flat_sync(comm, grads, layout.total, t);
+std::unique_ptr<GradSync> make_grad_sync(const std::string& strategy, const GradBuffer& grads,
+                                         const ParamLayout& layout, double bucket_mb) {
+  if (strategy == "naive") return make_naive_sync(grads, layout);
+  if (strategy == "flat") return make_flat_sync(grads, layout);
+  if (strategy == "overlap") return make_overlap_sync(grads, layout);
+  if (strategy == "bucketed") return make_bucketed_sync(grads, layout, bucket_mb * (1 << 20));
   throw UsageError("ddp.strategy = \"" + strategy + "\" is not implemented");
 }
 

@@ -59,7 +59,8 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   agree(rt, [&] {
     source = make_token_source(c);
     if (rt.world > 1)  // one rank has nothing to synchronise
-      sync = make_grad_sync(c.ddp.strategy, *comm, model.layout, model.grads(), dtype_of<T>());
+      sync = make_grad_sync(c.ddp.strategy, GradBuffer{*comm, model.grads(), dtype_of<T>()},
+                            model.layout, c.ddp.bucket_mb);
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
     if (!c.train.checkpoint_dir.empty() && rt.is_root()) make_dir(c.train.checkpoint_dir);
     if (!c.train.resume.empty()) {

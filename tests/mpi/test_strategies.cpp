@@ -1,5 +1,5 @@
-// The flat strategy: after 5 AdamW steps every rank holds the same parameters, bit for bit, and
-// they match one process trained on the global batch (all ranks' data) within fp32 tolerance.
+// Every strategy: after 5 AdamW steps every rank holds the same parameters, bit for bit, and they
+// match one process trained on the global batch (all ranks' data) within fp32 tolerance.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -22,9 +22,7 @@ Config::Model tiny() {
   return m;
 }
 
-}  // namespace
-
-TEST_CASE("flat: ranks stay identical and match one process on the global batch") {
+void check_strategy(const std::string& strategy, double bucket_mb) {
   auto comm = make_mpi_communicator(MPI_COMM_WORLD);
   const int R = comm->size(), me = comm->rank();
   const int64_t B = 3, T = 9, steps = 5;
@@ -40,7 +38,8 @@ TEST_CASE("flat: ranks stay identical and match one process on the global batch"
   Model<float> ddp(*cpu, m, B, T);
   ddp.init_params(seed);
   AdamW<float> opt(*cpu, ddp.layout.total);
-  auto sync = make_grad_sync("flat", *comm, ddp.layout, ddp.grads(), DType::f32);
+  auto sync = make_grad_sync(strategy, GradBuffer{*comm, ddp.grads(), DType::f32}, ddp.layout,
+                             bucket_mb);
   Rng rng = data_rng(seed, me);
   std::vector<int32_t> in(size_t(B * T)), tg(size_t(B * T));
   for (int s = 0; s < steps; ++s) {
@@ -78,4 +77,14 @@ TEST_CASE("flat: ranks stay identical and match one process on the global batch"
     num += d * d, den += double(single.params()[i]) * double(single.params()[i]);
   }
   CHECK(std::sqrt(num / den) < 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("strategies: ranks stay identical and match one process on the global batch") {
+  SUBCASE("naive") { check_strategy("naive", 25); }
+  SUBCASE("flat") { check_strategy("flat", 25); }
+  SUBCASE("overlap") { check_strategy("overlap", 25); }
+  SUBCASE("bucketed, several buckets") { check_strategy("bucketed", 0.01); }
+  SUBCASE("bucketed, one bucket") { check_strategy("bucketed", 1000); }
 }

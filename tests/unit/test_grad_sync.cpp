@@ -1,0 +1,35 @@
+// Bucket assignment of the bucketed strategy: sizes, order, contiguity, oversize parameters.
+#include <doctest/doctest.h>
+
+#include "grad_sync.hpp"
+
+using namespace lmt;
+
+TEST_CASE("bucketed: buckets cover the flat buffer in order, contiguously, without splitting a parameter") {
+  Config::Model m;
+  m.d_model = 64, m.d_ff = 176, m.num_layers = 3, m.num_heads = 4, m.vocab_size = 300;
+  ParamLayout layout = ParamLayout::build(m);
+  for (double kib : {0.001, 4.0, 20.0, 64.0, 1e6}) {
+    INFO(kib << " KiB");
+    auto buckets = make_buckets(layout, kib * 1024, DType::f32);
+    REQUIRE(!buckets.empty());
+    CHECK(buckets.front().begin == 0);
+    CHECK(buckets.back().end == layout.total);
+    for (size_t i = 0; i + 1 < buckets.size(); ++i) {
+      CHECK(buckets[i].end == buckets[i + 1].begin);                          // contiguous
+      CHECK(double((buckets[i].end - buckets[i].begin) * 4) >= kib * 1024);  // at least the size
+    }
+    for (auto& p : layout.params) {  // every parameter lies inside exactly one bucket
+      int inside = 0;
+      for (auto& b : buckets) inside += b.begin <= p.offset && p.offset + p.numel <= b.end;
+      CHECK(inside == 1);
+    }
+  }
+  // A parameter larger than the bucket size is a bucket of its own: the LM head comes first.
+  auto tiny = make_buckets(layout, 1024, DType::f32);
+  const ParamView& head = layout.get("lm_head.weight");
+  CHECK(tiny[0].begin == head.offset);
+  CHECK(tiny[0].end == head.offset + head.numel);
+  CHECK(make_buckets(layout, 1e12, DType::f32).size() == 1);
+  CHECK(make_buckets(layout, 1, DType::f32).size() == layout.params.size());
+}
