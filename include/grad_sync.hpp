@@ -21,6 +21,7 @@ namespace lmt {
 class GradSync {
  public:
   virtual ~GradSync() = default;
+  double exposed_ms = 0;  // host time backward spent blocked in finish(), summed over steps
   virtual void begin_step() {}
   virtual void ready(int group) { (void)group; }
   virtual void finish() = 0;

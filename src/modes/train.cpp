@@ -90,6 +90,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   std::vector<int32_t> inputs(static_cast<size_t>(B * T_)), targets(static_cast<size_t>(B * T_));
   double interval_loss = 0, last_loss = NAN;
   int64_t interval_steps = 0;
+  double exposed_at_interval = 0;  // sync->exposed_ms when the interval began
   auto t0 = Clock::now(), t_interval = t0;
   for (int64_t step = first_step; step < steps; ++step) {
     source->sample(rng, B, T_, inputs.data(), targets.data());
@@ -108,11 +109,18 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       comm->all_reduce(&interval_loss, 1, DType::f64);
       last_loss = interval_loss / double(interval_steps * rt.world);
       double ms = 1e3 * seconds_since(t_interval) / double(interval_steps);
+      std::string comm;
+      if (sync) {
+        comm = strf(" | comm %.1f ms/step exposed (%s)",
+                    (sync->exposed_ms - exposed_at_interval) / double(interval_steps),
+                    c.ddp.strategy.c_str());
+        exposed_at_interval = sync->exposed_ms;
+      }
       if (rt.is_root()) {
         printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | "
-               "%s tok/s | ETA %s\n", int(std::to_string(steps).size()), (long long)step + 1,
+               "%s tok/s%s | ETA %s\n", int(std::to_string(steps).size()), (long long)step + 1,
                (long long)steps, last_loss, lr, gnorm, ms,
-               human_count(tokens_per_step / ms * 1e3).c_str(),
+               human_count(tokens_per_step / ms * 1e3).c_str(), comm.c_str(),
                duration(double(steps - step - 1) * ms / 1e3).c_str());
         fflush(stdout);
       }
@@ -141,6 +149,9 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     if (!std::isnan(floor)) printf("  loss floor    %.4f (entropy rate of the source)\n", floor);
     printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
     printf("  throughput    %s tokens/s\n", human_count(tokens_per_step * 1e3 / ms_per_step).c_str());
+    if (sync && run_steps > 0)
+      printf("  exposed comm  %.2f ms/step (%s: time backward waited for gradient sync, slower ranks included)\n",
+             sync->exposed_ms / run_steps, c.ddp.strategy.c_str());
     if (!cl.csv_path.empty()) {
       row.set("world_size", std::to_string(rt.world));
       row.set("device_used", device);

@@ -40,6 +40,7 @@ TEST_CASE("train: two ranks on the synthetic source lower the loss toward its fl
   CHECK(losses.front() > std::log(32.0) - 0.5);  // starts near uniform guessing
   CHECK(losses.back() < losses.front() - 1.0);   // and learns the chain
   CHECK(r.output.find("loss floor") != std::string::npos);
+  CHECK(r.output.find("exposed comm") != std::string::npos);  // several ranks: sync is timed
 }
 
 TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one (2 ranks)") {
