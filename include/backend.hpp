@@ -4,6 +4,7 @@
 // to the reference loops of cpu_ops.hpp (which document each op's maths and layout), the CUDA
 // backend to our kernels and cuBLAS. Pointers passed to ops are the backend's own memory.
 #pragma once
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -19,9 +20,9 @@ namespace lmt {
 enum class MemTag { params, grads, optimizer, activations, workspace, count };
 const char* mem_tag_name(MemTag t);
 
-// Bytes in use per tag, now and at the high-water mark of the total.
+// Bytes in use per tag, their total, and the total's high-water mark.
 struct MemoryStats {
-  std::array<size_t, size_t(MemTag::count)> current{}, at_peak{};
+  std::array<size_t, size_t(MemTag::count)> current{};
   size_t total = 0, peak = 0;
 };
 
@@ -37,7 +38,7 @@ template <typename T> class Backend {
     void* p = device_alloc(bytes);
     live_[p] = {bytes, tag};
     mem_.current[size_t(tag)] += bytes;
-    if ((mem_.total += bytes) > mem_.peak) mem_.peak = mem_.total, mem_.at_peak = mem_.current;
+    mem_.peak = std::max(mem_.peak, mem_.total += bytes);
     return p;
   }
   void release(void* p) {
@@ -49,13 +50,10 @@ template <typename T> class Backend {
     device_free(p);
   }
   const MemoryStats& memory() const { return mem_; }
-  void reset_peak() { mem_.peak = mem_.total, mem_.at_peak = mem_.current; }
 
   virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
-  virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;  // within the backend
   virtual void zero_bytes(void* p, size_t bytes) = 0;
-  virtual void synchronize() {}
 
   // The model's parameters: a backend may keep a low-precision copy of this range for matmuls
   // (refreshed whenever the range is written through the backend).

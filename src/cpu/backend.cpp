@@ -17,7 +17,6 @@ template <typename T> class CpuBackend : public Backend<T> {
   const char* name() const override { return "cpu"; }
   void upload_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
   void download_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
-  void copy_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
   void zero_bytes(void* p, size_t b) override { std::memset(p, 0, b); }
 
   void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,

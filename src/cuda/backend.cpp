@@ -96,15 +96,11 @@ class CudaBackend : public Backend<float> {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, b, cudaMemcpyDeviceToHost, stream_));
     synchronize();
   }
-  void copy_bytes(void* dst, const void* src, size_t b) override {
-    touched(dst, b);
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, b, cudaMemcpyDeviceToDevice, stream_));
-  }
   void zero_bytes(void* p, size_t b) override {
     touched(p, b);
     CUDA_CHECK(cudaMemsetAsync(p, 0, b, stream_));
   }
-  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
   void linear_fwd(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K,
                   Precision p) override {
