@@ -19,7 +19,10 @@ int main(int argc, char** argv) {
       agree_on_config(rt, config_hash(cl.config));
       std::string device;
       agree(rt, [&] { device = resolve_device(cl.config, rt); });
-      code = cl.config.run.mode == "bench" ? run_bench(cl, rt, device) : run_train(cl, rt, device);
+      const std::string& mode = cl.config.run.mode;
+      code = mode == "bench"       ? run_bench(cl, rt, device)
+             : mode == "attention" ? run_attention(cl, rt, device)
+                                   : run_train(cl, rt, device);
     }
   } catch (const JobExit& e) {
     code = e.code;
