@@ -21,22 +21,27 @@ struct Params {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Tile shapes of the tensor-core kernels. Each warp owns 16 rows of the block's tile (queries in
-// forward and dQ, keys in dK/dV); the other side is streamed in tiles of kTile rows through two
-// shared-memory buffers (the next tile is copied while the current one is used).
-// Chosen so that the accumulators fit in registers without spilling: dK/dV holds two DH-wide
-// accumulators per warp, hence its smaller streamed tile at DH 128 (see ptxas -v in the notes).
+// Tile shapes of the tensor-core kernels. Each warp owns 16 * kMTiles rows of the block's tile
+// (queries in forward and dQ, keys in dK/dV); the other side is streamed in tiles of kTile rows
+// through two shared-memory buffers (the next tile is copied while the current one is used).
+// More row tiles per warp reuse each fragment read from shared memory for more tensor-core work;
+// the limit is registers: the accumulators (O, dQ: one DH-wide; dK/dV: two) and the S/dS tiles
+// must fit without spilling (ptxas -v). Measured on one H100 (B 1, H 16, T 16384, causal, bf16;
+// results/attention.md): 2 row tiles per warp took d 64 from 3.87 to 3.47 ms forward and 9.96 to
+// 8.57 ms backward, d 128 forward from 6.02 to 4.89 ms; at d 128 the dQ kernel spilled with 2
+// (backward 16.0 -> 16.5 ms), so it keeps 1.
 template <int DH> struct FwdTraits {
-  static constexpr int kWarps = 4, kTile = 64;
+  static constexpr int kWarps = 4, kMTiles = 2, kTile = 64;
 };
 template <int DH> struct DkdvTraits {
-  static constexpr int kWarps = 4, kTile = DH >= 128 ? 32 : 64;
+  static constexpr int kWarps = 4, kMTiles = DH >= 128 ? 1 : 2, kTile = 32;
 };
 template <int DH> struct DqTraits {
-  static constexpr int kWarps = 4, kTile = 64;
+  static constexpr int kWarps = 4, kMTiles = DH >= 128 ? 1 : 2, kTile = 64;
 };
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+__host__ __device__ constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // Element (b, h, row 0, column 0) of a tensor with the given strides.
 template <typename E>
@@ -56,6 +61,26 @@ __device__ __forceinline__ int64_t key_tiles(const Params& p, int64_t q0, int ro
   if (!p.causal) return all;
   const int64_t last = (q0 + rows - 1) / tile + 1;
   return last < all ? last : all;
+}
+
+// Sets the scores that must not count to -inf in a warp's tile of raw scores s[MT][16 x N] (C
+// fragments): rows r0 + 16 i + lane / 4 (+ 8), columns c0 + 8 n + 2 (lane % 4) (+ 1). A key at or
+// past T, or (causal) after its query, is masked; keys are columns unless KeysAreRows. Callers
+// branch on whether a tile needs this at all: inside the element loop the compiler turns the test
+// into predicated code that then runs on every tile.
+template <bool KeysAreRows, int MT, int N>
+__device__ __forceinline__ void mask_tile(float (&s)[MT][N / 8][4], int r0, int c0, int T,
+                                          bool causal, int lane) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = r0 + 16 * i + lane / 4 + (e >= 2 ? 8 : 0), c = c0 + 8 * n + 2 * (lane % 4) + (e & 1);
+        const int key = KeysAreRows ? r : c, query = KeysAreRows ? c : r;
+        if (key >= T || (causal && key > query)) s[i][n][e] = -INFINITY;
+      }
 }
 
 // The kernels' launchers, by file: E is float or __nv_bfloat16 (storage); grid over B * H heads.

@@ -21,6 +21,7 @@ attn::Params params(const FlashShape& s) {
   LMT_ASSERT(s.qkv.row % per16 == 0 && s.qkv.batch % per16 == 0 && s.o.row % per16 == 0 &&
                  s.o.batch % per16 == 0,
              "flash attention: strides must be multiples of 16 bytes");
+  LMT_ASSERT(s.T < (int64_t(1) << 30), "flash attention: T must be below 2^30 (32-bit indices)");
   attn::Params p{};
   p.H = s.H, p.T = s.T;
   p.qkv_batch = s.qkv.batch, p.qkv_row = s.qkv.row, p.o_batch = s.o.batch, p.o_row = s.o.row;

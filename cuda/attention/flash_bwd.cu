@@ -9,6 +9,8 @@
 // matmul from registers. P and dS are rounded to bf16 as matmul operands; the rest is fp32.
 // Causal: a key tile only visits query tiles at or below the diagonal, a query tile only key tiles
 // at or left of it; only tiles crossing the diagonal compare indices.
+#include <type_traits>
+
 #include "../common.cuh"
 #include "flash.cuh"
 #include "mma.cuh"
@@ -48,8 +50,9 @@ __device__ __forceinline__ void load_stats(float* sL, float* sD, const Params& p
 
 template <typename E, int DH>
 __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel(const Params p) {
-  constexpr int kWarps = DkdvTraits<DH>::kWarps, BR = DkdvTraits<DH>::kTile;
-  constexpr int BC = 16 * kWarps, LD = kLd<DH>, THREADS = kWarps * 32;
+  constexpr int kWarps = DkdvTraits<DH>::kWarps, MT = DkdvTraits<DH>::kMTiles;
+  constexpr int BR = DkdvTraits<DH>::kTile, BC = 16 * MT * kWarps, LD = kLd<DH>;
+  constexpr int THREADS = kWarps * 32;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sK = reinterpret_cast<bf16*>(smem);
   bf16* sV = sK + BC * LD;
@@ -71,12 +74,17 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
   cp_async_commit();
   load_stats<BR>(sL, sD, p, bh, first * BR);
 
-  float dk[DH / 8][4], dv[DH / 8][4];
+  float dk[MT][DH / 8][4], dv[MT][DH / 8][4];
   zero(dk);
   zero(dv);
-  const int64_t warp_k0 = k0 + warp * 16, key = warp_k0 + lane / 4;  // keys `key`, `key + 8`
+  // Row tile i of this warp holds keys key + 16 i and key + 16 i + 8.
+  const int64_t warp_k0 = k0 + warp * 16 * MT, key = warp_k0 + lane / 4;
 
-  for (int64_t i = first; i < tiles; ++i) {
+  // Query tiles that no key of the block must mask (causal: from the block's last key on) run a
+  // body without the mask; the first ones, at the diagonal, with it. (Queries past T have
+  // L = +inf, hence P = 0: no mask needed for them.)
+  const int64_t masked_end = p.causal ? min64(tiles, ceil_div(k0 + BC - 1, BR)) : first;
+  auto step = [&](int64_t i, auto mask) {
     const int buf = int((i - first) & 1), nxt = buf ^ 1;
     if (i + 1 < tiles) {
       load_tile<E, BR, DH, THREADS>(sQ + nxt * BR * LD, Q, (i + 1) * BR, p.T, p.qkv_row);
@@ -91,52 +99,62 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
     const bf16 *q_t = sQ + buf * BR * LD, *g_t = sdO + buf * BR * LD;
     const float *l_t = sL + buf * BR, *d_t = sD + buf * BR;
     const int64_t q0 = i * BR;
-    const bool masked = p.causal && q0 < warp_k0 + 15;
+    // A warp whose keys all lie after this tile's last query gets nothing from it.
+    if (!p.causal || warp_k0 <= q0 + BR - 1) {
+      float s[MT][BR / 8][4];  // S^T, then P^T: keys x queries
+      zero(s);
+      mma_abt<MT, DH, BR, LD>(s, sK, warp * 16 * MT, q_t, lane);
+      if constexpr (decltype(mask)::value)
+        mask_tile<true, MT, BR>(s, int(warp_k0), int(q0), int(p.T), true, lane);
+#pragma unroll
+      for (int r = 0; r < MT; ++r)
+#pragma unroll
+        for (int n = 0; n < BR / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            s[r][n][e] = fast_exp2(fmaf(s[r][n][e], p.scale_log2, -l_t[n * 8 + 2 * (lane % 4) + (e & 1)]));
+      mma_pb<MT, BR, DH, LD>(dv, s, g_t, lane);  // dV += P^T dO
 
-    float s[BR / 8][4];  // S^T, then P^T: keys x queries
-    zero(s);
-    mma_abt<DH, BR, LD>(s, sK, warp * 16, q_t, lane);
+      float ds[MT][BR / 8][4];  // dP^T, then dS^T
+      zero(ds);
+      mma_abt<MT, DH, BR, LD>(ds, sV, warp * 16 * MT, g_t, lane);
 #pragma unroll
-    for (int n = 0; n < BR / 8; ++n)
+      for (int r = 0; r < MT; ++r)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = n * 8 + 2 * (lane % 4) + (e & 1);
-        float x = exp2f(s[n][e] * p.scale_log2 - l_t[c]);
-        if (masked && key + (e >= 2 ? 8 : 0) > q0 + c) x = 0.0f;
-        s[n][e] = x;
-      }
-    mma_pb<BR, DH, LD>(dv, s, g_t, lane);  // dV += P^T dO
-
-    float ds[BR / 8][4];  // dP^T, then dS^T
-    zero(ds);
-    mma_abt<DH, BR, LD>(ds, sV, warp * 16, g_t, lane);
+        for (int n = 0; n < BR / 8; ++n)
 #pragma unroll
-    for (int n = 0; n < BR / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) ds[n][e] = s[n][e] * (ds[n][e] - d_t[n * 8 + 2 * (lane % 4) + (e & 1)]);
-    mma_pb<BR, DH, LD>(dk, ds, q_t, lane);  // dK += dS^T Q (scaled at the end)
+          for (int e = 0; e < 4; ++e)
+            ds[r][n][e] = s[r][n][e] * (ds[r][n][e] - d_t[n * 8 + 2 * (lane % 4) + (e & 1)]);
+      mma_pb<MT, BR, DH, LD>(dk, ds, q_t, lane);  // dK += dS^T Q (scaled at the end)
+    }
     __syncthreads();  // every warp is done with `buf` before the next iteration refills it
-  }
+  };
+  int64_t i = first;
+  for (; i < masked_end; ++i) step(i, std::true_type{});
+  for (; i < tiles; ++i) step(i, std::false_type{});
 
   E* dK = head<E>(p.dk, b, h, DH, p.qkv_batch);
   E* dV = head<E>(p.dv, b, h, DH, p.qkv_batch);
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int64_t t = key + 8 * hh;
-    if (t >= p.T) continue;
+  for (int r = 0; r < MT; ++r)
 #pragma unroll
-    for (int n = 0; n < DH / 8; ++n) {
-      const int64_t at = t * p.qkv_row + n * 8 + 2 * (lane % 4);
-      store2(dK + at, dk[n][2 * hh] * p.scale, dk[n][2 * hh + 1] * p.scale);
-      store2(dV + at, dv[n][2 * hh], dv[n][2 * hh + 1]);
+    for (int hh = 0; hh < 2; ++hh) {
+      const int64_t t = key + 16 * r + 8 * hh;
+      if (t >= p.T) continue;
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n) {
+        const int64_t at = t * p.qkv_row + n * 8 + 2 * (lane % 4);
+        store2(dK + at, dk[r][n][2 * hh] * p.scale, dk[r][n][2 * hh + 1] * p.scale);
+        store2(dV + at, dv[r][n][2 * hh], dv[r][n][2 * hh + 1]);
+      }
     }
-  }
 }
 
 template <typename E, int DH>
 __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(const Params p) {
-  constexpr int kWarps = DqTraits<DH>::kWarps, BC = DqTraits<DH>::kTile;
-  constexpr int BR = 16 * kWarps, LD = kLd<DH>, THREADS = kWarps * 32;
+  constexpr int kWarps = DqTraits<DH>::kWarps, MT = DqTraits<DH>::kMTiles;
+  constexpr int BC = DqTraits<DH>::kTile, BR = 16 * MT * kWarps, LD = kLd<DH>;
+  constexpr int THREADS = kWarps * 32;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);
   bf16* sdO = sQ + BR * LD;
@@ -156,18 +174,23 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
   load_tile<E, BC, DH, THREADS>(sV, V, 0, p.T, p.qkv_row);
   cp_async_commit();
 
-  const int64_t warp_q0 = q0 + warp * 16, row = warp_q0 + lane / 4;  // rows `row`, `row + 8`
-  float L[2], D[2];
+  // Row tile i of this warp holds queries row + 16 i and row + 16 i + 8.
+  const int64_t warp_q0 = q0 + warp * 16 * MT, row = warp_q0 + lane / 4;
+  float L[MT][2], D[MT][2];
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int64_t t = row + 8 * hh;
-    L[hh] = t < p.T ? p.lse[bh * p.T + t] * kLog2e : 0.0f;
-    D[hh] = t < p.T ? p.D[bh * p.T + t] : 0.0f;
-  }
-  float dq[DH / 8][4];
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int64_t t = row + 16 * i + 8 * hh;
+      L[i][hh] = t < p.T ? p.lse[bh * p.T + t] * kLog2e : 0.0f;
+      D[i][hh] = t < p.T ? p.D[bh * p.T + t] : 0.0f;
+    }
+  float dq[MT][DH / 8][4];
   zero(dq);
 
-  for (int64_t j = 0; j < tiles; ++j) {
+  // As in forward: key tiles without any masking first, then the diagonal and end tiles.
+  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
+  auto step = [&](int64_t j, auto mask) {
     const int buf = int(j & 1);
     if (j + 1 < tiles) {
       load_tile<E, BC, DH, THREADS>(sK + (buf ^ 1) * BC * LD, K, (j + 1) * BC, p.T, p.qkv_row);
@@ -180,43 +203,47 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
     __syncthreads();
     const bf16 *k_t = sK + buf * BC * LD, *v_t = sV + buf * BC * LD;
     const int64_t k0 = j * BC;
-    const bool masked = (p.causal && k0 + BC - 1 > warp_q0) || k0 + BC > p.T;
-
-    float s[BC / 8][4];  // S, then P
-    zero(s);
-    mma_abt<DH, BC, LD>(s, sQ, warp * 16, k_t, lane);
+    if (!p.causal || k0 <= warp_q0 + 16 * MT - 1) {
+      float s[MT][BC / 8][4];  // S, then P
+      zero(s);
+      mma_abt<MT, DH, BC, LD>(s, sQ, warp * 16 * MT, k_t, lane);
+      if constexpr (decltype(mask)::value)
+        mask_tile<false, MT, BC>(s, int(warp_q0), int(k0), int(p.T), p.causal, lane);
 #pragma unroll
-    for (int n = 0; n < BC / 8; ++n)
+      for (int i = 0; i < MT; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = exp2f(s[n][e] * p.scale_log2 - L[e / 2]);
-        if (masked) {
-          const int64_t kj = k0 + n * 8 + 2 * (lane % 4) + (e & 1), q = row + (e >= 2 ? 8 : 0);
-          if (kj >= p.T || (p.causal && kj > q)) x = 0.0f;
-        }
-        s[n][e] = x;
-      }
-    float ds[BC / 8][4];  // dP, then dS
-    zero(ds);
-    mma_abt<DH, BC, LD>(ds, sdO, warp * 16, v_t, lane);
+        for (int n = 0; n < BC / 8; ++n)
 #pragma unroll
-    for (int n = 0; n < BC / 8; ++n)
+          for (int e = 0; e < 4; ++e) s[i][n][e] = fast_exp2(fmaf(s[i][n][e], p.scale_log2, -L[i][e / 2]));
+      float ds[MT][BC / 8][4];  // dP, then dS
+      zero(ds);
+      mma_abt<MT, DH, BC, LD>(ds, sdO, warp * 16 * MT, v_t, lane);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) ds[n][e] = s[n][e] * (ds[n][e] - D[e / 2]);
-    mma_pb<BC, DH, LD>(dq, ds, k_t, lane);  // dQ += dS K (scaled at the end)
+      for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) ds[i][n][e] = s[i][n][e] * (ds[i][n][e] - D[i][e / 2]);
+      mma_pb<MT, BC, DH, LD>(dq, ds, k_t, lane);  // dQ += dS K (scaled at the end)
+    }
     __syncthreads();
-  }
+  };
+  int64_t j = 0;
+  for (; j < clean; ++j) step(j, std::false_type{});
+  for (; j < tiles; ++j) step(j, std::true_type{});
 
   E* dQ = head<E>(p.dq, b, h, DH, p.qkv_batch);
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int64_t t = row + 8 * hh;
-    if (t >= p.T) continue;
+  for (int i = 0; i < MT; ++i)
 #pragma unroll
-    for (int n = 0; n < DH / 8; ++n)
-      store2(dQ + t * p.qkv_row + n * 8 + 2 * (lane % 4), dq[n][2 * hh] * p.scale,
-             dq[n][2 * hh + 1] * p.scale);
-  }
+    for (int hh = 0; hh < 2; ++hh) {
+      const int64_t t = row + 16 * i + 8 * hh;
+      if (t >= p.T) continue;
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n)
+        store2(dQ + t * p.qkv_row + n * 8 + 2 * (lane % 4), dq[i][n][2 * hh] * p.scale,
+               dq[i][n][2 * hh + 1] * p.scale);
+    }
 }
 
 template <typename Kernel>
@@ -226,7 +253,8 @@ void set_smem(Kernel kernel, size_t bytes) {
 
 template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   {
-    constexpr int BR = DkdvTraits<DH>::kTile, BC = 16 * DkdvTraits<DH>::kWarps;
+    constexpr int BR = DkdvTraits<DH>::kTile;
+    constexpr int BC = 16 * DkdvTraits<DH>::kMTiles * DkdvTraits<DH>::kWarps;
     constexpr size_t smem = size_t(2 * BC + 4 * BR) * kLd<DH> * sizeof(bf16) + 4 * BR * sizeof(float);
     static bool configured = false;  // the attribute is per kernel, set once
     if (!configured) set_smem(flash_dkdv_kernel<E, DH>, smem), configured = true;
@@ -235,7 +263,8 @@ template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream
     CUDA_LAUNCH_CHECK();
   }
   {
-    constexpr int BR = 16 * DqTraits<DH>::kWarps, BC = DqTraits<DH>::kTile;
+    constexpr int BR = 16 * DqTraits<DH>::kMTiles * DqTraits<DH>::kWarps;
+    constexpr int BC = DqTraits<DH>::kTile;
     constexpr size_t smem = size_t(2 * BR + 4 * BC) * kLd<DH> * sizeof(bf16);
     static bool configured = false;
     if (!configured) set_smem(flash_dq_kernel<E, DH>, smem), configured = true;

@@ -1,13 +1,15 @@
 // FlashAttention-2 forward on bf16 tensor cores.
 //
-// Block: a tile of 16 * kWarps queries of one (batch, head); warp w owns queries 16w .. 16w + 15.
-// Its Q fragments stay in registers; K and V stream through shared memory in tiles of kTile keys,
+// Block: a tile of 16 * kMTiles * kWarps queries of one (batch, head); each warp owns 16 * kMTiles
+// consecutive queries. Q stays in shared memory; K and V stream through it in tiles of kTile keys,
 // double-buffered. Per key tile, in registers:
-//   S = Q K^T (fp32), x = S * scale * log2(e) (-inf where masked),
-//   m' = max(m, rowmax x), P = exp2(x - m'), l = l * exp2(m - m') + rowsum P, O = O * exp2(m - m') + P V
-// and at the end O / l and L = (m + log2 l) * ln 2. P is rounded to bf16 for the P V matmul (the
+//   S = Q K^T (fp32, -inf where masked), m' = max(m, rowmax S), c = scale * log2(e),
+//   P = exp2(c (S - m')), l = l * exp2(c (m - m')) + rowsum P, O = O * exp2(c (m - m')) + P V
+// and at the end O / l and L = scale m + ln l. P is rounded to bf16 for the P V matmul (the
 // precision policy's matmul operand), everything else is fp32. Causal: key tiles past the block's
 // last query are never loaded; only tiles crossing the diagonal (or the end, T) compare indices.
+#include <type_traits>
+
 #include "../common.cuh"
 #include "flash.cuh"
 #include "mma.cuh"
@@ -18,8 +20,9 @@ namespace {
 template <typename E, int DH>
 __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
     flash_fwd_kernel(const Params p) {
-  constexpr int kWarps = FwdTraits<DH>::kWarps, BC = FwdTraits<DH>::kTile;
-  constexpr int BR = 16 * kWarps, LD = kLd<DH>, THREADS = kWarps * 32;
+  constexpr int kWarps = FwdTraits<DH>::kWarps, MT = FwdTraits<DH>::kMTiles;
+  constexpr int BC = FwdTraits<DH>::kTile, BR = 16 * MT * kWarps, LD = kLd<DH>;
+  constexpr int THREADS = kWarps * 32;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* sQ = reinterpret_cast<bf16*>(smem);
   bf16* sK = sQ + BR * LD;      // 2 buffers of BC rows
@@ -39,13 +42,18 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
   load_tile<E, BC, DH, THREADS>(sV, V, 0, p.T, p.qkv_row);
   cp_async_commit();
 
-  float o[DH / 8][4];
+  float o[MT][DH / 8][4];
   zero(o);
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int64_t warp_q0 = q0 + warp * 16, row = warp_q0 + lane / 4;  // rows `row`, `row + 8`
-  uint32_t qf[DH / 16][4];
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int i = 0; i < MT; ++i) m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.0f;
+  // Row tile i of this warp holds queries row + 16 i and row + 16 i + 8.
+  const int64_t warp_q0 = q0 + warp * 16 * MT, row = warp_q0 + lane / 4;
 
-  for (int64_t j = 0; j < tiles; ++j) {
+  // Key tiles that no query of the block must mask (inside T, causal: before the block's first
+  // query) run a body without the mask; the few others, at the diagonal or the end, with it.
+  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
+  auto step = [&](int64_t j, auto mask) {
     const int buf = int(j & 1);
     if (j + 1 < tiles) {
       load_tile<E, BC, DH, THREADS>(sK + (buf ^ 1) * BC * LD, K, (j + 1) * BC, p.T, p.qkv_row);
@@ -56,78 +64,71 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (j == 0) {
-#pragma unroll
-      for (int k = 0; k < DH / 16; ++k) load_a<LD>(qf[k], sQ, warp * 16, k * 16, lane);
-    }
     const bf16 *k_t = sK + buf * BC * LD, *v_t = sV + buf * BC * LD;
-
-    float s[BC / 8][4];
-    zero(s);
-#pragma unroll
-    for (int k = 0; k < DH / 16; ++k)
-#pragma unroll
-      for (int n = 0; n < BC; n += 16) {
-        uint32_t bf[4];
-        load_bt<LD>(bf, k_t, n, k * 16, lane);
-        mma(s[n / 8], qf[k], bf[0], bf[1]);
-        mma(s[n / 8 + 1], qf[k], bf[2], bf[3]);
-      }
-
     const int64_t k0 = j * BC;
-    const bool masked = (p.causal && k0 + BC - 1 > warp_q0) || k0 + BC > p.T;
+    // A warp whose queries all lie before this tile's first key sees none of it.
+    if (!p.causal || k0 <= warp_q0 + 16 * MT - 1) {
+      float s[MT][BC / 8][4];
+      zero(s);
+      mma_abt<MT, DH, BC, LD>(s, sQ, warp * 16 * MT, k_t, lane);
+
+      if constexpr (decltype(mask)::value)
+        mask_tile<false, MT, BC>(s, int(warp_q0), int(k0), int(p.T), p.causal, lane);
+      // m is the running max of the raw scores; exponents are (s - m) * scale * log2 e, one FFMA.
 #pragma unroll
-    for (int n = 0; n < BC / 8; ++n)
+      for (int i = 0; i < MT; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * p.scale_log2;
-        if (masked) {
-          const int64_t key = k0 + n * 8 + 2 * (lane % 4) + (e & 1), q = row + (e >= 2 ? 8 : 0);
-          if (key >= p.T || (p.causal && key > q)) x = -INFINITY;
+        for (int hh = 0; hh < 2; ++hh) {
+          float mx = m[i][hh];
+#pragma unroll
+          for (int n = 0; n < BC / 8; ++n)
+            mx = fmaxf(mx, fmaxf(s[i][n][2 * hh], s[i][n][2 * hh + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          // A row with nothing visible yet keeps exponent base 0 (its scores are all -inf).
+          const float base = mx == -INFINITY ? 0.0f : mx * p.scale_log2;
+          const float alpha = fast_exp2(fmaf(m[i][hh], p.scale_log2, -base));
+          m[i][hh] = mx;
+          float sum = 0;
+#pragma unroll
+          for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+            for (int e = 2 * hh; e < 2 * hh + 2; ++e)
+              sum += (s[i][n][e] = fast_exp2(fmaf(s[i][n][e], p.scale_log2, -base)));
+          l[i][hh] = l[i][hh] * alpha + sum;  // this thread's columns; the quad is summed at the end
+#pragma unroll
+          for (int n = 0; n < DH / 8; ++n) o[i][n][2 * hh] *= alpha, o[i][n][2 * hh + 1] *= alpha;
         }
-        s[n][e] = x;
-      }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float mx = m[hh];
-#pragma unroll
-      for (int n = 0; n < BC / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * hh], s[n][2 * hh + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == -INFINITY ? 0.0f : mx;  // a row with nothing visible yet
-      const float alpha = exp2f(m[hh] - base);
-      m[hh] = mx;
-      float sum = 0;
-#pragma unroll
-      for (int n = 0; n < BC / 8; ++n)
-#pragma unroll
-        for (int e = 2 * hh; e < 2 * hh + 2; ++e) sum += (s[n][e] = exp2f(s[n][e] - base));
-      l[hh] = l[hh] * alpha + sum;  // this thread's columns; the quad is summed at the end
-#pragma unroll
-      for (int n = 0; n < DH / 8; ++n) o[n][2 * hh] *= alpha, o[n][2 * hh + 1] *= alpha;
+      mma_pb<MT, BC, DH, LD>(o, s, v_t, lane);
     }
-    mma_pb<BC, DH, LD>(o, s, v_t, lane);
     __syncthreads();  // every warp is done with `buf` before the next iteration refills it
-  }
+  };
+  int64_t j = 0;
+  for (; j < clean; ++j) step(j, std::false_type{});
+  for (; j < tiles; ++j) step(j, std::true_type{});
 
   E* O = head<E>(p.out, b, h, DH, p.o_batch);
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float sum = l[hh];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int64_t t = row + 8 * hh;
-    if (t >= p.T) continue;
-    const float inv = 1.0f / sum;
+  for (int i = 0; i < MT; ++i)
 #pragma unroll
-    for (int n = 0; n < DH / 8; ++n)
-      store2(O + t * p.o_row + n * 8 + 2 * (lane % 4), o[n][2 * hh] * inv, o[n][2 * hh + 1] * inv);
-    if (lane % 4 == 0) p.lse[blockIdx.y * p.T + t] = (m[hh] + log2f(sum)) * kLn2;
-  }
+    for (int hh = 0; hh < 2; ++hh) {
+      float sum = l[i][hh];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int64_t t = row + 16 * i + 8 * hh;
+      if (t >= p.T) continue;
+      const float inv = 1.0f / sum;
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n)
+        store2(O + t * p.o_row + n * 8 + 2 * (lane % 4), o[i][n][2 * hh] * inv,
+               o[i][n][2 * hh + 1] * inv);
+      if (lane % 4 == 0) p.lse[blockIdx.y * p.T + t] = m[i][hh] * p.scale + log2f(sum) * kLn2;
+    }
 }
 
 template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
-  constexpr int BR = 16 * FwdTraits<DH>::kWarps, BC = FwdTraits<DH>::kTile;
+  constexpr int BR = 16 * FwdTraits<DH>::kMTiles * FwdTraits<DH>::kWarps;
+  constexpr int BC = FwdTraits<DH>::kTile;
   constexpr size_t smem = size_t(BR + 4 * BC) * kLd<DH> * sizeof(bf16);
   static bool configured = false;  // the attribute is per kernel, set once
   if (!configured) {

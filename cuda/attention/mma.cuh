@@ -77,44 +77,66 @@ __device__ __forceinline__ void load_b(uint32_t (&b)[4], const bf16* tile, int k
   ldmatrix_x4_trans(b, tile + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * LD + n0 + (lane / 16) * 8);
 }
 
-// acc[16 x N] += A[16 x K] B, A rows r0.. of tile `a` ([.][K] row-major), B^T stored as [N][K].
-template <int K, int N, int LD>
-__device__ __forceinline__ void mma_abt(float (&acc)[N / 8][4], const bf16* a, int r0,
+// A warp's matmuls over MT row tiles of 16 (rows r0 .. r0 + 16 MT - 1): each B fragment read
+// from shared memory feeds MT tensor-core instructions, which is what keeps these kernels from
+// being bound by shared-memory bandwidth (an ldmatrix.x4 costs about as much as two mma.sync).
+//
+// acc[MT][16 x N] += A B, A rows r0.. of tile `a` ([.][K] row-major), B^T stored as [N][K].
+template <int MT, int K, int N, int LD>
+__device__ __forceinline__ void mma_abt(float (&acc)[MT][N / 8][4], const bf16* a, int r0,
                                         const bf16* bt, int lane) {
 #pragma unroll
   for (int k = 0; k < K; k += 16) {
-    uint32_t af[4];
-    load_a<LD>(af, a, r0, k, lane);
+    uint32_t af[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) load_a<LD>(af[m], a, r0 + 16 * m, k, lane);
 #pragma unroll
     for (int n = 0; n < N; n += 16) {
       uint32_t bf[4];
       load_bt<LD>(bf, bt, n, k, lane);
-      mma(acc[n / 8], af, bf[0], bf[1]);
-      mma(acc[n / 8 + 1], af, bf[2], bf[3]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma(acc[m][n / 8], af[m], bf[0], bf[1]);
+        mma(acc[m][n / 8 + 1], af[m], bf[2], bf[3]);
+      }
     }
   }
 }
-// acc[16 x N] += P B where P (16 x K) is in C-fragment registers and B is stored [K][N].
-template <int K, int N, int LD>
-__device__ __forceinline__ void mma_pb(float (&acc)[N / 8][4], const float (&p)[K / 8][4],
+// acc[MT][16 x N] += P B where P (MT x 16 x K) is in C-fragment registers and B is stored [K][N].
+template <int MT, int K, int N, int LD>
+__device__ __forceinline__ void mma_pb(float (&acc)[MT][N / 8][4], const float (&p)[MT][K / 8][4],
                                        const bf16* b, int lane) {
 #pragma unroll
   for (int k = 0; k < K; k += 16) {
-    uint32_t af[4];
-    c_to_a(af, p[k / 8], p[k / 8 + 1]);
+    uint32_t af[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) c_to_a(af[m], p[m][k / 8], p[m][k / 8 + 1]);
 #pragma unroll
     for (int n = 0; n < N; n += 16) {
       uint32_t bf[4];
       load_b<LD>(bf, b, k, n, lane);
-      mma(acc[n / 8], af, bf[0], bf[1]);
-      mma(acc[n / 8 + 1], af, bf[2], bf[3]);
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        mma(acc[m][n / 8], af[m], bf[0], bf[1]);
+        mma(acc[m][n / 8 + 1], af[m], bf[2], bf[3]);
+      }
     }
   }
 }
 
-template <int N> __device__ __forceinline__ void zero(float (&acc)[N][4]) {
+template <int MT, int N> __device__ __forceinline__ void zero(float (&acc)[MT][N][4]) {
 #pragma unroll
-  for (int i = 0; i < N; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[m][i][0] = acc[m][i][1] = acc[m][i][2] = acc[m][i][3] = 0.0f;
+}
+
+// 2^x on the special-function unit (ex2.approx: about 2 ulp, flushes denormals to zero), the
+// softmax's exponential; 2^-inf = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
