@@ -2,7 +2,8 @@
 #
 # Tools and flags first, then sources by folder (wildcards: a new file in a folder needs no edit
 # here), then targets. EXTRA_CXXFLAGS adds flags (e.g. -I.deps/root/usr/include on machines where
-# TOML++ was unpacked by hand).
+# TOML++ was unpacked by hand); EXTRA_NVCCFLAGS adds nvcc flags (scripts/tune_flash.py's tile
+# candidates).
 
 CXX        := mpicxx
 CXXFLAGS   := -std=c++20 -O2 -g -Wall -Wextra -Werror -Iinclude -MMD -MP -DOMPI_SKIP_MPICXX=1 $(EXTRA_CXXFLAGS)
@@ -11,7 +12,8 @@ CUDA_HOME  ?= /usr/local/cuda
 NVCC       := $(CUDA_HOME)/bin/nvcc
 # Real targets for A100 (sm_80) and H100/H200 (sm_90); sm_90a joins once Hopper-only code does.
 CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-NVCCFLAGS  := -std=c++20 -O3 -Iinclude $(CUDA_ARCHS) -MMD -MP $(addprefix -Xcompiler ,$(EXTRA_CXXFLAGS))
+NVCCFLAGS  := -std=c++20 -O3 -Iinclude $(CUDA_ARCHS) -MMD -MP $(addprefix -Xcompiler ,$(EXTRA_CXXFLAGS)) \
+              $(EXTRA_NVCCFLAGS)
 # With the CUDA toolkit present the build links CUDA and NCCL (GPU selection, NCCL bootstrap);
 # without it lmtrain is CPU-only and the GPU tests are skipped.
 ifneq ($(wildcard $(NVCC)),)

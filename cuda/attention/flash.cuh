@@ -21,24 +21,41 @@ struct Params {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Tile shapes of the tensor-core kernels. Each warp owns 16 * kMTiles rows of the block's tile
-// (queries in forward and dQ, keys in dK/dV); the other side is streamed in tiles of kTile rows
-// through two shared-memory buffers (the next tile is copied while the current one is used).
-// More row tiles per warp reuse each fragment read from shared memory for more tensor-core work;
-// the limit is registers: the accumulators (O, dQ: one DH-wide; dK/dV: two) and the S/dS tiles
-// must fit without spilling (ptxas -v). Measured on one H100 (B 1, H 16, T 16384, causal, bf16;
-// results/attention.md): 2 row tiles per warp took d 64 from 3.87 to 3.47 ms forward and 9.96 to
-// 8.57 ms backward, d 128 forward from 6.02 to 4.89 ms; at d 128 the dQ kernel spilled with 2
-// (backward 16.0 -> 16.5 ms), so it keeps 1.
+// Tile shapes of the tensor-core kernels: warps per block, row tiles of 16 per warp (each warp
+// owns 16 * kMTiles rows: queries in forward and dQ, keys in dK/dV), and the streamed tile (rows
+// of the other side, double-buffered through shared memory). More row tiles per warp reuse each
+// fragment read from shared memory for more tensor-core work; the limit is registers (the
+// accumulators, one DH-wide for O and dQ, two for dK and dV, plus the S/dS tiles).
+//
+// The table: chosen per head dim by scripts/tune_flash.sh on one H100 (bf16, causal, B 1, H 16,
+// T 8192 and 16384; its rows are in results/flash_tuning.csv). A build with
+// EXTRA_NVCCFLAGS=-DLMT_FLASH_TILES_DQ=w,m,t (likewise _FWD, _DKDV) replaces one kernel's entry
+// for every head dim: that is how the script tries candidates.
+#define LMT_TILES(w, m, t) static constexpr int kWarps = w, kMTiles = m, kTile = t
+#define LMT_TILES_OF(list) LMT_TILES(list)
 template <int DH> struct FwdTraits {
-  static constexpr int kWarps = 4, kMTiles = 2, kTile = 64;
+#ifdef LMT_FLASH_TILES_FWD
+  LMT_TILES_OF(LMT_FLASH_TILES_FWD);
+#else
+  LMT_TILES(4, 2, 64);
+#endif
 };
 template <int DH> struct DkdvTraits {
-  static constexpr int kWarps = 4, kMTiles = DH >= 128 ? 1 : 2, kTile = 32;
+#ifdef LMT_FLASH_TILES_DKDV
+  LMT_TILES_OF(LMT_FLASH_TILES_DKDV);
+#else
+  LMT_TILES(4, DH >= 128 ? 1 : 2, 32);
+#endif
 };
 template <int DH> struct DqTraits {
-  static constexpr int kWarps = 4, kMTiles = DH >= 128 ? 1 : 2, kTile = 64;
+#ifdef LMT_FLASH_TILES_DQ
+  LMT_TILES_OF(LMT_FLASH_TILES_DQ);
+#else
+  LMT_TILES(4, DH >= 128 ? 1 : 2, 64);
+#endif
 };
+#undef LMT_TILES_OF
+#undef LMT_TILES
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

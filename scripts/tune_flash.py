@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Tile-shape sweep of the FlashAttention kernels on this machine's GPU.
+
+For each candidate (warps per block, row tiles of 16 per warp, streamed tile) of one kernel, a
+copy of build/ is rebuilt with that kernel's table entry replaced
+(EXTRA_NVCCFLAGS=-DLMT_FLASH_TILES_<KERNEL>=w,m,t, sm_90 only; candidates build in parallel) and
+its attention mode times flash on the grid. Rows go to results/flash_tuning.csv; the best
+candidate per kernel and head dim is printed (forward time for fwd, backward time for dkdv and dq:
+the backward runs both kernels, the other one fixed at its table entry). The table itself lives
+in cuda/attention/flash.cuh.
+
+    make -j all && scripts/tune_flash.py [--kernels dkdv dq] [--head-dims 64 128]
+        [--seq-lens 8192 16384] [--jobs 8]
+"""
+import argparse
+import csv
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+CANDIDATES = {
+    "fwd": [(4, 2, 64), (4, 2, 32), (4, 1, 64), (8, 1, 64)],
+    "dkdv": [(4, 2, 32), (4, 1, 32), (4, 1, 64), (8, 1, 32)],
+    "dq": [(4, 2, 64), (4, 1, 64), (4, 2, 32), (8, 1, 64)],
+}
+COLUMNS = ["date_utc", "device_name", "kernel", "warps", "row_tiles", "tile", "head_dim", "seq_len",
+           "fwd_ms", "bwd_ms", "status"]
+
+
+def build(kernel, cand, env):
+    w, m, t = cand
+    out = os.path.join("build_tune", f"{kernel}_{w}_{m}_{t}")
+    if not os.path.exists(out):
+        shutil.copytree("build", out, symlinks=True)
+    for f in os.listdir(os.path.join(out, "obj", "cuda", "attention")):
+        if f.endswith(".o"):
+            os.remove(os.path.join(out, "obj", "cuda", "attention", f))
+    cmd = ["make", f"BUILD={out}", f"EXTRA_NVCCFLAGS=-DLMT_FLASH_TILES_{kernel.upper()}={w},{m},{t}",
+           "CUDA_ARCHS=-gencode arch=compute_90,code=sm_90", f"{out}/lmtrain"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    return out, r.returncode, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernels", nargs="+", default=["fwd", "dkdv", "dq"], choices=list(CANDIDATES))
+    ap.add_argument("--head-dims", nargs="+", type=int, default=[64, 128])
+    ap.add_argument("--seq-lens", nargs="+", type=int, default=[8192, 16384])
+    ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--csv", default="results/flash_tuning.csv")
+    args = ap.parse_args()
+    if not os.path.exists("build/lmtrain"):
+        sys.exit("build/lmtrain missing: run make first (the candidates start from build/)")
+    env = dict(os.environ)
+    todo = [(k, c) for k in args.kernels for c in CANDIDATES[k]]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        built = list(pool.map(lambda kc: build(kc[0], kc[1], env), todo))
+    rows = []
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    for (kernel, cand), (out, rc, log) in zip(todo, built):
+        w, m, t = cand
+        base = {"date_utc": date, "kernel": kernel, "warps": w, "row_tiles": m, "tile": t}
+        if rc != 0:
+            print(f"{kernel} {cand}: build failed\n{log}", file=sys.stderr)
+            rows.append({**base, "status": "build failed"})
+            continue
+        att = os.path.join(out, "attention.csv")
+        if os.path.exists(att):
+            os.remove(att)
+        cmd = [f"{out}/lmtrain", "--set", "run.mode=attention", "--set", 'attention.impls=["flash"]',
+               "--set", f"attention.seq_lens={args.seq_lens}", "--set", f"attention.head_dims={args.head_dims}",
+               "--set", "attention.warmup=3", "--set", "attention.iters=10", "--csv", att]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"{kernel} {cand}: run failed\n{r.stdout[-1500:]}{r.stderr[-1500:]}", file=sys.stderr)
+            rows.append({**base, "status": "run failed"})
+            continue
+        with open(att, newline="") as f:
+            for a in csv.DictReader(f):
+                rows.append({**base, "device_name": a["device_name"], "head_dim": a["head_dim"],
+                             "seq_len": a["seq_len"], "fwd_ms": a["fwd_ms"], "bwd_ms": a["bwd_ms"],
+                             "status": a["status"]})
+    new = not os.path.exists(args.csv) or os.path.getsize(args.csv) == 0
+    with open(args.csv, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new:
+            w.writeheader()
+        w.writerows({c: r.get(c, "") for c in COLUMNS} for r in rows)
+    print(f"{'kernel':6} {'dh':>4} {'warps,tiles,tile':>16} {'sum ms':>8}   (lower is better; * = best)")
+    for kernel in args.kernels:
+        col = "fwd_ms" if kernel == "fwd" else "bwd_ms"
+        for dh in args.head_dims:
+            scores = {}
+            for r in rows:
+                if r["kernel"] == kernel and r.get("status") == "ok" and int(r["head_dim"]) == dh:
+                    key = (r["warps"], r["row_tiles"], r["tile"])
+                    scores[key] = scores.get(key, 0.0) + float(r[col])
+            best = min(scores, key=scores.get) if scores else None
+            for key, ms in sorted(scores.items()):
+                print(f"{kernel:6} {dh:4} {str(key):>16} {ms:8.3f} {'*' if key == best else ''}")
+
+
+if __name__ == "__main__":
+    main()
