@@ -45,7 +45,7 @@ struct Config {
     double peak_tflops = 989.0;  // for MFU: H100/H200 dense bf16
   } bench;
   struct Ddp {
-    std::string strategy = "flat";  // naive | flat | overlap | bucketed
+    std::string strategy = "flat";  // naive | flat | overlap | bucketed | zero1
     double bucket_mb = 25.0;
   } ddp;
 

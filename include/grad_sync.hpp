@@ -8,6 +8,8 @@
 //   flat     one all-reduce over the whole flat buffer, after backward (no copy: it is one buffer)
 //   overlap  an async all-reduce of each group's range as soon as backward finishes the group
 //   bucketed contiguous buckets of >= ddp.bucket_mb, each launched async once complete
+//   zero1    a reduce-scatter after backward: each rank gets the sum of its own shard only, and
+//            runs the optimizer on it (zero1.hpp, which also owns the sharded optimizer)
 #pragma once
 #include <memory>
 #include <string>
@@ -21,7 +23,7 @@ namespace lmt {
 class GradSync {
  public:
   virtual ~GradSync() = default;
-  double exposed_ms = 0;  // host time backward spent blocked in finish(), summed over steps
+  double exposed_ms = 0;  // host time spent blocked in communication, summed over steps
   virtual void begin_step() {}
   virtual void ready(int group) { (void)group; }
   virtual void finish() = 0;

@@ -12,7 +12,7 @@
 namespace lmt {
 
 template <typename T> struct AdamW {
-  BackendArray<T> m, v;  // same offsets as the flat parameter buffer, in the backend's memory
+  BackendArray<T> m, v;  // the range step() updates (the flat buffer, or a ZeRO-1 shard of it)
   int64_t t = 0;         // steps taken
 
   AdamW(Backend<T>& be, size_t n)

@@ -176,8 +176,8 @@ std::vector<ConfigField> config_fields(Config& c) {
       str_field("data", "path", &d.path, {}, "uint16 token file (source = \"file\")"),
       int_field("data", "synthetic_successors", &d.synthetic_successors, 1,
                 "next-token choices per token in the synthetic Markov chain"),
-      str_field("ddp", "strategy", &c.ddp.strategy, {"naive", "flat", "overlap", "bucketed"},
-                "gradient synchronisation across ranks (grad_sync.hpp)"),
+      str_field("ddp", "strategy", &c.ddp.strategy, {"naive", "flat", "overlap", "bucketed", "zero1"},
+                "gradient synchronisation across ranks (grad_sync.hpp); zero1 also shards AdamW"),
       real_field("ddp", "bucket_mb", &c.ddp.bucket_mb, 0, true, kBig,
                  "smallest bucket of the bucketed strategy, MiB"),
       int_field("bench", "warmup", &c.bench.warmup, 0,
@@ -273,6 +273,10 @@ void validate(const Config& c) {
     throw UsageError(strf("%s: train.checkpoint_every = %lld needs train.checkpoint_dir",
                           at("train.checkpoint_every").c_str(),
                           (long long)c.train.checkpoint_every));
+  if (c.ddp.strategy == "zero1" && (!c.train.checkpoint_dir.empty() || !c.train.resume.empty()))
+    throw UsageError(strf("%s: ddp.strategy = \"zero1\" does not checkpoint (its AdamW moments are "
+                          "sharded across ranks): unset train.checkpoint_dir and train.resume",
+                          at("ddp.strategy").c_str()));
   if (c.optim.schedule == "cosine" && c.optim.min_lr > c.optim.lr)
     throw UsageError(strf("%s: optim.min_lr = %g: expected at most optim.lr = %g",
                           at("optim.min_lr").c_str(), c.optim.min_lr, c.optim.lr));

@@ -16,6 +16,7 @@
 #include "modes.hpp"
 #include "optimizer.hpp"
 #include "report.hpp"
+#include "zero1.hpp"
 
 namespace lmt {
 namespace {
@@ -38,6 +39,23 @@ void make_dir(const std::string& dir) {
   }
 }
 
+// One line on rank 0: every rank's optimizer-state bytes (MemTag::optimizer) at this point.
+template <typename T>
+void print_optimizer_memory(const Runtime& rt, const Backend<T>& be, const char* when,
+                            const std::string& note) {
+  unsigned long long mine = be.memory().current[size_t(MemTag::optimizer)];
+  std::vector<unsigned long long> all(size_t(rt.world));
+  MPI_CHECK(MPI_Gather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, 0,
+                       MPI_COMM_WORLD));
+  if (!rt.is_root()) return;
+  std::string list;
+  for (size_t r = 0; r < all.size(); ++r)
+    list += strf("%s%zu: %s", r ? ", " : "", r, human_bytes(double(all[r])).c_str());
+  printf("optimizer state per rank %s: %s%s%s\n", when, list.c_str(), note.empty() ? "" : " ",
+         note.c_str());
+  fflush(stdout);
+}
+
 template <typename T> int train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   const Config& c = cl.config;
   const int64_t B = c.train.batch_size, T_ = c.model.context_length, steps = c.train.steps;
@@ -47,8 +65,10 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   std::unique_ptr<Model<T>> model_ptr;
   agree(rt, [&] { model_ptr = std::make_unique<Model<T>>(*backend, c.model, B, T_); });
   Model<T>& model = *model_ptr;
-  AdamW<T> opt(*backend, model.layout.total);
+  const bool zero1 = c.ddp.strategy == "zero1";
+  std::unique_ptr<AdamW<T>> opt;  // the whole flat buffer's moments, unless zero1 shards them
   std::unique_ptr<GradSync> sync;
+  Zero1<T>* zero = nullptr;       // sync, when it is zero1 (it runs the optimizer too)
   std::vector<RngState> rngs;
   int64_t first_step = 0;
   CsvRow row = config_columns(c);
@@ -58,13 +78,20 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   // Everything that can refuse the run does so here, on every rank, before any work.
   agree(rt, [&] {
     source = make_token_source(c);
-    if (rt.world > 1)  // one rank has nothing to synchronise
-      sync = make_grad_sync(c.ddp.strategy, GradBuffer{*comm, model.grads(), dtype_of<T>()},
-                            model.layout, c.ddp.bucket_mb);
+    GradBuffer grads{*comm, model.grads(), dtype_of<T>()};
+    if (zero1) {
+      auto z = std::make_unique<Zero1<T>>(*backend, grads, model.layout.total);
+      zero = z.get();
+      sync = std::move(z);
+    } else {
+      opt = std::make_unique<AdamW<T>>(*backend, model.layout.total);
+      if (rt.world > 1)  // one rank has nothing to synchronise
+        sync = make_grad_sync(c.ddp.strategy, grads, model.layout, c.ddp.bucket_mb);
+    }
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
     if (!c.train.checkpoint_dir.empty() && rt.is_root()) make_dir(c.train.checkpoint_dir);
     if (!c.train.resume.empty()) {
-      first_step = load_checkpoint(c.train.resume, model, opt, rt.world, rngs);
+      first_step = load_checkpoint(c.train.resume, model, *opt, rt.world, rngs);
       if (first_step > steps)
         throw UsageError(strf("train.resume = \"%s\" is at step %lld, past train.steps = %lld",
                               c.train.resume.c_str(), (long long)first_step, (long long)steps));
@@ -86,6 +113,11 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
                                (long long)first_step);
     fflush(stdout);
   }
+  if (zero1)
+    print_optimizer_memory(rt, *backend, "after init",
+                           strf("(AdamW moments of %zu..%zu elements of %s on rank 0; unsharded: %s)",
+                                zero->begin, zero->end, human_count(double(model.layout.total)).c_str(),
+                                human_bytes(2.0 * double(model.layout.total * sizeof(T))).c_str()));
 
   std::vector<int32_t> inputs(static_cast<size_t>(B * T_)), targets(static_cast<size_t>(B * T_));
   double interval_loss = 0, last_loss = NAN;
@@ -99,8 +131,16 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     double gnorm, lr = learning_rate(c.optim, step, steps);
     {
       NvtxRange range("optimizer");
-      gnorm = clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
-      opt.step(model.params(), model.grads(), lr, c.optim);
+      const bool first = zero1 && step == first_step;
+      if (first) print_optimizer_memory(rt, *backend, "before step 1", "");
+      if (zero) {
+        gnorm = zero->clip_grad_norm(c.optim.grad_clip);
+        zero->step(model.params(), lr, c.optim);
+      } else {
+        gnorm = clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
+        opt->step(model.params(), model.grads(), lr, c.optim);
+      }
+      if (first) print_optimizer_memory(rt, *backend, "after step 1", "");
     }
     ++interval_steps;
 
@@ -134,7 +174,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
                            MPI_COMM_WORLD));
       if (rt.is_root()) {
         std::string path = checkpoint_path(c.train.checkpoint_dir, step + 1);
-        save_checkpoint(path, c, model, opt, step + 1, all);
+        save_checkpoint(path, c, model, *opt, step + 1, all);
         printf("checkpoint %s\n", path.c_str());
       }
     }
@@ -150,8 +190,9 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
     printf("  throughput    %s tokens/s\n", human_count(tokens_per_step * 1e3 / ms_per_step).c_str());
     if (sync && run_steps > 0)
-      printf("  exposed comm  %.2f ms/step (%s: time backward waited for gradient sync, slower ranks included)\n",
-             sync->exposed_ms / run_steps, c.ddp.strategy.c_str());
+      printf("  exposed comm  %.2f ms/step (%s: time blocked in gradient sync%s, slower ranks included)\n",
+             sync->exposed_ms / run_steps, c.ddp.strategy.c_str(),
+             zero1 ? " and the parameter all-gather" : "");
     if (!cl.csv_path.empty()) {
       row.set("world_size", std::to_string(rt.world));
       row.set("device_used", device);

@@ -43,6 +43,30 @@ TEST_CASE("train: two ranks on the synthetic source lower the loss toward its fl
   CHECK(r.output.find("exposed comm") != std::string::npos);  // several ranks: sync is timed
 }
 
+TEST_CASE("train: zero1 on 2 ranks follows flat's curve and holds half the optimizer state per rank") {
+  std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                     " --set train.steps=20 --set train.log_every=5 --set model.precision=fp32";
+  auto flat = run(base + " --set ddp.strategy=flat");
+  auto zero = run(base + " --set ddp.strategy=zero1");
+  INFO(zero.output);
+  REQUIRE(flat.code == 0);
+  REQUIRE(zero.code == 0);
+  auto a = progress_losses(flat.output), b = progress_losses(zero.output);
+  REQUIRE(a.size() == 4);
+  REQUIRE(b.size() == a.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(b[i] == doctest::Approx(a[i]).epsilon(1e-4));
+  // Per-rank optimizer memory after init, before and after the first step: each rank holds the
+  // moments of its half (the model's 3.2k parameters split evenly), not of all of them.
+  for (const char* when : {"after init", "before step 1", "after step 1"}) {
+    size_t at = zero.output.find(std::string("optimizer state per rank ") + when);
+    REQUIRE(at != std::string::npos);
+    std::string line = zero.output.substr(at, zero.output.find('\n', at) - at);
+    CHECK(line.find("0: 12.7 KiB, 1: 12.7 KiB") != std::string::npos);
+  }
+  CHECK(zero.output.find("unsharded: 25.4 KiB") != std::string::npos);
+  CHECK(flat.output.find("optimizer state per rank") == std::string::npos);
+}
+
 TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one (2 ranks)") {
   TempDir dir;
   std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
