@@ -54,6 +54,16 @@ class Communicator {
   // buf[0..count) = buf of rank root
   virtual Handle broadcast_async(void* buf, size_t count, DType t, int root) = 0;
 
+  // Blocks the host until every collective launched so far has completed (a device communicator
+  // polls for errors meanwhile, so a failed peer aborts the job instead of hanging it). Handles'
+  // wait() may only order device work; call this before the host reads what a collective wrote.
+  virtual void synchronize() {}
+  // Communication time since the last call, in ms (then restarts from zero): NCCL, the comm
+  // stream's time inside collectives (from events around each, waiting for peers included);
+  // MPI, the host's time inside MPI calls (launches and waits: without a progress thread, MPI
+  // moves data only there). Synchronizes first on a device.
+  virtual double take_comm_ms() = 0;
+
   Counts equal(size_t count) const { return Counts(size_t(size()), count); }
   void all_reduce(void* buf, size_t count, DType t) { all_reduce_async(buf, count, t)->wait(); }
   void reduce_scatter(const void* send, void* recv, const Counts& counts, DType t) {

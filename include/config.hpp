@@ -13,7 +13,7 @@ namespace lmt {
 
 struct Config {
   struct Run {
-    std::string mode = "train";   // train | bench
+    std::string mode = "train";   // train | bench | allreduce
     std::string device = "auto";  // auto | cpu | cuda
     int64_t seed = 0;
   } run;
@@ -44,6 +44,12 @@ struct Config {
     int64_t warmup = 5, steps = 20, kernels = 8;
     double peak_tflops = 989.0;  // for MFU: H100/H200 dense bf16
   } bench;
+  struct Allreduce {  // sizes: min_mb, min_mb * factor, ... up to max_mb (MiB)
+    double min_mb = 1.0, max_mb = 1000.0, factor = 10.0;
+    std::string backend = "nccl";  // nccl (device buffers) | mpi (host buffers)
+    std::string dtype = "fp32";    // fp32 | bf16
+    int64_t warmup = 5, iters = 20;
+  } allreduce;
   struct Ddp {
     std::string strategy = "flat";  // naive | flat | overlap | bucketed | zero1
     double bucket_mb = 25.0;

@@ -137,8 +137,9 @@ const ConfigField* find_field(const std::vector<ConfigField>& fields, const std:
 std::vector<ConfigField> config_fields(Config& c) {
   auto& r = c.run; auto& m = c.model; auto& t = c.train; auto& o = c.optim; auto& d = c.data;
   return {
-      str_field("run", "mode", &r.mode, {"train", "bench"},
-                "train, or bench: time forward, forward+backward and the full step"),
+      str_field("run", "mode", &r.mode, {"train", "bench", "allreduce"},
+                "train; bench: time forward, forward+backward and the full step; allreduce: "
+                "the all-reduce benchmark ([allreduce])"),
       str_field("run", "device", &r.device, {"auto", "cpu", "cuda"},
                 "backend; auto is cpu until the CUDA backend lands"),
       int_field("run", "seed", &r.seed, 0, "seed of parameter init and every data stream"),
@@ -187,6 +188,18 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "top kernels by GPU time to list per phase (CUPTI; 0: none)"),
       real_field("bench", "peak_tflops", &c.bench.peak_tflops, 0, true, kBig,
                  "the GPU's peak at this precision, for MFU (989: H100/H200 dense bf16)"),
+      real_field("allreduce", "min_mb", &c.allreduce.min_mb, 0, true, kBig,
+                 "smallest all-reduce size, MiB"),
+      real_field("allreduce", "max_mb", &c.allreduce.max_mb, 0, true, kBig,
+                 "largest all-reduce size, MiB (sizes: min_mb times powers of factor up to it)"),
+      real_field("allreduce", "factor", &c.allreduce.factor, 1, true, kBig,
+                 "ratio of consecutive all-reduce sizes"),
+      str_field("allreduce", "backend", &c.allreduce.backend, {"nccl", "mpi"},
+                "nccl: device buffers (needs a GPU per rank); mpi: host buffers"),
+      str_field("allreduce", "dtype", &c.allreduce.dtype, {"fp32", "bf16"},
+                "element type summed (bf16 over MPI: a user-defined sum, fp32 partial sums)"),
+      int_field("allreduce", "warmup", &c.allreduce.warmup, 0, "untimed all-reduces per size"),
+      int_field("allreduce", "iters", &c.allreduce.iters, 1, "timed all-reduces per size"),
   };
 }
 
@@ -218,7 +231,7 @@ void load_config_file(Config& c, const std::string& path) {
     std::string at = where(node.source(), path);
     if (!node.is_table())
       throw UsageError(strf("%s: %s is not a [section]: keys live in [run], [model], [train], "
-                            "[optim], [data], [ddp], [bench]", at.c_str(), std::string(sec.str()).c_str()));
+                            "[optim], [data], [ddp], [bench], [allreduce]", at.c_str(), std::string(sec.str()).c_str()));
     for (auto&& [key, v] : *node.as_table()) {
       std::string name = std::string(sec.str()) + "." + std::string(key.str());
       std::string vat = where(v.source(), path);
@@ -277,6 +290,14 @@ void validate(const Config& c) {
     throw UsageError(strf("%s: ddp.strategy = \"zero1\" does not checkpoint (its AdamW moments are "
                           "sharded across ranks): unset train.checkpoint_dir and train.resume",
                           at("ddp.strategy").c_str()));
+  const size_t elem = c.allreduce.dtype == "bf16" ? 2 : 4;
+  if (c.allreduce.min_mb * double(1 << 20) < double(elem))
+    throw UsageError(strf("%s: allreduce.min_mb = %g is less than one %s element",
+                          at("allreduce.min_mb").c_str(), c.allreduce.min_mb,
+                          c.allreduce.dtype.c_str()));
+  if (c.allreduce.max_mb < c.allreduce.min_mb)
+    throw UsageError(strf("%s: allreduce.max_mb = %g: expected at least allreduce.min_mb = %g",
+                          at("allreduce.max_mb").c_str(), c.allreduce.max_mb, c.allreduce.min_mb));
   if (c.optim.schedule == "cosine" && c.optim.min_lr > c.optim.lr)
     throw UsageError(strf("%s: optim.min_lr = %g: expected at most optim.lr = %g",
                           at("optim.min_lr").c_str(), c.optim.min_lr, c.optim.lr));

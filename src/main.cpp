@@ -17,9 +17,12 @@ int main(int argc, char** argv) {
       if (rt.is_root()) fputs(config_to_toml(cl.config).c_str(), stdout);
     } else {
       agree_on_config(rt, config_hash(cl.config));
+      const std::string& mode = cl.config.run.mode;
       std::string device;
-      agree(rt, [&] { device = resolve_device(cl.config, rt); });
-      code = cl.config.run.mode == "bench" ? run_bench(cl, rt, device) : run_train(cl, rt, device);
+      if (mode != "allreduce") agree(rt, [&] { device = resolve_device(cl.config, rt); });
+      code = mode == "allreduce" ? run_allreduce(cl, rt)
+             : mode == "bench"   ? run_bench(cl, rt, device)
+                                 : run_train(cl, rt, device);
     }
   } catch (const JobExit& e) {
     code = e.code;

@@ -101,6 +101,7 @@ class CudaBackend : public Backend<float> {
     CUDA_CHECK(cudaMemsetAsync(p, 0, b, stream_));
   }
   void synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  cudaStream_t stream() const { return stream_; }
 
   void linear_fwd(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K,
                   Precision p) override {
@@ -301,6 +302,12 @@ class CudaBackend : public Backend<float> {
 }  // namespace
 
 std::unique_ptr<Backend<float>> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+cudaStream_t cuda_stream(Backend<float>& be) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&be);
+  LMT_ASSERT(cuda, std::string("the ") + be.name() + " backend has no CUDA stream");
+  return cuda->stream();
+}
 
 }  // namespace lmt
 #endif
