@@ -13,6 +13,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm.hpp"
@@ -23,7 +24,12 @@ namespace lmt {
 class GradSync {
  public:
   virtual ~GradSync() = default;
-  double exposed_ms = 0;  // host time spent blocked in communication, summed over steps
+  // Exposed communication: pairs of backend marks (Backend::mark) around each wait for it, e.g.
+  // around finish(). On the CPU the marks are the host clock, so a span is the time the host was
+  // blocked; on the GPU they are CUDA events on the compute stream, whose waits for the comm
+  // stream are stream waits, so a span is the time the compute stream stalled for communication
+  // (host time would be ~0 there). The caller reads them with elapsed_ms and clears them.
+  std::vector<std::pair<int, int>> exposed;
   virtual void begin_step() {}
   virtual void ready(int group) { (void)group; }
   virtual void finish() = 0;

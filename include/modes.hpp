@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "backend.hpp"
+#include "comm.hpp"
 #include "config.hpp"
 #include "runtime.hpp"
 
@@ -18,5 +19,11 @@ int run_allreduce(const CommandLine& cl, const Runtime& rt);
 // on any rank stops every rank with exit code 2.
 template <typename T>
 std::unique_ptr<Backend<T>> make_backend(const std::string& device, const Runtime& rt);
+
+// The communicator on that backend's buffers: NCCL on "cuda" (ordered after the backend's
+// stream), MPI on "cpu". Collective.
+template <typename T>
+std::unique_ptr<Communicator> make_communicator(const std::string& device, const Runtime& rt,
+                                               Backend<T>& be);
 
 }  // namespace lmt

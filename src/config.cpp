@@ -141,7 +141,7 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "train; bench: time forward, forward+backward and the full step; allreduce: "
                 "the all-reduce benchmark ([allreduce])"),
       str_field("run", "device", &r.device, {"auto", "cpu", "cuda"},
-                "backend; auto is cpu until the CUDA backend lands"),
+                "backend; auto: cuda when every rank has a GPU and precision is not fp64"),
       int_field("run", "seed", &r.seed, 0, "seed of parameter init and every data stream"),
       int_field("model", "d_model", &m.d_model, 1, "width of the residual stream"),
       int_field("model", "d_ff", &m.d_ff, 1, "hidden width of the SwiGLU feed-forward"),

@@ -2,7 +2,6 @@
 // only, parameters all-gathered after the step (zero1.hpp).
 #include "zero1.hpp"
 
-#include <chrono>
 #include <cmath>
 
 #include "check.hpp"
@@ -33,6 +32,7 @@ template <typename T> double Zero1<T>::clip_grad_norm(double max_norm) {
   double sq = be_.sum_squares(grad_shard_.data(), grad_shard_.size());
   be_.upload_bytes(norm_sq_.data(), &sq, sizeof sq);
   g_.comm.all_reduce(norm_sq_.data(), 1, DType::f64);
+  g_.comm.synchronize();  // the host is about to block on it: a failed peer must abort, not hang
   be_.download_bytes(&sq, norm_sq_.data(), sizeof sq);
   const double norm = std::sqrt(sq);
   // The same scale as the unsharded clip_grad_norm, so that zero1 follows the same curve.
@@ -43,10 +43,9 @@ template <typename T> double Zero1<T>::clip_grad_norm(double max_norm) {
 
 template <typename T> void Zero1<T>::step(T* params, double lr, const Config::Optim& o) {
   opt_.step(params + begin, grad_shard_.data(), lr, o);
-  auto t0 = std::chrono::steady_clock::now();  // the all-gather is exposed: nothing overlaps it
+  int from = be_.mark();  // the all-gather is exposed: nothing overlaps it
   g_.comm.all_gather(params + begin, params, counts, g_.t);
-  exposed_ms +=
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  exposed.push_back({from, be_.mark()});
 }
 
 template class Zero1<float>;

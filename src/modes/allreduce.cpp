@@ -130,7 +130,6 @@ int run_allreduce(const CommandLine& cl, const Runtime& rt) {
   const Config::Allreduce& a = c.allreduce;
   const bool nccl = a.backend == "nccl";
   std::unique_ptr<Backend<float>> be;
-  std::unique_ptr<Communicator> comm;
   const DType t = a.dtype == "bf16" ? DType::bf16 : DType::f32;
   const std::vector<size_t> sizes = sizes_bytes(a, dtype_size(t));
   agree(rt, [&] {
@@ -146,10 +145,7 @@ int run_allreduce(const CommandLine& cl, const Runtime& rt) {
   be = make_backend<float>(nccl ? "cuda" : "cpu", rt);
   std::unique_ptr<BackendArray<float, char>> buf;
   agree(rt, [&] { buf = std::make_unique<BackendArray<float, char>>(*be, sizes.back(), MemTag::workspace); });
-#ifdef LMTRAIN_CUDA
-  if (nccl) comm = make_nccl_communicator(rt, cuda_stream(*be));
-#endif
-  if (!comm) comm = make_mpi_communicator(MPI_COMM_WORLD);
+  std::unique_ptr<Communicator> comm = make_communicator<float>(nccl ? "cuda" : "cpu", rt, *be);
   AllreduceBench bench(c, rt, *be, *comm);
 
   const char* type = t == DType::bf16 ? "bfloat16" : "float";

@@ -56,12 +56,24 @@ void print_optimizer_memory(const Runtime& rt, const Backend<T>& be, const char*
   fflush(stdout);
 }
 
+// The exposed communication since the last call (the sync's mark pairs, then forgotten).
+template <typename T> double take_exposed_ms(Backend<T>& be, GradSync& sync) {
+  double ms = 0;
+  for (auto [from, to] : sync.exposed) ms += be.elapsed_ms(from, to);
+  sync.exposed.clear();
+  be.clear_marks();
+  return ms;
+}
+
 template <typename T> int train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   const Config& c = cl.config;
   const int64_t B = c.train.batch_size, T_ = c.model.context_length, steps = c.train.steps;
   std::unique_ptr<TokenSource> source;
-  std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD);
+  // Host scalars (the loss) go over MPI; gradients and parameters over the communicator of the
+  // backend's memory (NCCL on the GPU).
+  std::unique_ptr<Communicator> host = make_mpi_communicator(MPI_COMM_WORLD);
   std::unique_ptr<Backend<T>> backend = make_backend<T>(device, rt);
+  std::unique_ptr<Communicator> comm = make_communicator(device, rt, *backend);
   std::unique_ptr<Model<T>> model_ptr;
   agree(rt, [&] { model_ptr = std::make_unique<Model<T>>(*backend, c.model, B, T_); });
   Model<T>& model = *model_ptr;
@@ -101,6 +113,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   if (c.train.resume.empty()) model.init_params(uint64_t(c.run.seed));
   else rng.set_state(rngs[size_t(rt.rank)]);
   if (rt.world > 1) comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
+  comm->take_comm_ms();  // the steps' communication is counted from here
 
   const double floor = source->loss_floor().value_or(NAN);
   const double tokens_per_step = double(B * T_ * rt.world);
@@ -122,12 +135,13 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   std::vector<int32_t> inputs(static_cast<size_t>(B * T_)), targets(static_cast<size_t>(B * T_));
   double interval_loss = 0, last_loss = NAN;
   int64_t interval_steps = 0;
-  double exposed_at_interval = 0;  // sync->exposed_ms when the interval began
+  double exposed_ms = 0, comm_ms = 0;  // summed over the run
   auto t0 = Clock::now(), t_interval = t0;
   for (int64_t step = first_step; step < steps; ++step) {
     source->sample(rng, B, T_, inputs.data(), targets.data());
     interval_loss += model.forward(inputs.data(), targets.data(), rt.world);
     model.backward(sync.get());
+    comm->synchronize();  // clipping reads the gradients on the host: fail, never hang, here
     double gnorm, lr = learning_rate(c.optim, step, steps);
     {
       NvtxRange range("optimizer");
@@ -146,21 +160,22 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
 
     const bool last = step + 1 == steps;
     if ((step + 1) % c.train.log_every == 0 || last) {
-      comm->all_reduce(&interval_loss, 1, DType::f64);
+      host->all_reduce(&interval_loss, 1, DType::f64);
       last_loss = interval_loss / double(interval_steps * rt.world);
       double ms = 1e3 * seconds_since(t_interval) / double(interval_steps);
-      std::string comm;
+      std::string timing;
       if (sync) {
-        comm = strf(" | comm %.1f ms/step exposed (%s)",
-                    (sync->exposed_ms - exposed_at_interval) / double(interval_steps),
-                    c.ddp.strategy.c_str());
-        exposed_at_interval = sync->exposed_ms;
+        double exposed = take_exposed_ms(*backend, *sync), busy = comm->take_comm_ms();
+        exposed_ms += exposed, comm_ms += busy;
+        const double n = double(interval_steps);
+        timing = strf(" | compute %.1f, comm %.1f, exposed %.1f ms/step (%s)", ms - exposed / n,
+                      busy / n, exposed / n, c.ddp.strategy.c_str());
       }
       if (rt.is_root()) {
         printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | "
                "%s tok/s%s | ETA %s\n", int(std::to_string(steps).size()), (long long)step + 1,
                (long long)steps, last_loss, lr, gnorm, ms,
-               human_count(tokens_per_step / ms * 1e3).c_str(), comm.c_str(),
+               human_count(tokens_per_step / ms * 1e3).c_str(), timing.c_str(),
                duration(double(steps - step - 1) * ms / 1e3).c_str());
         fflush(stdout);
       }
@@ -189,10 +204,17 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     if (!std::isnan(floor)) printf("  loss floor    %.4f (entropy rate of the source)\n", floor);
     printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
     printf("  throughput    %s tokens/s\n", human_count(tokens_per_step * 1e3 / ms_per_step).c_str());
-    if (sync && run_steps > 0)
-      printf("  exposed comm  %.2f ms/step (%s: time blocked in gradient sync%s, slower ranks included)\n",
-             sync->exposed_ms / run_steps, c.ddp.strategy.c_str(),
+    if (sync && run_steps > 0) {
+      printf("  compute       %.2f ms/step (step time less exposed communication)\n",
+             ms_per_step - exposed_ms / run_steps);
+      printf("  comm          %.2f ms/step (%s: %s, rank 0)\n", comm_ms / run_steps,
+             c.ddp.strategy.c_str(), device == "cuda" ? "the NCCL stream's time in collectives"
+                                                      : "host time in MPI calls");
+      printf("  exposed comm  %.2f ms/step (%s: %s waited for gradient sync%s, rank 0)\n",
+             exposed_ms / run_steps, c.ddp.strategy.c_str(),
+             device == "cuda" ? "the compute stream" : "the host",
              zero1 ? " and the parameter all-gather" : "");
+    }
     if (!cl.csv_path.empty()) {
       row.set("world_size", std::to_string(rt.world));
       row.set("device_used", device);

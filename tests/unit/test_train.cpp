@@ -7,6 +7,7 @@
 
 #include "check.hpp"
 #include "checkpoint.hpp"
+#include "gpu.hpp"
 #include "helpers.hpp"
 #include "safetensors.hpp"
 
@@ -213,4 +214,37 @@ TEST_CASE("bench: --trace writes the timed steps' phases and a memory counter; t
   auto train = run(std::string(lmt::test::lmtrain()) + kTiny + " --trace " + path);
   CHECK(train.code == 2);
   CHECK(train.output.find("only run.mode = \"bench\" writes a trace") != std::string::npos);
+}
+
+TEST_CASE("bench: on 2 ranks the step synchronises gradients and reports comm, exposed and compute") {
+  for (std::string strategy : {"flat", "zero1"}) {
+    auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                 " --set run.mode=bench --set bench.warmup=1 --set bench.steps=3 "
+                 "--set model.precision=fp32 --set ddp.strategy=" + strategy);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK(r.output.find("communication (" + strategy + ", 2 ranks): comm ") != std::string::npos);
+    CHECK(r.output.find("exposed ") != std::string::npos);
+  }
+}
+
+// On a machine with 2 GPUs: train with run.device = cuda on 2 ranks over NCCL, every strategy.
+TEST_CASE("train on 2 GPUs over NCCL: every strategy runs, reports its timing and follows one curve" *
+          doctest::skip(lmt::gpu_count() < 2)) {
+  std::vector<double> finals;
+  for (std::string strategy : {"naive", "flat", "overlap", "bucketed", "zero1"}) {
+    auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                 " --set run.device=cuda --set model.precision=fp32 --set train.steps=20"
+                 " --set train.log_every=10 --set ddp.bucket_mb=0.001 --set ddp.strategy=" +
+                 strategy);
+    INFO(strategy, "\n", r.output);
+    REQUIRE(r.code == 0);
+    CHECK(r.output.find("device cuda, 2 rank(s)") != std::string::npos);
+    for (const char* line : {"compute ", "comm ", "exposed comm", "the NCCL stream"})
+      CHECK(r.output.find(line) != std::string::npos);
+    auto losses = progress_losses(r.output);
+    REQUIRE(losses.size() == 2);
+    finals.push_back(losses.back());
+  }
+  for (double f : finals) CHECK(f == doctest::Approx(finals[0]).epsilon(1e-4));
 }
