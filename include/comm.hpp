@@ -22,6 +22,10 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "fp32", "fp64", "bf16"
 uint16_t to_bf16(float x);      // bf16 bits of x, rounded to nearest even
 float from_bf16(uint16_t bits);  // exact
+// Element i of a host buffer of type t, written from / read as a double (rounded to nearest even
+// where t is narrower).
+void store(DType t, void* buf, size_t i, double v);
+double load(DType t, const void* buf, size_t i);
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }

@@ -26,6 +26,36 @@ float from_bf16(uint16_t bits) {
   return x;
 }
 
+void store(DType t, void* buf, size_t i, double v) {
+  char* at = static_cast<char*>(buf) + i * dtype_size(t);
+  if (t == DType::f64) {
+    std::memcpy(at, &v, 8);
+  } else if (t == DType::f32) {
+    float f = float(v);
+    std::memcpy(at, &f, 4);
+  } else {
+    uint16_t b = to_bf16(float(v));
+    std::memcpy(at, &b, 2);
+  }
+}
+
+double load(DType t, const void* buf, size_t i) {
+  const char* at = static_cast<const char*>(buf) + i * dtype_size(t);
+  if (t == DType::f64) {
+    double d;
+    std::memcpy(&d, at, 8);
+    return d;
+  }
+  if (t == DType::f32) {
+    float f;
+    std::memcpy(&f, at, 4);
+    return f;
+  }
+  uint16_t b;
+  std::memcpy(&b, at, 2);
+  return from_bf16(b);
+}
+
 size_t displacement(const Counts& counts, int rank) {
   size_t d = 0;
   for (int r = 0; r < rank; ++r) d += counts[size_t(r)];

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "comm.hpp"
 #include "gpu.hpp"
@@ -80,7 +79,7 @@ class AllreduceBench {
   // One all-reduce of the pattern; elements (summed over ranks) that differ from the exact sum.
   unsigned long long check(void* buf, size_t count) {
     std::vector<char> host(count * dtype_size(t_));
-    fill(host.data(), count, [&](size_t i) { return pattern(rt_.rank, i); });
+    for (size_t i = 0; i < count; ++i) store(t_, host.data(), i, pattern(rt_.rank, i));
     be_.upload_bytes(buf, host.data(), host.size());
     comm_.all_reduce_async(buf, count, t_)->wait();
     comm_.synchronize();
@@ -89,33 +88,11 @@ class AllreduceBench {
     for (size_t i = 0; i < count; ++i) {
       double want = 0;
       for (int r = 0; r < rt_.world; ++r) want += pattern(r, i);
-      wrong += element(host.data(), i) != want;
+      wrong += load(t_, host.data(), i) != want;
     }
     MPI_CHECK(MPI_Allreduce(&wrong, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
     return total;
   }
-  template <typename F> void fill(char* host, size_t count, F value) const {
-    for (size_t i = 0; i < count; ++i) {
-      float v = float(value(i));
-      if (t_ == DType::bf16) {
-        uint16_t b = to_bf16(v);
-        std::memcpy(host + 2 * i, &b, 2);
-      } else {
-        std::memcpy(host + 4 * i, &v, 4);
-      }
-    }
-  }
-  double element(const char* host, size_t i) const {
-    if (t_ == DType::bf16) {
-      uint16_t b;
-      std::memcpy(&b, host + 2 * i, 2);
-      return from_bf16(b);
-    }
-    float v;
-    std::memcpy(&v, host + 4 * i, 4);
-    return v;
-  }
-
   const Config& c_;
   const Runtime& rt_;
   Backend<float>& be_;

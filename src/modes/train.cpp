@@ -73,11 +73,12 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   // backend's memory (NCCL on the GPU).
   std::unique_ptr<Communicator> host = make_mpi_communicator(MPI_COMM_WORLD);
   std::unique_ptr<Backend<T>> backend = make_backend<T>(device, rt);
-  std::unique_ptr<Communicator> comm = make_communicator(device, rt, *backend);
+  const bool zero1 = c.ddp.strategy == "zero1";
+  std::unique_ptr<Communicator> comm;  // one rank has nothing to synchronise, unless zero1
+  if (rt.world > 1 || zero1) comm = make_communicator(device, rt, *backend);
   std::unique_ptr<Model<T>> model_ptr;
   agree(rt, [&] { model_ptr = std::make_unique<Model<T>>(*backend, c.model, B, T_); });
   Model<T>& model = *model_ptr;
-  const bool zero1 = c.ddp.strategy == "zero1";
   std::unique_ptr<AdamW<T>> opt;  // the whole flat buffer's moments, unless zero1 shards them
   std::unique_ptr<GradSync> sync;
   Zero1<T>* zero = nullptr;       // sync, when it is zero1 (it runs the optimizer too)
@@ -90,15 +91,16 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   // Everything that can refuse the run does so here, on every rank, before any work.
   agree(rt, [&] {
     source = make_token_source(c);
-    GradBuffer grads{*comm, model.grads(), dtype_of<T>()};
     if (zero1) {
-      auto z = std::make_unique<Zero1<T>>(*backend, grads, model.layout.total);
+      auto z = std::make_unique<Zero1<T>>(*backend, GradBuffer{*comm, model.grads(), dtype_of<T>()},
+                                          model.layout.total);
       zero = z.get();
       sync = std::move(z);
     } else {
       opt = std::make_unique<AdamW<T>>(*backend, model.layout.total);
-      if (rt.world > 1)  // one rank has nothing to synchronise
-        sync = make_grad_sync(c.ddp.strategy, grads, model.layout, c.ddp.bucket_mb);
+      if (comm)
+        sync = make_grad_sync(c.ddp.strategy, GradBuffer{*comm, model.grads(), dtype_of<T>()},
+                              model.layout, c.ddp.bucket_mb);
     }
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
     if (!c.train.checkpoint_dir.empty() && rt.is_root()) make_dir(c.train.checkpoint_dir);
@@ -112,8 +114,10 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   Rng rng = data_rng(uint64_t(c.run.seed), rt.rank);
   if (c.train.resume.empty()) model.init_params(uint64_t(c.run.seed));
   else rng.set_state(rngs[size_t(rt.rank)]);
-  if (rt.world > 1) comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
-  comm->take_comm_ms();  // the steps' communication is counted from here
+  if (comm) {
+    comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
+    comm->take_comm_ms();  // the steps' communication is counted from here
+  }
 
   const double floor = source->loss_floor().value_or(NAN);
   const double tokens_per_step = double(B * T_ * rt.world);
@@ -141,7 +145,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     source->sample(rng, B, T_, inputs.data(), targets.data());
     interval_loss += model.forward(inputs.data(), targets.data(), rt.world);
     model.backward(sync.get());
-    comm->synchronize();  // clipping reads the gradients on the host: fail, never hang, here
+    if (comm) comm->synchronize();  // clipping reads the gradients on the host: fail, never hang
     double gnorm, lr = learning_rate(c.optim, step, steps);
     {
       NvtxRange range("optimizer");

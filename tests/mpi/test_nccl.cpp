@@ -4,8 +4,6 @@
 // rank (mpirun -np 2 on a 2-GPU machine).
 #include <doctest/doctest.h>
 
-#include <cstring>
-
 #include "comm.hpp"
 #include "gpu.hpp"
 #include "modes.hpp"
@@ -19,35 +17,11 @@ namespace {
 // exact in bf16, fp32 and fp64.
 double value(int rank, size_t i) { return double(int((size_t(rank) * 7 + i) % 5) - 2) * 0.5; }
 
-// Host bytes of values in type t, and back.
+// Host bytes of values in type t.
 std::vector<char> encode(const std::vector<double>& v, DType t) {
   std::vector<char> out(v.size() * dtype_size(t));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t == DType::f64) std::memcpy(&out[8 * i], &v[i], 8);
-    else if (t == DType::f32) {
-      float f = float(v[i]);
-      std::memcpy(&out[4 * i], &f, 4);
-    } else {
-      uint16_t b = to_bf16(float(v[i]));
-      std::memcpy(&out[2 * i], &b, 2);
-    }
-  }
+  for (size_t i = 0; i < v.size(); ++i) store(t, out.data(), i, v[i]);
   return out;
-}
-double decode(const std::vector<char>& bytes, size_t i, DType t) {
-  if (t == DType::f64) {
-    double d;
-    std::memcpy(&d, &bytes[8 * i], 8);
-    return d;
-  }
-  if (t == DType::f32) {
-    float f;
-    std::memcpy(&f, &bytes[4 * i], 4);
-    return f;
-  }
-  uint16_t b;
-  std::memcpy(&b, &bytes[2 * i], 2);
-  return from_bf16(b);
 }
 
 struct Gpu {
@@ -89,7 +63,7 @@ void check_collectives(Gpu& g, DType t, bool uneven) {
   for (size_t i = 0; i < total; ++i) {
     double want = 0;
     for (int r = 0; r < R; ++r) want += value(r, i);
-    REQUIRE(decode(got, i, t) == want);
+    REQUIRE(load(t, got.data(), i) == want);
   }
 
   // reduce_scatter: this rank's part of every rank's buffer, summed
@@ -100,9 +74,9 @@ void check_collectives(Gpu& g, DType t, bool uneven) {
   for (size_t i = 0; i < mine; ++i) {
     double want = 0;
     for (int r = 0; r < R; ++r) want += value(r, at + i);
-    REQUIRE(decode(got, i, t) == want);
+    REQUIRE(load(t, got.data(), i) == want);
   }
-  CHECK(decode(got, mine, t) == -7.0);  // nothing written past this rank's part
+  CHECK(load(t, got.data(), mine) == -7.0);  // nothing written past this rank's part
 
   // all_gather, out of place and in place
   std::vector<double> expect(total);
@@ -115,19 +89,19 @@ void check_collectives(Gpu& g, DType t, bool uneven) {
   char* all = g.device(encode(std::vector<double>(total, -7.0), t));
   g.comm->all_gather_async(part, all, counts, t)->wait();
   got = g.host(all, total * es);
-  for (size_t j = 0; j < total; ++j) REQUIRE(decode(got, j, t) == expect[j]);
+  for (size_t j = 0; j < total; ++j) REQUIRE(load(t, got.data(), j) == expect[j]);
   std::vector<double> own(total, -7.0);
   for (size_t i = 0; i < mine; ++i) own[at + i] = value(me, at + i);
   char* inplace = g.device(encode(own, t));
   g.comm->all_gather_async(inplace + at * es, inplace, counts, t)->wait();
   got = g.host(inplace, total * es);
-  for (size_t j = 0; j < total; ++j) REQUIRE(decode(got, j, t) == expect[j]);
+  for (size_t j = 0; j < total; ++j) REQUIRE(load(t, got.data(), j) == expect[j]);
 
   // broadcast from the last rank
   char* b = g.device(encode(pattern(me, total), t));
   g.comm->broadcast_async(b, total, t, R - 1)->wait();
   got = g.host(b, total * es);
-  for (size_t i = 0; i < total; ++i) REQUIRE(decode(got, i, t) == value(R - 1, i));
+  for (size_t i = 0; i < total; ++i) REQUIRE(load(t, got.data(), i) == value(R - 1, i));
 }
 
 bool enough_gpus() { return runtime_init(nullptr, nullptr).local_world <= gpu_count(); }
