@@ -31,7 +31,7 @@ std::unique_ptr<Communicator> make_communicator(const std::string& device, const
   if constexpr (std::is_same_v<T, float>)
     if (device == "cuda") return make_nccl_communicator(rt, cuda_stream(be));
 #endif
-  (void)be;
+  (void)be, (void)rt;
   LMT_ASSERT(device == "cpu", "no communicator for device " + device);
   return make_mpi_communicator(MPI_COMM_WORLD);
 }
