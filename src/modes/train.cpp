@@ -86,7 +86,8 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   int64_t first_step = 0;
   CsvRow row = config_columns(c);
   for (auto name : {"world_size", "device_used", "parameters", "steps_run", "final_loss",
-                    "loss_floor", "ms_per_step", "tokens_per_s", "wall_s"})
+                    "loss_floor", "ms_per_step", "tokens_per_s", "wall_s", "compute_ms_per_step",
+                    "comm_ms_per_step", "exposed_ms_per_step", "optimizer_bytes_rank0"})
     row.add(name, "");
   // Everything that can refuse the run does so here, on every rank, before any work.
   agree(rt, [&] {
@@ -229,6 +230,12 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       row.set("ms_per_step", strf("%.3f", ms_per_step));
       row.set("tokens_per_s", strf("%.1f", tokens_per_step * 1e3 / ms_per_step));
       row.set("wall_s", strf("%.3f", wall));
+      // No synchronisation (one rank): all compute, no communication.
+      row.set("compute_ms_per_step", strf("%.3f", ms_per_step - exposed_ms / run_steps));
+      row.set("comm_ms_per_step", strf("%.3f", comm_ms / run_steps));
+      row.set("exposed_ms_per_step", strf("%.3f", exposed_ms / run_steps));
+      row.set("optimizer_bytes_rank0",
+              std::to_string(backend->memory().current[size_t(MemTag::optimizer)]));
       append_csv(cl.csv_path, row);
       printf("  csv row       appended to %s\n", cl.csv_path.c_str());
     }

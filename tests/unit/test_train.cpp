@@ -45,8 +45,11 @@ TEST_CASE("train: two ranks on the synthetic source lower the loss toward its fl
 }
 
 TEST_CASE("train: zero1 on 2 ranks follows flat's curve and holds half the optimizer state per rank") {
+  TempDir dir;
+  std::string csv = dir.file("runs.csv");
   std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
-                     " --set train.steps=20 --set train.log_every=5 --set model.precision=fp32";
+                     " --set train.steps=20 --set train.log_every=5 --set model.precision=fp32"
+                     " --csv " + csv;
   auto flat = run(base + " --set ddp.strategy=flat");
   auto zero = run(base + " --set ddp.strategy=zero1");
   INFO(zero.output);
@@ -66,6 +69,15 @@ TEST_CASE("train: zero1 on 2 ranks follows flat's curve and holds half the optim
   }
   CHECK(zero.output.find("unsharded: 25.4 KiB") != std::string::npos);
   CHECK(flat.output.find("optimizer state per rank") == std::string::npos);
+  // The CSV rows: rank 0's optimizer bytes (3248 parameters, two fp32 moments; half of them for
+  // zero1) and the timing columns.
+  std::ifstream f(csv);
+  std::string header, flat_row, zero_row;
+  std::getline(f, header), std::getline(f, flat_row), std::getline(f, zero_row);
+  CHECK(header.find(",compute_ms_per_step,comm_ms_per_step,exposed_ms_per_step,"
+                    "optimizer_bytes_rank0") != std::string::npos);
+  CHECK(flat_row.substr(flat_row.rfind(',') + 1) == std::to_string(2 * 3248 * 4));
+  CHECK(zero_row.substr(zero_row.rfind(',') + 1) == std::to_string(2 * 1624 * 4));
 }
 
 TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one (2 ranks)") {
