@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "comm.hpp"
 #include "data.hpp"
@@ -73,11 +74,14 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
       ddp.backward(zero.get());
       norms.push_back(zero->clip_grad_norm(o.grad_clip));
       zero->step(ddp.params(), o.lr, o);
+      // Exposed communication is marked twice: the reduce-scatter after backward, the all-gather.
+      CHECK(std::exchange(zero->exposed, {}).size() == 2);
     } else {
       ddp.backward(sync.get());
       comm->synchronize();
       norms.push_back(clip_grad_norm(*be, ddp.grads(), ddp.layout.total, o.grad_clip));
       opt->step(ddp.params(), ddp.grads(), o.lr, o);
+      CHECK(std::exchange(sync->exposed, {}).size() == 1);  // around finish()
     }
   }
   // Bit-identical across ranks: gather everyone's parameters and compare with rank 0's.
