@@ -24,6 +24,7 @@ template <typename T> class Zero1 : public GradSync {
   void finish() override;
   double clip_grad_norm(double max_norm);  // returns the global norm before clipping
   void step(T* params, double lr, const Config::Optim& o);
+  AdamW<T>& optimizer() { return opt_; }  // this rank's shard of the state (checkpoints)
 
   const Counts counts;
   const size_t begin, end;  // this rank's shard

@@ -286,10 +286,6 @@ void validate(const Config& c) {
     throw UsageError(strf("%s: train.checkpoint_every = %lld needs train.checkpoint_dir",
                           at("train.checkpoint_every").c_str(),
                           (long long)c.train.checkpoint_every));
-  if (c.ddp.strategy == "zero1" && (!c.train.checkpoint_dir.empty() || !c.train.resume.empty()))
-    throw UsageError(strf("%s: ddp.strategy = \"zero1\" does not checkpoint (its AdamW moments are "
-                          "sharded across ranks): unset train.checkpoint_dir and train.resume",
-                          at("ddp.strategy").c_str()));
   const size_t elem = c.allreduce.dtype == "bf16" ? 2 : 4;
   if (c.allreduce.min_mb * double(1 << 20) < double(elem))
     throw UsageError(strf("%s: allreduce.min_mb = %g is less than one %s element",

@@ -1,6 +1,7 @@
 // train mode: the training loop, its progress lines, checkpoints, closing table and CSV row.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -56,6 +57,34 @@ void print_optimizer_memory(const Runtime& rt, const Backend<T>& be, const char*
   fflush(stdout);
 }
 
+// Rank 0's copy of the whole optimizer state (empty on the other ranks). zero1's shards are sent
+// to rank 0 in pieces of at most kPiece bytes: a large model's moments outgrow one MPI count.
+template <typename T>
+OptimizerState<T> whole_optimizer_state(const Runtime& rt, AdamW<T>* opt, Zero1<T>* zero) {
+  if (!zero) return rt.is_root() ? opt->state() : OptimizerState<T>{};
+  constexpr size_t kPiece = size_t(1) << 30;
+  OptimizerState<T> mine = zero->optimizer().state(), whole;
+  const size_t total = displacement(zero->counts, rt.world);
+  if (rt.is_root()) whole = {std::vector<T>(total), std::vector<T>(total), mine.t};
+  for (auto [part, all] : {std::pair{&mine.m, &whole.m}, {&mine.v, &whole.v}}) {
+    if (rt.is_root()) std::copy(part->begin(), part->end(), all->begin());  // shard 0 is first
+    for (int r = 1; r < rt.world; ++r) {
+      if (!rt.is_root() && rt.rank != r) continue;
+      char* bytes = reinterpret_cast<char*>(rt.is_root() ? all->data() + displacement(zero->counts, r)
+                                                         : part->data());
+      const size_t n = zero->counts[size_t(r)] * sizeof(T);
+      for (size_t at = 0; at < n; at += kPiece) {
+        const int len = int(std::min(kPiece, n - at));
+        if (rt.is_root())
+          MPI_CHECK(MPI_Recv(bytes + at, len, MPI_BYTE, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        else
+          MPI_CHECK(MPI_Send(bytes + at, len, MPI_BYTE, 0, 0, MPI_COMM_WORLD));
+      }
+    }
+  }
+  return whole;
+}
+
 // The exposed communication since the last call (the sync's mark pairs, then forgotten).
 template <typename T> double take_exposed_ms(Backend<T>& be, GradSync& sync) {
   double ms = 0;
@@ -106,7 +135,10 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
     if (!c.train.checkpoint_dir.empty() && rt.is_root()) make_dir(c.train.checkpoint_dir);
     if (!c.train.resume.empty()) {
-      first_step = load_checkpoint(c.train.resume, model, *opt, rt.world, rngs);
+      OptimizerState<T> state;
+      first_step = load_checkpoint(c.train.resume, model, state, rt.world, rngs);
+      if (zero) zero->optimizer().set_state(state, zero->begin);
+      else opt->set_state(state);
       if (first_step > steps)
         throw UsageError(strf("train.resume = \"%s\" is at step %lld, past train.steps = %lld",
                               c.train.resume.c_str(), (long long)first_step, (long long)steps));
@@ -192,9 +224,10 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       std::vector<RngState> all(static_cast<size_t>(rt.world));
       MPI_CHECK(MPI_Gather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
                            MPI_COMM_WORLD));
+      OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);
       if (rt.is_root()) {
         std::string path = checkpoint_path(c.train.checkpoint_dir, step + 1);
-        save_checkpoint(path, c, model, *opt, step + 1, all);
+        save_checkpoint(path, c, model, state, step + 1, all);
         printf("checkpoint %s\n", path.c_str());
       }
     }

@@ -71,8 +71,6 @@ const BadInput kBadInputs[] = {
      "data.source = \"file\" needs data.path"},
     {"checkpoint_every without a dir", "[train]\ncheckpoint_every = 50\n", "", 2,
      "train.checkpoint_every = 50 needs train.checkpoint_dir"},
-    {"zero1 with checkpoints", "[ddp]\nstrategy = \"zero1\"\n[train]\ncheckpoint_dir = \"/tmp/ck\"\n",
-     "", 2, "ddp.strategy = \"zero1\" does not checkpoint"},
     {"min_lr > lr", "[optim]\nlr = 1e-4\nmin_lr = 1e-3\n", "", 3,
      "optim.min_lr = 0.001: expected at most optim.lr = 0.0001"},
     {"TOML syntax error", "[model]\nd_model = = 3\n", "", 2, "TOML syntax error"},
