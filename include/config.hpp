@@ -13,7 +13,7 @@ namespace lmt {
 
 struct Config {
   struct Run {
-    std::string mode = "train";   // train | bench
+    std::string mode = "train";   // train | bench | plan
     std::string device = "auto";  // auto | cpu | cuda
     int64_t seed = 0;
   } run;
@@ -48,6 +48,11 @@ struct Config {
     std::string strategy = "flat";  // naive | flat | overlap | bucketed
     double bucket_mb = 25.0;
   } ddp;
+  struct Plan {  // plan mode: the parallel layout whose memory and communication it computes
+    int64_t dp = 1, zero = 0, fsdp = 1, tp = 1;
+    std::string graph = "lmtrain";  // lmtrain | ffn_only
+    double device_gb = 80.0, act_shard_fraction = 0.0;
+  } plan;
 
   std::map<std::string, std::string> origin;  // "section.key" -> "file:line" or "--set"
 };

@@ -137,8 +137,9 @@ const ConfigField* find_field(const std::vector<ConfigField>& fields, const std:
 std::vector<ConfigField> config_fields(Config& c) {
   auto& r = c.run; auto& m = c.model; auto& t = c.train; auto& o = c.optim; auto& d = c.data;
   return {
-      str_field("run", "mode", &r.mode, {"train", "bench"},
-                "train, or bench: time forward, forward+backward and the full step"),
+      str_field("run", "mode", &r.mode, {"train", "bench", "plan"},
+                "train; bench: time forward, forward+backward and the full step; plan: memory "
+                "and communication per device, computed (no backend)"),
       str_field("run", "device", &r.device, {"auto", "cpu", "cuda"},
                 "backend; auto is cpu until the CUDA backend lands"),
       int_field("run", "seed", &r.seed, 0, "seed of parameter init and every data stream"),
@@ -187,6 +188,20 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "top kernels by GPU time to list per phase (CUPTI; 0: none)"),
       real_field("bench", "peak_tflops", &c.bench.peak_tflops, 0, true, kBig,
                  "the GPU's peak at this precision, for MFU (989: H100/H200 dense bf16)"),
+      int_field("plan", "dp", &c.plan.dp, 1, "data-parallel ranks (replicas, or ZeRO-1 shards)"),
+      int_field("plan", "zero", &c.plan.zero, 0,
+                "1: ZeRO-1, AdamW moments sharded over the dp ranks; 0: replicated", 1),
+      int_field("plan", "fsdp", &c.plan.fsdp, 1,
+                "FSDP degree: params, grads and AdamW moments sharded (ZeRO-3)"),
+      int_field("plan", "tp", &c.plan.tp, 1,
+                "tensor-parallel degree (Megatron: QKV/W1/W3 by columns, out/W2 by rows)"),
+      str_field("plan", "graph", &c.plan.graph, {"lmtrain", "ffn_only"},
+                "lmtrain: this model as src/model.cpp allocates it; ffn_only: CS336 2.4's "
+                "blocks of two linears, bf16 activations and communication"),
+      real_field("plan", "device_gb", &c.plan.device_gb, 0, true, kBig,
+                 "memory of one device, GB (1e9 bytes), for the fit and the smallest FSDP degree"),
+      real_field("plan", "act_shard_fraction", &c.plan.act_shard_fraction, 0, false, 1,
+                 "share of saved activations that FSDP shards too (CS336 2.4(b) assumes 0.5)"),
   };
 }
 
@@ -218,7 +233,7 @@ void load_config_file(Config& c, const std::string& path) {
     std::string at = where(node.source(), path);
     if (!node.is_table())
       throw UsageError(strf("%s: %s is not a [section]: keys live in [run], [model], [train], "
-                            "[optim], [data], [ddp], [bench]", at.c_str(), std::string(sec.str()).c_str()));
+                            "[optim], [data], [ddp], [bench], [plan]", at.c_str(), std::string(sec.str()).c_str()));
     for (auto&& [key, v] : *node.as_table()) {
       std::string name = std::string(sec.str()) + "." + std::string(key.str());
       std::string vat = where(v.source(), path);
@@ -273,6 +288,16 @@ void validate(const Config& c) {
     throw UsageError(strf("%s: train.checkpoint_every = %lld needs train.checkpoint_dir",
                           at("train.checkpoint_every").c_str(),
                           (long long)c.train.checkpoint_every));
+  // Tensor parallelism splits heads and the FFN's hidden width evenly (Megatron's layout).
+  if (c.run.mode == "plan" && c.plan.tp > 1) {
+    const std::string tp = at("plan.tp");
+    if (c.plan.graph == "lmtrain" && m.num_heads % c.plan.tp != 0)
+      throw UsageError(strf("%s: plan.tp = %lld does not divide model.num_heads = %lld (%s)",
+                            tp.c_str(), (long long)c.plan.tp, (long long)m.num_heads, nh.c_str()));
+    if (m.d_ff % c.plan.tp != 0)
+      throw UsageError(strf("%s: plan.tp = %lld does not divide model.d_ff = %lld (%s)", tp.c_str(),
+                            (long long)c.plan.tp, (long long)m.d_ff, at("model.d_ff").c_str()));
+  }
   if (c.optim.schedule == "cosine" && c.optim.min_lr > c.optim.lr)
     throw UsageError(strf("%s: optim.min_lr = %g: expected at most optim.lr = %g",
                           at("optim.min_lr").c_str(), c.optim.min_lr, c.optim.lr));
