@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/sweep.py and scripts/plot.py on the CPU with the tiny model: rows appended once, points
 already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
-on, bad points refused before any run; the quick sweep scripts end to end.
+on, bad points refused before any run; the quick sweep scripts end to end; and
+scripts/mixed_precision.py writes its tables.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
@@ -134,9 +135,29 @@ class Sweep(unittest.TestCase):
             self.assertEqual(m["mem_total_bytes"], p["total_bytes"])
 
 
+class MixedPrecision(unittest.TestCase):
+    def test_the_experiment_runs_and_writes_every_section(self):
+        with tempfile.TemporaryDirectory() as d:
+            md = os.path.join(d, "mp.md")
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/mixed_precision.py"), "--out", md],
+                               capture_output=True, text=True, cwd=REPO)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(md) as f:
+                text = f.read()
+        for part in ["Command: `", "## Accumulation", "| float16 | float16 |", "## Toy model",
+                     "| output of fc1 (first layer) | torch.bfloat16 |", "## Layer norm"]:
+            self.assertIn(part, text)
+        # fp16 accumulation drifts well away from 10 where fp32 stays close (IEEE arithmetic,
+        # the point of the experiment).
+        row = lambda acc, val: float(text.split(f"| {acc} | {val} | ")[1].split(" |")[0])
+        self.assertLess(abs(row("float32", "float32") - 10), 1e-3)
+        self.assertGreater(abs(row("float16", "float16") - 10), 1e-2)
+
+
 if __name__ == "__main__":
-    result = unittest.TextTestRunner(verbosity=2).run(
-        unittest.defaultTestLoader.loadTestsFromTestCase(Sweep))
+    loader = unittest.defaultTestLoader
+    result = unittest.TextTestRunner(verbosity=2).run(unittest.TestSuite(
+        [loader.loadTestsFromTestCase(Sweep), loader.loadTestsFromTestCase(MixedPrecision)]))
     bad = len(result.failures) + len(result.errors)
     print(f"[doctest] test cases: {result.testsRun} | {result.testsRun - bad} passed | {bad} failed"
           f" | {len(result.skipped)} skipped")
