@@ -6,7 +6,8 @@
 # daemons it started are stopped and its directory removed whatever happens.
 # One test case; prints a doctest-style summary line that tests/run_all.sh counts (arguments,
 # such as run_all's --no-colors=true, are ignored).
-#   Env: SLURM_TEST_TIMEOUT (seconds the job may take, 240), SLURM_TEST_PORT (first of two, 16817)
+#   Env: SLURM_TEST_TIMEOUT (seconds the job may take, 240), SLURM_TEST_PORT (first of two tried,
+#        16817; the next free pair is taken)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -68,6 +69,12 @@ munged --foreground --force --key-file="$dir/munge.key" --socket="$dir/munge/soc
 pids+=($!)
 wait_for 20 "munged's socket" test -S "$dir/munge/socket"
 
+# Two free ports from SLURM_TEST_PORT on (a daemon left by a killed run must not break this one).
+busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+for _ in $(seq 50); do
+  busy "$port" || busy $((port + 1)) || break
+  port=$((port + 2))
+done
 host=$(hostname -s)
 user=$(id -un)
 mkdir -p "$dir/state" "$dir/spool"
