@@ -141,6 +141,10 @@ def main(argv):
         args = base + parse_point(text, where)
         points.append((text, args, *resolved_config(a.lmtrain, args, where)))
 
+    header, _ = read_rows(a.csv)
+    missing = [n for n in points[0][2] if header is not None and n not in header]
+    if missing:  # every run would be refused: say so once, before any
+        raise BadInput(f"{a.csv} has another header (no column {missing[0]}): use a new file")
     stem = a.csv[:-4] if a.csv.endswith(".csv") else a.csv
     failed_path = stem + ".failed.csv"
     os.makedirs(os.path.dirname(a.csv) or ".", exist_ok=True)
@@ -172,6 +176,8 @@ def main(argv):
             ran += 1
             print(f"{tag}: done in {dt:.1f} s", flush=True)
             continue
+        if "has another header" in out:  # the CSV, not the point: stop, as before any run
+            raise BadInput(out.strip().splitlines()[-1])
         failed += 1
         status = "timeout" if code == -1 else "oom" if OOM.search(out) else "failed"
         lines = [l for l in out.strip().splitlines() if l.strip()]

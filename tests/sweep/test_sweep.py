@@ -103,6 +103,21 @@ class Sweep(unittest.TestCase):
             self.assertIn(expect, out)
             self.assertFalse(os.path.exists(self.csv))  # point 1 was not run either
 
+    def test_a_csv_with_another_header_stops_the_sweep(self):
+        with open(self.csv, "w") as f:
+            f.write("a,b\n1,2\n")
+        code, out = self.sweep(A)
+        self.assertEqual(code, 2, out)
+        self.assertIn("has another header", out)
+        self.assertFalse(os.path.exists(self.failed))  # not recorded as a failed point
+        # Same config columns, other metrics (a plan CSV given to a bench sweep): lmtrain refuses.
+        os.remove(self.csv)
+        self.assertEqual(self.sweep(A, extra=["--set", "run.mode=plan"])[0], 0)
+        code, out = self.sweep(B)
+        self.assertEqual(code, 2, out)
+        self.assertIn("has another header", out)
+        self.assertFalse(os.path.exists(self.failed))
+
     def test_plot_draws_a_png_from_the_csv_and_refuses_unknown_columns(self):
         self.sweep(A, B, MISSING)
         png = os.path.join(self.dir, "p.png")
