@@ -22,16 +22,20 @@ trap 'rm -f "$points"' EXIT
 for s in $sizes; do for t in $contexts; do for p in $precs; do for w in $warmups; do
   echo "config=configs/models/$s.toml model.context_length=$t model.precision=$p bench.warmup=$w"
 done; done; done; done >"$points"
+# PNGs from a CSV, once it has rows (every point may have failed: see its .failed.csv).
+plot() {
+  if [ -s "$1" ]; then "$py" scripts/plot.py "$@"; else echo "no rows in $1: nothing to plot"; fi
+}
 "$py" scripts/sweep.py --csv "$csv" --lmtrain "${LMTRAIN:-build/lmtrain}" --set run.mode=bench \
   --set run.device="$device" --set bench.steps="$steps" --set bench.kernels=0 \
   --timeout "${TIMEOUT:-0}" --points-file "$points"
 for w in $warmups; do
   for m in fwd fwd_bwd step; do
-    "$py" scripts/plot.py "$csv" --x model.context_length --y "${m}_ms_mean" --logx --logy \
+    plot "$csv" --x model.context_length --y "${m}_ms_mean" --logx --logy \
       --series model.d_model,model.precision --where bench.warmup="$w" \
       --ylabel "$m, mean ms" --out "${csv%.csv}_${m}_warmup$w.png"
   done
-  "$py" scripts/plot.py "$csv" --x model.context_length --y step_ms_std --logx \
+  plot "$csv" --x model.context_length --y step_ms_std --logx \
     --series model.d_model,model.precision --where bench.warmup="$w" \
     --ylabel "full step, std of ms" --out "${csv%.csv}_step_std_warmup$w.png"
 done

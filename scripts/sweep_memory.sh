@@ -24,15 +24,19 @@ for s in $sizes; do for t in $contexts; do for p in $precs; do
 done; done; done >"$points"
 bin=${LMTRAIN:-build/lmtrain}
 # One untimed-free step is enough: nothing is allocated after the first.
+# PNGs from a CSV, once it has rows (every point may have failed: see its .failed.csv).
+plot() {
+  if [ -s "$1" ]; then "$py" scripts/plot.py "$@"; else echo "no rows in $1: nothing to plot"; fi
+}
 "$py" scripts/sweep.py --csv "$csv" --lmtrain "$bin" --set run.mode=bench --set run.device="$device" \
   --set bench.warmup=0 --set bench.steps=1 --set bench.kernels=0 --timeout "${TIMEOUT:-0}" \
   --points-file "$points"
 "$py" scripts/sweep.py --csv "$plan_csv" --lmtrain "$bin" --set run.mode=plan --points-file "$points"
 for col in mem_total_bytes mem_forward_bytes; do
-  "$py" scripts/plot.py "$csv" --x model.context_length --y "$col" --scale-y 1e-9 --logx --logy \
+  plot "$csv" --x model.context_length --y "$col" --scale-y 1e-9 --logx --logy \
     --series model.d_model,model.precision --ylabel "$col (GB, measured)" \
     --out "${csv%.csv}_${col%_bytes}.png"
 done
-"$py" scripts/plot.py "$plan_csv" --x model.context_length --y total_bytes --scale-y 1e-9 --logx \
+plot "$plan_csv" --x model.context_length --y total_bytes --scale-y 1e-9 --logx \
   --logy --series model.d_model,model.precision --ylabel "total (GB, plan mode)" \
   --out "${plan_csv%.csv}_total.png"
