@@ -13,7 +13,7 @@ namespace lmt {
 
 struct Config {
   struct Run {
-    std::string mode = "train";   // train | bench | plan
+    std::string mode = "train";   // train | bench | attention | plan
     std::string device = "auto";  // auto | cpu | cuda
     int64_t seed = 0;
   } run;
@@ -44,6 +44,11 @@ struct Config {
     int64_t warmup = 5, steps = 20, kernels = 8;
     double peak_tflops = 989.0;  // for MFU: H100/H200 dense bf16
   } bench;
+  struct Attention {  // the attention mode's grid: every combination is one row
+    int64_t batch = 1, heads = 16, warmup = 5, iters = 20;
+    std::vector<int64_t> seq_lens{256, 1024, 4096, 16384}, head_dims{64, 128};
+    std::vector<std::string> dtypes{"bf16"}, masks{"causal"}, impls{"naive", "flash"};
+  } attention;
   struct Ddp {
     std::string strategy = "flat";  // naive | flat | overlap | bucketed
     double bucket_mb = 25.0;
@@ -60,10 +65,12 @@ struct Config {
 // One key of the config: a typed pointer into a Config plus what it means and allows.
 struct ConfigField {
   std::string section, key;
-  std::variant<int64_t*, double*, std::string*> value;
-  double min = 0, max = 0;               // numbers: allowed range [min, max]
+  // A list (TOML array) holds at least one element; each is checked as the scalar would be.
+  std::variant<int64_t*, double*, std::string*, std::vector<int64_t>*, std::vector<std::string>*>
+      value;
+  double min = 0, max = 0;               // numbers (and their lists): allowed range [min, max]
   bool min_open = false;                 // numbers: min itself excluded
-  std::vector<std::string> choices;      // strings: allowed values (empty: any)
+  std::vector<std::string> choices;      // strings (and their lists): allowed values (empty: any)
   std::string doc;
   std::string name() const { return section + "." + key; }
   std::string to_string() const;  // the value as TOML would write it

@@ -36,11 +36,14 @@ struct Plan {
   uint64_t param_count = 0;                // the whole model
   uint64_t param_count_device = 0;         // held by one device (after tp and fsdp)
   int elem_bytes = 4, act_bytes = 4, comm_bytes = 4;  // state, saved activations, wire
-  // Bytes per device by tag (the allocator's MemTag); activations include naive attention's
-  // saved probabilities (attn_probs) when the graph has attention.
+  // Bytes per device by tag (the allocator's MemTag) on the CPU backend; activations include
+  // naive attention's saved probabilities (attn_probs) when the graph has attention.
   uint64_t params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
   uint64_t attn_probs = 0;   // B x H/tp x T x T per layer, in activations
   uint64_t flash_lse = 0;    // what FlashAttention saves instead: B x H/tp x T fp32 per layer
+  // The activations on the CUDA backend with c.model.attention: flash_lse in place of
+  // attn_probs under "flash" (the default), the same as activations under "naive".
+  uint64_t activations_cuda = 0;
   uint64_t fsdp_gather = 0;  // part of workspace
   uint64_t act_per_token = 0;  // saved activations per token of one sequence position (1 device)
   // Bytes sent per device per optimizer step.

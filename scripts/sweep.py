@@ -69,6 +69,8 @@ def resolved_config(lmtrain, args, where):
         key, _, value = line.partition(" = ")
         if value.startswith('"'):  # a TOML basic string, as config_columns() writes it unquoted
             value = value[1:-1].encode().decode("unicode_escape")
+        elif value.startswith("["):  # a list, as config_columns() writes it: space-separated
+            value = value[1:-1].replace(",", "").replace('"', "")
         names.append(f"{section}.{key}")
         values.append(value)
     return names, values

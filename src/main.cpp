@@ -23,7 +23,9 @@ int main(int argc, char** argv) {
       } else {
         std::string device;
         agree(rt, [&] { device = resolve_device(cl.config, rt); });
-        code = mode == "bench" ? run_bench(cl, rt, device) : run_train(cl, rt, device);
+        code = mode == "bench"       ? run_bench(cl, rt, device)
+               : mode == "attention" ? run_attention(cl, rt, device)
+                                     : run_train(cl, rt, device);
       }
     }
   } catch (const JobExit& e) {

@@ -8,6 +8,11 @@ namespace {
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+// Model::carve starts every piece of its arenas 256-byte aligned: each is rounded up to a
+// multiple of this many elements.
+constexpr uint64_t kPieceAlign = 64;
+uint64_t piece(uint64_t elems) { return ceil_div(elems, kPieceAlign) * kPieceAlign; }
+
 // Ring collectives: each device sends (n-1)/n of the buffer per reduce-scatter or all-gather,
 // twice that per all-reduce.
 double ring_share(int64_t n) { return n > 1 ? double(n - 1) / double(n) : 0.0; }
@@ -36,7 +41,7 @@ Plan make_plan(const Config& c) {
   p.comm_bytes = p.act_bytes;
   const uint64_t w = uint64_t(p.elem_bytes), a = uint64_t(p.act_bytes);
 
-  uint64_t params_tp, largest_group, acts, scratch_elems;
+  uint64_t params_tp, largest_group, acts, acts_cuda, scratch_elems;
   if (ffn_only) {
     p.param_count = L * 2 * d * f;
     params_tp = L * 2 * d * fl;
@@ -44,21 +49,29 @@ Plan make_plan(const Config& c) {
     acts = L * (n * d + n * fl) * a;  // the input of each linear
     scratch_elems = 0;                // the assignment counts state and saved activations only
     p.act_per_token = L * (d + fl) * a;
+    acts_cuda = acts;
   } else {
     const uint64_t V = uint64_t(m.vocab_size);
     const uint64_t layer = 2 * d + 4 * d * d + 3 * d * f, layer_tp = 2 * d + 4 * d * dl + 3 * d * fl;
     p.param_count = L * layer + 2 * V * d + d;
     params_tp = L * layer_tp + 2 * Vl * d + d;
     largest_group = std::max({layer_tp, Vl * d + d});
-    // As Model's constructor lays out its arenas: int32 inputs, targets and their sort order;
-    // the residual stream entering each layer and the final norm; per layer rstd1, h1, qkv,
-    // probs, att, x_mid, rstd2, h2, a1, a3, g; then rstdf, hf, logits, dlogits, row_loss.
-    const uint64_t per_layer = 2 * n + 3 * n * d + 4 * n * dl + B * Hl * T * T + 3 * n * fl;
-    acts = 3 * n * 4 + ((L + 1) * n * d + L * per_layer + 2 * n + n * d + 2 * n * Vl) * a;
+    // As Model's constructor lays out its arenas, each piece rounded as carve() rounds it:
+    // int32 inputs, targets and their sort order (allocations of their own); the residual
+    // stream entering each layer and the final norm; per layer rstd1, h1, qkv, attention's saved
+    // buffer, att, x_mid, rstd2, h2, a1, a3, g; then rstdf, hf, logits, dlogits, row_loss.
+    // The CPU backend saves naive's probabilities for either model.attention.
+    const uint64_t probs = piece(B * Hl * T * T), lse = piece(B * Hl * T);
+    const uint64_t per_layer = 2 * piece(n) + 3 * piece(n * d) + piece(3 * n * dl) +
+                               piece(n * dl) + 3 * piece(n * fl);
+    const uint64_t rest = (L + 1) * piece(n * d) + 2 * piece(n) + piece(n * d) + 2 * piece(n * Vl);
+    acts = 3 * n * 4 + (L * (per_layer + probs) + rest) * a;
     // Backward's scratch: dx, dh, dtmp (residual width), datt, dqkv (attention), dg, da1, da3.
-    scratch_elems = 3 * n * d + 4 * n * dl + 3 * n * fl;
-    p.attn_probs = L * B * Hl * T * T * a;
-    p.flash_lse = L * B * Hl * T * 4;
+    scratch_elems = 3 * piece(n * d) + piece(n * dl) + piece(3 * n * dl) + 3 * piece(n * fl);
+    p.attn_probs = L * probs * a;
+    // The CUDA backend's flash saves each row's logsumexp, in its fp32 storage.
+    p.flash_lse = L * lse * 4;
+    acts_cuda = m.attention == "flash" ? acts - p.attn_probs + p.flash_lse : acts;
     p.act_per_token = acts / n;
   }
 
@@ -67,8 +80,12 @@ Plan make_plan(const Config& c) {
   p.optimizer = 2 * ceil_div(p.param_count_device, pc.zero ? uint64_t(pc.dp) : 1) * w;
   // FSDP shards the requested share of the saved activations (the assignment's "every second
   // layer"); the rest stays whole on every device.
-  const uint64_t shared = uint64_t(double(acts) * pc.act_shard_fraction + 0.5);
-  p.activations = acts - shared + ceil_div(shared, fs);
+  auto sharded = [&](uint64_t bytes) {
+    const uint64_t shared = uint64_t(double(bytes) * pc.act_shard_fraction + 0.5);
+    return bytes - shared + ceil_div(shared, fs);
+  };
+  p.activations = sharded(acts);
+  p.activations_cuda = sharded(acts_cuda);
   p.fsdp_gather = fs > 1 ? 2 * largest_group * uint64_t(p.comm_bytes) : 0;
   p.workspace = scratch_elems * w + p.fsdp_gather;
 

@@ -63,10 +63,14 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
   line("state+acts", double(p.total() - p.workspace), "(what CS336 2.4 counts)");
   printf("  saved activations per token: %.0f bytes on one device\n", double(p.act_per_token));
   if (!ffn) {
-    printf("\nattention: naive's saved probabilities (B x H x T x T per layer), in activations above: "
-           "%s;\n  FlashAttention would save its logsumexp instead (B x H x T fp32 per layer): %s, "
-           "%s less\n", human_bytes(double(p.attn_probs)).c_str(), human_bytes(double(p.flash_lse)).c_str(),
+    printf("\nattention: naive's saved probabilities (B x H x T x T per layer), in activations "
+           "above (the CPU backend saves them for either model.attention): %s;\n  FlashAttention "
+           "on the CUDA backend saves its logsumexp instead (B x H x T fp32 per layer): %s, %s "
+           "less\n",
+           human_bytes(double(p.attn_probs)).c_str(), human_bytes(double(p.flash_lse)).c_str(),
            human_bytes(double(p.attn_probs - p.flash_lse)).c_str());
+    printf("  activations on the CUDA backend with model.attention = \"%s\": %s\n",
+           c.model.attention.c_str(), human_bytes(double(p.activations_cuda)).c_str());
   }
   printf("\ncommunication per step per device (bytes sent, ring collectives)\n");
   if (pc.zero)
@@ -86,8 +90,9 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
   if (!ffn)
     printf("\nnot predicted for the CUDA backend: under bf16 its bf16 copy of the weights (%s, "
            "tagged params), the bf16 copies of matmul operands (workspace, as large as the largest "
-           "operand per slot), the RoPE table, reduction partials, cuBLAS's own workspace and the "
-           "CUDA context; the activations and state above are what it allocates besides.\n",
+           "operand per slot), flash backward's B x H x T scratch, the RoPE table, reduction "
+           "partials, cuBLAS's own workspace and the CUDA context; the state and workspace above "
+           "and the activations on the CUDA backend are what it allocates besides.\n",
            human_bytes(double(p.param_count_device) * 2).c_str());
 
   if (!cl.csv_path.empty()) {

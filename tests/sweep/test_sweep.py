@@ -60,6 +60,18 @@ class Sweep(unittest.TestCase):
         self.assertIn("1 ran, 2 skipped", out)
         self.assertEqual([r["train.batch_size"] for r in rows(self.csv)], ["8", "8", "2"])
 
+    def test_list_valued_keys_are_matched_as_the_csv_writes_them(self):
+        lists = """model.precision=fp32 attention.seq_lens=[8,16] 'attention.impls=["flash"]'"""
+        code, out = self.sweep(A, lists)
+        self.assertEqual(code, 0, out)
+        self.assertIn("2 ran, 0 skipped", out)
+        written = rows(self.csv)
+        self.assertEqual([r["attention.seq_lens"] for r in written],
+                         ["256 1024 4096 16384", "8 16"])
+        self.assertEqual([r["attention.impls"] for r in written], ["naive flash", "flash"])
+        code, out = self.sweep(A, lists)
+        self.assertIn("0 ran, 2 skipped", out)
+
     def test_a_failing_point_is_recorded_and_the_sweep_goes_on(self):
         code, out = self.sweep(MISSING, A)
         self.assertEqual(code, 0, out)

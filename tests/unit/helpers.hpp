@@ -2,6 +2,7 @@
 #pragma once
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -34,8 +35,8 @@ inline std::vector<int32_t> rand_tokens(size_t n, int32_t vocab) {
   return v;
 }
 
-// ||a - b|| / ||b||, with NaN anywhere giving infinity.
-template <typename A, typename B> double rel_err(const A& a, const B& b) {
+// ||a - b|| / max(||b||, floor), with NaN anywhere giving infinity.
+template <typename A, typename B> double rel_err(const A& a, const B& b, double floor = 0) {
   double num = 0, den = 0;
   for (size_t i = 0; i < b.size(); ++i) {
     double x = double(a[i]), y = double(b[i]);
@@ -43,7 +44,7 @@ template <typename A, typename B> double rel_err(const A& a, const B& b) {
     num += (x - y) * (x - y);
     den += y * y;
   }
-  return std::sqrt(num / std::max(den, 1e-300));
+  return std::sqrt(num / std::max({den, floor * floor, 1e-300}));
 }
 
 struct Result {

@@ -70,6 +70,18 @@ TEST_CASE("plan: bytes per tag equal what the CPU backend allocates for the mode
   }
 }
 
+TEST_CASE("plan: flash on the GPU saves B x H x T fp32 per layer, not B x H x T x T") {
+  Config c = config_of(kShapes[1]);  // B 3, H 2, T 7: both pieces round up to 64 elements
+  const uint64_t L = 3;
+  Plan p = make_plan(c);
+  CHECK(c.model.attention == "flash");
+  CHECK(p.attn_probs == L * 320 * 4);  // B*H*T*T = 294 elements, carved as 320
+  CHECK(p.flash_lse == L * 64 * 4);    // B*H*T = 42 elements, carved as 64
+  CHECK(p.activations_cuda == p.activations - p.attn_probs + p.flash_lse);
+  c.model.attention = "naive";
+  CHECK(make_plan(c).activations_cuda == make_plan(c).activations);
+}
+
 TEST_CASE("plan: fsdp shards params, grads and moments; zero1 shards only the moments") {
   Config c = config_of(kShapes[1]);
   const Plan one = make_plan(c);
