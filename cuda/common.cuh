@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "check.hpp"
+#include "cuda_check.hpp"
 
 #define CUDA_LAUNCH_CHECK()                                                          \
   do {                                                                               \

@@ -71,10 +71,19 @@ template <typename T> class Backend {
                            int64_t rows, int64_t d) = 0;
   virtual void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
                     double theta, bool inverse) = 0;
-  virtual void attention_fwd(const T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_t H,
-                             int64_t dh, Precision p) = 0;
-  virtual void attention_bwd(const T* qkv, const T* probs, const T* dout, T* dqkv, int64_t B,
-                             int64_t T_, int64_t H, int64_t dh, Precision p) = 0;
+  // Attention saves `saved` for backward: the probabilities [B, H, T, T] (naive; the CPU
+  // reference always), or the rows' logsumexp [B, H, T] (flash); attention_saved() says how many
+  // elements. Backward reads qkv, the forward's out and saved.
+  virtual int64_t attention_saved(int64_t B, int64_t T_, int64_t H, int64_t dh,
+                                  AttentionImpl a) const {
+    (void)dh, (void)a;
+    return B * H * T_ * T_;
+  }
+  virtual void attention_fwd(const T* qkv, T* out, T* saved, int64_t B, int64_t T_, int64_t H,
+                             int64_t dh, Precision p, AttentionImpl a) = 0;
+  virtual void attention_bwd(const T* qkv, const T* out, const T* saved, const T* dout, T* dqkv,
+                             int64_t B, int64_t T_, int64_t H, int64_t dh, Precision p,
+                             AttentionImpl a) = 0;
   virtual void swiglu_fwd(const T* a, const T* b, T* g, int64_t n) = 0;
   virtual void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n) = 0;
   virtual void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n,

@@ -13,6 +13,9 @@ namespace lmt {
 // What the matmul operands are rounded to (the precision policy; accumulation stays T).
 enum class Precision { fp64, fp32, tf32, bf16 };
 Precision parse_precision(const std::string& name);
+// How a GPU backend computes attention (model.attention); the CPU has one reference for both.
+enum class AttentionImpl { naive, flash };
+AttentionImpl parse_attention(const std::string& name);
 float round_tf32(float x);  // round to nearest even, 10 mantissa bits
 float round_bf16(float x);  // round to nearest even, 7 mantissa bits
 template <typename T> T round_to(Precision p, T x);

@@ -7,15 +7,9 @@
 #include "runtime.hpp"
 
 #ifdef LMTRAIN_CUDA
-#include <cuda_runtime.h>
 #include <nccl.h>
 
-#define CUDA_CHECK(call)                                                             \
-  do {                                                                               \
-    cudaError_t cuda_check_rc_ = (call);                                             \
-    if (cuda_check_rc_ != cudaSuccess)                                               \
-      LMT_FATAL(std::string(#call) + " failed: " + cudaGetErrorString(cuda_check_rc_)); \
-  } while (0)
+#include "cuda_check.hpp"
 
 #define NCCL_CHECK(call)                                                             \
   do {                                                                               \

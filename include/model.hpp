@@ -49,6 +49,7 @@ template <typename T> class Model {
   const Config::Model cfg;
   const int64_t B, T_;
   const Precision precision;
+  const AttentionImpl attention;
   const ParamLayout layout;
 
  private:
@@ -56,7 +57,7 @@ template <typename T> class Model {
     size_t ln1, qkv, wo, ln2, w1, w3, w2;
   };
   struct LayerActs {
-    T *rstd1, *h1, *qkv, *probs, *att, *x_mid, *rstd2, *h2, *a1, *a3, *g;
+    T *rstd1, *h1, *qkv, *att_saved, *att, *x_mid, *rstd2, *h2, *a1, *a3, *g;
   };
   std::vector<T> to_host(const T* p, size_t n) const {
     std::vector<T> out(n);

@@ -12,6 +12,9 @@ namespace lmt {
 // device: what resolve_device() chose, the same on every rank.
 int run_train(const CommandLine& cl, const Runtime& rt, const std::string& device);
 int run_bench(const CommandLine& cl, const Runtime& rt, const std::string& device);
+int run_attention(const CommandLine& cl, const Runtime& rt, const std::string& device);
+// Computed, no backend: memory per device and communication per step (plan.hpp).
+int run_plan(const CommandLine& cl, const Runtime& rt);
 // The all-reduce benchmark: its backend (allreduce.backend) decides the device.
 int run_allreduce(const CommandLine& cl, const Runtime& rt);
 

@@ -16,7 +16,8 @@ struct CsvRow {
   void set(const std::string& name, const std::string& value);  // an existing column
 };
 
-// Every config field as a column ("section.key"), in the documented order.
+// Every config field as a column ("section.key"), in the documented order; a list is its
+// elements separated by spaces (no commas, so cells need no quoting).
 CsvRow config_columns(const Config& c);
 
 // Throws UsageError if `path` exists with another header (checked before a run starts, so a long

@@ -5,6 +5,7 @@ Run with an interpreter that has torch (1.13+) and numpy, e.g. Debian's /usr/bin
 
     /usr/bin/python3 scripts/torch_reference.py check --in IN.safetensors --out OUT.safetensors
     python3 scripts/torch_reference.py bench --precision bf16 [--compile] [--csv FILE]
+    python3 scripts/torch_reference.py attention --seq-lens 4096 16384 --head-dims 64 128 [--csv FILE]
 
 `bench` times forward, forward+backward and the full step (fused AdamW, no clipping) of the same
 model on a GPU, as a PyTorch user would write it (autocast for bf16, naive attention); see
@@ -191,6 +192,37 @@ def init_params(cfg, device):
     return params
 
 
+def timed(body, warmup, steps, cuda):
+    """Runs body warmup times, then times it steps times (CUDA events on the GPU)."""
+    for _ in range(warmup):
+        body()
+    times = []
+    for _ in range(steps):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            body()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            body()
+            times.append(1e3 * (time.perf_counter() - t0))
+    return {"mean": statistics.mean(times),
+            "std": statistics.stdev(times) if len(times) > 1 else 0.0,
+            "median": statistics.median(times), "min": min(times), "max": max(times)}
+
+
+def append_csv(path, row):
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            w.writeheader()
+        w.writerow(row)
+
+
 def bench(args):
     cuda = args.device == "cuda"
     dev = torch.device(args.device)
@@ -225,26 +257,6 @@ def bench(args):
         fwd_bwd()
         opt.step()
 
-    def timed(body):
-        for _ in range(args.warmup):
-            body()
-        times = []
-        for _ in range(args.steps):
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                body()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
-            else:
-                t0 = time.perf_counter()
-                body()
-                times.append(1e3 * (time.perf_counter() - t0))
-        return {"mean": statistics.mean(times),
-                "std": statistics.stdev(times) if len(times) > 1 else 0.0,
-                "median": statistics.median(times), "min": min(times), "max": max(times)}
-
     def peak(body):
         if not cuda:
             return 0
@@ -254,7 +266,8 @@ def bench(args):
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated()
 
-    stats = {"fwd": timed(fwd), "fwd_bwd": timed(fwd_bwd), "step": timed(step)}
+    stats = {m: timed(body, args.warmup, args.steps, cuda)
+             for m, body in (("fwd", fwd), ("fwd_bwd", fwd_bwd), ("step", step))}
     row = {"label": args.label, "device": args.device,
            "gpu_name": torch.cuda.get_device_name() if cuda else "cpu",
            "precision": args.precision, "compile": args.compile, "d_model": args.d_model,
@@ -279,12 +292,102 @@ def bench(args):
     if args.json:
         print(json.dumps(row))
     if args.csv:
-        new = not os.path.exists(args.csv) or os.path.getsize(args.csv) == 0
-        with open(args.csv, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(row))
-            if new:
-                w.writeheader()
-            w.writerow(row)
+        append_csv(args.csv, row)
+
+
+def attention_impl(name, causal):
+    """(q, k, v) -> out for [B, H, T, dh] tensors: naive (scores materialised, as a PyTorch user
+    writes it, in the inputs' dtype) or scaled_dot_product_attention pinned to one backend."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if name == "naive":
+        def naive(q, k, v):
+            s = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.shape[-1]))
+            if causal:
+                t = q.shape[-2]
+                s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+            return torch.softmax(s, dim=-1) @ v
+        return naive
+    backend = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+               "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
+
+    def sdpa(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return sdpa
+
+
+def attention_bench(args):
+    """The attention mode's grid in PyTorch: forward, backward, both; TFLOP/s as lmtrain counts
+    them (forward 4 B H T^2 dh, halved when causal; backward 2.5x); peak memory; OOM rows kept."""
+    dev = torch.device("cuda")
+    gpu = torch.cuda.get_device_name()
+    print(f"== torch {torch.__version__} attention: batch {args.batch}, heads {args.heads} on {gpu} ==")
+    print(f"{'impl':14} {'dtype':5} {'mask':6} {'T':>6} {'dh':>4} | {'fwd ms':>9} {'bwd ms':>9} {'both ms':>9}"
+          f" | {'fwd TF/s':>8} {'both':>8} | {'peak GiB':>8}")
+    for dtype in args.dtypes:
+        dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+        for mask in args.masks:
+            causal = mask == "causal"
+            for dh in args.head_dims:
+                for T in args.seq_lens:
+                    for impl in args.impls:
+                        row = {"impl": impl, "dtype": dtype, "mask": mask, "batch": args.batch,
+                               "heads": args.heads, "seq_len": T, "head_dim": dh, "status": "ok"}
+                        fn = attention_impl(impl, causal)
+                        torch.cuda.empty_cache()
+                        torch.cuda.reset_peak_memory_stats()
+                        try:
+                            # [B, T, H, dh] in memory, as a model's projection writes it (lmtrain's layout).
+                            q, k, v, g = (torch.randn(args.batch, T, args.heads, dh, device=dev, dtype=dt)
+                                          .transpose(1, 2) for _ in range(4))
+                            for x in (q, k, v):
+                                x.requires_grad_(True)
+                            holder = {}
+
+                            def fwd():
+                                holder["out"] = fn(q, k, v)
+
+                            def bwd():
+                                holder["out"].backward(g, retain_graph=True)
+
+                            def both():
+                                fn(q, k, v).backward(g)
+
+                            st_f = timed(fwd, args.warmup, args.iters, True)
+                            fwd()
+                            st_b = timed(bwd, args.warmup, args.iters, True)
+                            del holder["out"]
+                            st_fb = timed(both, args.warmup, args.iters, True)
+                            torch.cuda.synchronize()
+                            f = 4.0 * args.batch * args.heads * T * T * dh / (2 if causal else 1)
+                            row.update({"fwd_ms": round(st_f["median"], 4), "bwd_ms": round(st_b["median"], 4),
+                                        "fwd_bwd_ms": round(st_fb["median"], 4),
+                                        "fwd_tflops": round(f / st_f["median"] / 1e9, 2),
+                                        "bwd_tflops": round(2.5 * f / st_b["median"] / 1e9, 2),
+                                        "fwd_bwd_tflops": round(3.5 * f / st_fb["median"] / 1e9, 2)})
+                        except torch.cuda.OutOfMemoryError:
+                            row["status"] = "OOM"
+                        except RuntimeError as e:  # e.g. no kernel of this backend for the shape
+                            row["status"] = "n/a: " + str(e).split("\n")[0][:80]
+                        q = k = v = g = holder = None
+                        row["peak_bytes"] = torch.cuda.max_memory_allocated()
+                        row.update({"gpu_name": gpu, "torch": torch.__version__, "warmup": args.warmup,
+                                    "iters": args.iters,
+                                    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+                        if row["status"] == "ok":
+                            print(f"{impl:14} {dtype:5} {mask:6} {T:6} {dh:4} | {row['fwd_ms']:9.3f} {row['bwd_ms']:9.3f}"
+                                  f" {row['fwd_bwd_ms']:9.3f} | {row['fwd_tflops']:8.1f} {row['fwd_bwd_tflops']:8.1f}"
+                                  f" | {row['peak_bytes'] / 2**30:8.2f}", flush=True)
+                        else:
+                            print(f"{impl:14} {dtype:5} {mask:6} {T:6} {dh:4} | {row['status']}", flush=True)
+                        if args.csv:
+                            append_csv(args.csv, {k: row.get(k, "") for k in ATTENTION_COLUMNS})
+
+
+ATTENTION_COLUMNS = ["impl", "dtype", "mask", "batch", "heads", "seq_len", "head_dim", "status", "fwd_ms",
+                     "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "peak_bytes",
+                     "gpu_name", "torch", "warmup", "iters", "date"]
 
 
 def main():
@@ -306,6 +409,19 @@ def main():
     p_bench.add_argument("--csv", help="append one row (header first in a new file)")
     p_bench.add_argument("--json", action="store_true", help="also print the row as one JSON line")
     p_bench.set_defaults(func=bench)
+    p_att = sub.add_parser("attention", help="time naive attention and scaled_dot_product_attention")
+    p_att.add_argument("--batch", type=int, default=1)
+    p_att.add_argument("--heads", type=int, default=16)
+    p_att.add_argument("--seq-lens", type=int, nargs="+", default=[256, 1024, 4096, 16384])
+    p_att.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    p_att.add_argument("--dtypes", nargs="+", choices=("bf16", "fp32"), default=["bf16"])
+    p_att.add_argument("--masks", nargs="+", choices=("causal", "none"), default=["causal"])
+    p_att.add_argument("--impls", nargs="+", default=["naive", "sdpa-flash", "sdpa-cudnn"],
+                       choices=("naive", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"))
+    p_att.add_argument("--warmup", type=int, default=5)
+    p_att.add_argument("--iters", type=int, default=20)
+    p_att.add_argument("--csv", help="append one row per grid point (header first in a new file)")
+    p_att.set_defaults(func=attention_bench)
     args = parser.parse_args()
     if args.command == "check":
         torch.use_deterministic_algorithms(True)

@@ -31,6 +31,14 @@ ConfigField str_field(const char* s, const char* k, std::string* v,
                       std::vector<std::string> choices, const char* doc) {
   return ConfigField{s, k, v, 0, 0, false, std::move(choices), doc};
 }
+ConfigField ints_field(const char* s, const char* k, std::vector<int64_t>* v, double min,
+                       double max, const char* doc, bool empty_ok = false) {
+  return ConfigField{s, k, v, min, max, false, {}, doc, empty_ok};
+}
+ConfigField strs_field(const char* s, const char* k, std::vector<std::string>* v,
+                       std::vector<std::string> choices, const char* doc) {
+  return ConfigField{s, k, v, 0, 0, false, std::move(choices), doc};
+}
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
@@ -78,38 +86,56 @@ std::string describe(const toml::node& v) {
 // Sets one field from a TOML node, checking type and range. `at` is the origin for messages.
 void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::string& at) {
   std::string name = f.name();
-  auto bad = [&](const std::string& expected) {
-    throw UsageError(strf("%s: %s = %s: expected %s", at.c_str(), name.c_str(),
-                          describe(v).c_str(), expected.c_str()));
+  // `x`: the offending value (an array's element, or the value itself).
+  auto bad = [&](const std::string& expected, const toml::node* x = nullptr) {
+    std::string value = describe(x ? *x : v);
+    if (x && x != &v) value = "an array holding " + value;
+    throw UsageError(strf("%s: %s = %s: expected %s", at.c_str(), name.c_str(), value.c_str(),
+                          expected.c_str()));
   };
-  auto range = [&](double x) {
+  auto range = [&](double x, const toml::node& node) {
     bool low = f.min_open ? x <= f.min : x < f.min;
     if (low || x > f.max || std::isnan(x)) {
       std::string lo = strf("%s %g", f.min_open ? ">" : ">=", f.min);
       bad(f.max < kBig ? strf("a number %s and <= %g", lo.c_str(), f.max)
-                       : strf("a number %s", lo.c_str()));
+                       : strf("a number %s", lo.c_str()), &node);
     }
   };
+  auto integer = [&](const toml::node& x) {
+    if (!x.is_integer()) bad("an integer", &x);
+    int64_t i = *x.value<int64_t>();
+    range(double(i), x);
+    return i;
+  };
+  auto string = [&](const toml::node& x) {
+    if (!x.is_string()) bad("a string", &x);
+    std::string s = *x.value<std::string>();
+    if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), s) == f.choices.end()) {
+      std::string list;
+      for (auto& ch : f.choices) list += (list.empty() ? "" : " | ") + ("\"" + ch + "\"");
+      bad("one of " + list, &x);
+    }
+    return s;
+  };
+  auto list = [&](auto& out, auto&& element) {
+    if (!v.is_array()) bad(f.empty_ok ? "an array" : "a non-empty array");
+    if (v.as_array()->empty() && !f.empty_ok) bad("a non-empty array");
+    out.clear();
+    for (auto&& e : *v.as_array()) out.push_back(element(e));
+  };
   if (auto* p = std::get_if<int64_t*>(&f.value)) {
-    if (!v.is_integer()) bad("an integer");
-    int64_t x = *v.value<int64_t>();
-    range(double(x));
-    **p = x;
+    **p = integer(v);
   } else if (auto* p = std::get_if<double*>(&f.value)) {
     if (!v.is_number()) bad("a number");
     double x = *v.value<double>();
-    range(x);
+    range(x, v);
     **p = x;
+  } else if (auto* p = std::get_if<std::string*>(&f.value)) {
+    **p = string(v);
+  } else if (auto* p = std::get_if<std::vector<int64_t>*>(&f.value)) {
+    list(**p, integer);
   } else {
-    auto* s = std::get<std::string*>(f.value);
-    if (!v.is_string()) bad("a string");
-    std::string x = *v.value<std::string>();
-    if (!f.choices.empty() && std::find(f.choices.begin(), f.choices.end(), x) == f.choices.end()) {
-      std::string list;
-      for (auto& ch : f.choices) list += (list.empty() ? "" : " | ") + ("\"" + ch + "\"");
-      bad("one of " + list);
-    }
-    *s = x;
+    list(*std::get<std::vector<std::string>*>(f.value), string);
   }
   c.origin[name] = at;
 }
@@ -137,9 +163,11 @@ const ConfigField* find_field(const std::vector<ConfigField>& fields, const std:
 std::vector<ConfigField> config_fields(Config& c) {
   auto& r = c.run; auto& m = c.model; auto& t = c.train; auto& o = c.optim; auto& d = c.data;
   return {
-      str_field("run", "mode", &r.mode, {"train", "bench", "allreduce"},
-                "train; bench: time forward, forward+backward and the full step; allreduce: "
-                "the all-reduce benchmark ([allreduce])"),
+      str_field("run", "mode", &r.mode, {"train", "bench", "attention", "plan", "allreduce"},
+                "train; bench: time forward, forward+backward and the full step; attention: "
+                "naive vs flash attention over the [attention] grid; plan: memory and "
+                "communication per device, computed (no backend); allreduce: the all-reduce "
+                "benchmark ([allreduce])"),
       str_field("run", "device", &r.device, {"auto", "cpu", "cuda"},
                 "backend; auto: cuda when every rank has a GPU and precision is not fp64"),
       int_field("run", "seed", &r.seed, 0, "seed of parameter init and every data stream"),
@@ -188,6 +216,36 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "top kernels by GPU time to list per phase (CUPTI; 0: none)"),
       real_field("bench", "peak_tflops", &c.bench.peak_tflops, 0, true, kBig,
                  "the GPU's peak at this precision, for MFU (989: H100/H200 dense bf16)"),
+      int_field("attention", "batch", &c.attention.batch, 1, "attention mode: batch size"),
+      int_field("attention", "heads", &c.attention.heads, 1, "attention mode: heads"),
+      ints_field("attention", "seq_lens", &c.attention.seq_lens, 1, kBig,
+                 "attention mode: sequence lengths"),
+      ints_field("attention", "head_dims", &c.attention.head_dims, 16, 128,
+                 "attention mode: head dims (16, 32, 64, 80 or 128)"),
+      strs_field("attention", "dtypes", &c.attention.dtypes, {"bf16", "fp32"},
+                 "attention mode: bf16 (tensor cores) and/or fp32"),
+      strs_field("attention", "masks", &c.attention.masks, {"causal", "none"},
+                 "attention mode: causal and/or none (naive is causal only)"),
+      strs_field("attention", "impls", &c.attention.impls, {"naive", "flash"},
+                 "attention mode: implementations compared"),
+      int_field("attention", "warmup", &c.attention.warmup, 0, "attention mode: untimed runs first"),
+      int_field("attention", "iters", &c.attention.iters, 1, "attention mode: timed runs (median)"),
+      int_field("plan", "dp", &c.plan.dp, 1, "data-parallel ranks (replicas, or ZeRO-1 shards)"),
+      int_field("plan", "zero", &c.plan.zero, 0,
+                "1: ZeRO-1, AdamW moments sharded over the dp ranks; 0: replicated", 1),
+      int_field("plan", "fsdp", &c.plan.fsdp, 1,
+                "FSDP degree: params, grads and AdamW moments sharded (ZeRO-3)"),
+      int_field("plan", "tp", &c.plan.tp, 1,
+                "tensor-parallel degree (Megatron: QKV/W1/W3 by columns, out/W2 by rows)"),
+      str_field("plan", "graph", &c.plan.graph, {"lmtrain", "ffn_only"},
+                "lmtrain: this model as src/model.cpp allocates it; ffn_only: CS336 2.4's "
+                "blocks of two linears, bf16 activations and communication"),
+      real_field("plan", "device_gb", &c.plan.device_gb, 0, true, kBig,
+                 "memory of one device, GB (1e9 bytes), for the fit and the smallest FSDP degree"),
+      real_field("plan", "act_shard_fraction", &c.plan.act_shard_fraction, 0, false, 1,
+                 "share of saved activations that FSDP shards too (CS336 2.4(b) assumes 0.5)"),
+      ints_field("allreduce", "sizes_mb", &c.allreduce.sizes_mb, 1, kBig,
+                 "all-reduce sizes, MiB, increasing; [] (default): the min_mb..max_mb range", true),
       real_field("allreduce", "min_mb", &c.allreduce.min_mb, 0, true, kBig,
                  "smallest all-reduce size, MiB"),
       real_field("allreduce", "max_mb", &c.allreduce.max_mb, 0, true, kBig,
@@ -211,7 +269,14 @@ std::string ConfigField::to_string() const {
     if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // stays a TOML float
     return s;
   }
-  return toml_quoted(*std::get<std::string*>(value));
+  if (auto* p = std::get_if<std::string*>(&value)) return toml_quoted(**p);
+  std::string out;
+  if (auto* p = std::get_if<std::vector<int64_t>*>(&value))
+    for (int64_t x : **p) out += (out.empty() ? "" : ", ") + std::to_string(x);
+  else
+    for (auto& s : *std::get<std::vector<std::string>*>(value))
+      out += (out.empty() ? "" : ", ") + toml_quoted(s);
+  return "[" + out + "]";
 }
 
 void load_config_file(Config& c, const std::string& path) {
@@ -231,7 +296,8 @@ void load_config_file(Config& c, const std::string& path) {
     std::string at = where(node.source(), path);
     if (!node.is_table())
       throw UsageError(strf("%s: %s is not a [section]: keys live in [run], [model], [train], "
-                            "[optim], [data], [ddp], [bench], [allreduce]", at.c_str(), std::string(sec.str()).c_str()));
+                            "[optim], [data], [ddp], [bench], [attention], [plan], [allreduce]",
+                            at.c_str(), std::string(sec.str()).c_str()));
     for (auto&& [key, v] : *node.as_table()) {
       std::string name = std::string(sec.str()) + "." + std::string(key.str());
       std::string vat = where(v.source(), path);
@@ -286,6 +352,20 @@ void validate(const Config& c) {
     throw UsageError(strf("%s: train.checkpoint_every = %lld needs train.checkpoint_dir",
                           at("train.checkpoint_every").c_str(),
                           (long long)c.train.checkpoint_every));
+  // Tensor parallelism splits heads and the FFN's hidden width evenly (Megatron's layout).
+  if (c.run.mode == "plan" && c.plan.tp > 1) {
+    const std::string tp = at("plan.tp");
+    if (c.plan.graph == "lmtrain" && m.num_heads % c.plan.tp != 0)
+      throw UsageError(strf("%s: plan.tp = %lld does not divide model.num_heads = %lld (%s)",
+                            tp.c_str(), (long long)c.plan.tp, (long long)m.num_heads, nh.c_str()));
+    if (m.d_ff % c.plan.tp != 0)
+      throw UsageError(strf("%s: plan.tp = %lld does not divide model.d_ff = %lld (%s)", tp.c_str(),
+                            (long long)c.plan.tp, (long long)m.d_ff, at("model.d_ff").c_str()));
+  }
+  for (int64_t dh : c.attention.head_dims)
+    if (dh != 16 && dh != 32 && dh != 64 && dh != 80 && dh != 128)
+      throw UsageError(strf("%s: attention.head_dims has %lld: expected 16, 32, 64, 80 or 128",
+                            at("attention.head_dims").c_str(), (long long)dh));
   const size_t elem = c.allreduce.dtype == "bf16" ? 2 : 4;
   if (c.allreduce.min_mb * double(1 << 20) < double(elem))
     throw UsageError(strf("%s: allreduce.min_mb = %g is less than one %s element",
@@ -294,6 +374,12 @@ void validate(const Config& c) {
   if (c.allreduce.max_mb < c.allreduce.min_mb)
     throw UsageError(strf("%s: allreduce.max_mb = %g: expected at least allreduce.min_mb = %g",
                           at("allreduce.max_mb").c_str(), c.allreduce.max_mb, c.allreduce.min_mb));
+  const auto& sizes = c.allreduce.sizes_mb;
+  for (size_t i = 1; i < sizes.size(); ++i)
+    if (sizes[i] <= sizes[i - 1])
+      throw UsageError(strf("%s: allreduce.sizes_mb has %lld after %lld: expected increasing sizes",
+                            at("allreduce.sizes_mb").c_str(), (long long)sizes[i],
+                            (long long)sizes[i - 1]));
   if (c.optim.schedule == "cosine" && c.optim.min_lr > c.optim.lr)
     throw UsageError(strf("%s: optim.min_lr = %g: expected at most optim.lr = %g",
                           at("optim.min_lr").c_str(), c.optim.min_lr, c.optim.lr));

@@ -18,11 +18,17 @@ int main(int argc, char** argv) {
     } else {
       agree_on_config(rt, config_hash(cl.config));
       const std::string& mode = cl.config.run.mode;
-      std::string device;
-      if (mode != "allreduce") agree(rt, [&] { device = resolve_device(cl.config, rt); });
-      code = mode == "allreduce" ? run_allreduce(cl, rt)
-             : mode == "bench"   ? run_bench(cl, rt, device)
-                                 : run_train(cl, rt, device);
+      if (mode == "plan") {  // computed: no device to resolve
+        code = run_plan(cl, rt);
+      } else if (mode == "allreduce") {  // its backend decides the device
+        code = run_allreduce(cl, rt);
+      } else {
+        std::string device;
+        agree(rt, [&] { device = resolve_device(cl.config, rt); });
+        code = mode == "bench"       ? run_bench(cl, rt, device)
+               : mode == "attention" ? run_attention(cl, rt, device)
+                                     : run_train(cl, rt, device);
+      }
     }
   } catch (const JobExit& e) {
     code = e.code;

@@ -9,6 +9,7 @@ namespace lmt {
 template <typename T>
 Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int64_t seq_len)
     : be(backend), cfg(c), B(batch), T_(seq_len), precision(parse_precision(c.precision)),
+      attention(parse_attention(c.attention)),
       layout(ParamLayout::build(c)), params_(be, layout.total, MemTag::params),
       grads_(be, layout.total, MemTag::grads), inputs_(be, size_t(B * seq_len), MemTag::activations),
       targets_(be, size_t(B * seq_len), MemTag::activations),
@@ -30,7 +31,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   for (int64_t l = 0; l <= L; ++l) saved.push_back({&x_[size_t(l)], n * d});
   for (auto& a : acts_) {
     for (auto [ptr, size] : {std::pair{&a.rstd1, n}, {&a.h1, n * d}, {&a.qkv, 3 * n * d},
-                             {&a.probs, B * H * T_ * T_}, {&a.att, n * d}, {&a.x_mid, n * d},
+                             {&a.att_saved, be.attention_saved(B, T_, H, c.head_dim(), attention)}, {&a.att, n * d}, {&a.x_mid, n * d},
                              {&a.rstd2, n}, {&a.h2, n * d}, {&a.a1, n * f}, {&a.a3, n * f},
                              {&a.g, n * f}})
       saved.push_back({ptr, size});
@@ -49,13 +50,15 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
 template <typename T>
 std::unique_ptr<BackendArray<T>> Model<T>::carve(std::vector<std::pair<T**, int64_t>>& plan,
                                                  MemTag tag) {
+  // Each piece starts 256-byte aligned: kernels read rows 16 bytes at a time.
+  auto aligned = [](int64_t n) { return size_t((n + 63) / 64 * 64); };
   size_t total = 0;
-  for (auto& [ptr, size] : plan) total += size_t(size);
+  for (auto& [ptr, size] : plan) total += aligned(size);
   auto arena = std::make_unique<BackendArray<T>>(be, total, tag);
   total = 0;
   for (auto& [ptr, size] : plan) {
     *ptr = arena->data() + total;
-    total += size_t(size);
+    total += aligned(size);
   }
   return arena;
 }
@@ -99,7 +102,7 @@ void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, doubl
     be.rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps);
     be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision);
     be.rope(a.qkv, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, false);  // q and k: 2H heads
-    be.attention_fwd(a.qkv, a.att, a.probs, B, T_, H, dh, precision);
+    be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention);
     be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision);
     be.add_inplace(a.x_mid, x_[l], n * d);
     be.rmsnorm_fwd(a.x_mid, P + w.ln2, a.h2, a.rstd2, n, d, cfg.norm_eps);
@@ -140,7 +143,7 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
     be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dtmp_, G + w.ln2, n, d);
     be.add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_mid
     be.linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision);
-    be.attention_bwd(a.qkv, a.probs, datt_, dqkv_, B, T_, H, dh, precision);
+    be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention);
     be.rope(dqkv_, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true);
     be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision);
     be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dtmp_, G + w.ln1, n, d);

@@ -49,7 +49,14 @@ CsvRow config_columns(const Config& c) {
   CsvRow row;
   for (auto& f : config_fields(copy)) {
     std::string v = f.to_string();
-    if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
+    if (v.size() >= 2 && v.front() == '[') {  // a list: its elements, space-separated
+      std::string items;
+      for (char ch : v.substr(1, v.size() - 2))
+        if (ch != ',' && ch != '"') items += ch;
+      v = items;
+    } else if (v.size() >= 2 && v.front() == '"') {
+      v = v.substr(1, v.size() - 2);
+    }
     row.add(f.name(), v);
   }
   return row;

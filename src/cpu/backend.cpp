@@ -40,11 +40,11 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::rope(x, B, T_, H, dh, stride, theta, inverse);
   }
   void attention_fwd(const T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_t H,
-                     int64_t dh, Precision p) override {
+                     int64_t dh, Precision p, AttentionImpl) override {
     cpu::attention_fwd(qkv, out, probs, B, T_, H, dh, p);
   }
-  void attention_bwd(const T* qkv, const T* probs, const T* dout, T* dqkv, int64_t B,
-                     int64_t T_, int64_t H, int64_t dh, Precision p) override {
+  void attention_bwd(const T* qkv, const T*, const T* probs, const T* dout, T* dqkv, int64_t B,
+                     int64_t T_, int64_t H, int64_t dh, Precision p, AttentionImpl) override {
     cpu::attention_bwd(qkv, probs, dout, dqkv, B, T_, H, dh, p);
   }
   void swiglu_fwd(const T* a, const T* b, T* g, int64_t n) override { cpu::swiglu_fwd(a, b, g, n); }

@@ -14,6 +14,12 @@ Precision parse_precision(const std::string& name) {
   throw UsageError("unknown precision '" + name + "'");
 }
 
+AttentionImpl parse_attention(const std::string& name) {
+  if (name == "naive") return AttentionImpl::naive;
+  if (name == "flash") return AttentionImpl::flash;
+  throw UsageError("unknown attention '" + name + "'");
+}
+
 // Keeps the top (32 - drop) bits of a float, rounding to nearest even; NaN and inf unchanged.
 static float round_mantissa(float x, int drop) {
   uint32_t u;

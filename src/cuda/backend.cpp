@@ -13,6 +13,7 @@
 
 #include "backend.hpp"
 #include "cuda_kernels.hpp"
+#include "flash_attention.hpp"
 #include "gpu.hpp"
 #include "nvtx.hpp"
 
@@ -127,9 +128,24 @@ class CudaBackend : public Backend<float> {
             bool inverse) override {
     cuda::rope(x, rope_table(T, dh, theta), B, T, H, dh, stride, inverse, stream_);
   }
-  void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H,
-                     int64_t dh, Precision p) override {
+  int64_t attention_saved(int64_t B, int64_t T, int64_t H, int64_t dh,
+                          AttentionImpl a) const override {
+    if (a == AttentionImpl::naive) return B * H * T * T;
+    if (!cuda::flash_supports(dh))
+      throw UsageError(strf("model.attention = \"flash\" needs a head dim of 16, 32, 64, 80 or "
+                            "128 (d_model / num_heads = %lld); model.attention = \"naive\" "
+                            "takes any", (long long)dh));
+    return B * H * T;
+  }
+  void attention_fwd(const float* qkv, float* out, float* saved, int64_t B, int64_t T, int64_t H,
+                     int64_t dh, Precision p, AttentionImpl a) override {
     const int64_t d = H * dh, ld = 3 * d;
+    if (a == AttentionImpl::flash) {
+      NvtxRange r("flash attention forward");
+      cuda::flash_fwd(flash_shape(B, T, H, dh, p), qkv, qkv + d, qkv + 2 * d, out, saved, stream_);
+      return;
+    }
+    float* probs = saved;
     const float scale = float(1.0 / std::sqrt(double(dh)));
     const void* QKV = operand(qkv, B * T * ld, p, 0);
     {
@@ -151,9 +167,17 @@ class CudaBackend : public Backend<float> {
       cuda::gemm(cublas_, false, false, T, dh, T, 1, at(P, b * H * T * T, p), T, T * T,
                  at(QKV, b * T * ld + 2 * d, p), ld, dh, 0, out + b * T * d, d, dh, H, ops(p));
   }
-  void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv,
-                     int64_t B, int64_t T, int64_t H, int64_t dh, Precision p) override {
+  void attention_bwd(const float* qkv, const float* out, const float* saved, const float* dout,
+                     float* dqkv, int64_t B, int64_t T, int64_t H, int64_t dh, Precision p,
+                     AttentionImpl a) override {
     const int64_t d = H * dh, ld = 3 * d;
+    if (a == AttentionImpl::flash) {
+      NvtxRange r("flash attention backward");
+      cuda::flash_bwd(flash_shape(B, T, H, dh, p), qkv, qkv + d, qkv + 2 * d, out, dout, saved,
+                      workspace(size_t(B * H * T)), dqkv, dqkv + d, dqkv + 2 * d, stream_);
+      return;
+    }
+    const float* probs = saved;
     const float scale = float(1.0 / std::sqrt(double(dh)));
     float* dS = workspace(size_t(H * T * T));
     NvtxRange r("attention backward");
@@ -207,6 +231,14 @@ class CudaBackend : public Backend<float> {
   }
 
  private:
+  // The model's attention as FlashAttention sees it: q, k, v inside the fused [B*T, 3d] QKV
+  // buffer, out [B*T, d]; bf16 tensor cores under the bf16 policy, fp32 arithmetic otherwise
+  // (tf32 included: the flash kernels have no TF32 path, fp32 is the more precise).
+  static cuda::FlashShape flash_shape(int64_t B, int64_t T, int64_t H, int64_t dh, Precision p) {
+    return cuda::FlashShape{B, H, T, dh, /*causal=*/true, /*bf16_storage=*/false,
+                            /*tensor_cores=*/p == Precision::bf16,
+                            {T * 3 * H * dh, 3 * H * dh}, {T * H * dh, H * dh}};
+  }
   static cuda::Operands ops(Precision p) {
     return p == Precision::bf16   ? cuda::Operands::bf16
            : p == Precision::tf32 ? cuda::Operands::tf32

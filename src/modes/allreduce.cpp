@@ -1,8 +1,8 @@
 // allreduce mode: the all-reduce microbenchmark, in the manner of nccl-tests' all_reduce_perf.
 //
-// For each size (allreduce.min_mb times powers of allreduce.factor, up to max_mb), in place on one
-// buffer: `warmup` untimed all-reduces, then `iters` timed one by one with the backend's timers
-// (CUDA events on the compute stream with nccl, the host clock with mpi). Reported per size:
+// For each size (allreduce.sizes_mb, or else min_mb times powers of factor up to max_mb), in place
+// on one buffer: `warmup` untimed all-reduces, then `iters` timed one by one with the backend's
+// timers (CUDA events on the compute stream with nccl, the host clock with mpi). Reported per size:
 //   time   median over the iterations on rank 0; min/max: the lowest and highest per-rank median
 //   algbw  bytes / time;  busbw = algbw * 2 (n - 1) / n, what each link carries in a ring
 //   #wrong elements (over all ranks) that differ from the exact sum after one more all-reduce of
@@ -25,10 +25,14 @@ constexpr double kMiB = 1 << 20;
 
 double pattern(int rank, size_t i) { return double(int((size_t(rank) * 7 + i) % 5) - 2) * 0.5; }
 
-// Byte sizes: whole elements, each size once, in increasing order.
+// Byte sizes: whole elements, each size once, in increasing order (validate() checks that
+// sizes_mb increases).
 std::vector<size_t> sizes_bytes(const Config::Allreduce& a, size_t elem) {
+  std::vector<double> mbs(a.sizes_mb.begin(), a.sizes_mb.end());
+  if (mbs.empty())
+    for (double mb = a.min_mb; mb <= a.max_mb * (1 + 1e-12); mb *= a.factor) mbs.push_back(mb);
   std::vector<size_t> out;
-  for (double mb = a.min_mb; mb <= a.max_mb * (1 + 1e-12); mb *= a.factor) {
+  for (double mb : mbs) {
     size_t bytes = size_t(mb * kMiB) / elem * elem;
     if (out.empty() || bytes > out.back()) out.push_back(bytes);
   }

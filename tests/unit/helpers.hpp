@@ -2,12 +2,14 @@
 #pragma once
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <vector>
@@ -34,8 +36,8 @@ inline std::vector<int32_t> rand_tokens(size_t n, int32_t vocab) {
   return v;
 }
 
-// ||a - b|| / ||b||, with NaN anywhere giving infinity.
-template <typename A, typename B> double rel_err(const A& a, const B& b) {
+// ||a - b|| / max(||b||, floor), with NaN anywhere giving infinity.
+template <typename A, typename B> double rel_err(const A& a, const B& b, double floor = 0) {
   double num = 0, den = 0;
   for (size_t i = 0; i < b.size(); ++i) {
     double x = double(a[i]), y = double(b[i]);
@@ -43,7 +45,7 @@ template <typename A, typename B> double rel_err(const A& a, const B& b) {
     num += (x - y) * (x - y);
     den += y * y;
   }
-  return std::sqrt(num / std::max(den, 1e-300));
+  return std::sqrt(num / std::max({den, floor * floor, 1e-300}));
 }
 
 struct Result {
@@ -80,6 +82,14 @@ struct TempDir {
 
 // The binary under test; tests run from the repository root (make test does).
 inline const char* lmtrain() { return "build/lmtrain"; }
+
+// The cells of one line of an lmtrain CSV (no quoting: list cells are space-separated).
+inline std::vector<std::string> csv_cells(const std::string& line) {
+  std::vector<std::string> cells;
+  std::stringstream ss(line);
+  for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+  return cells;
+}
 
 }  // namespace lmt::test
 

@@ -1,10 +1,10 @@
 // allreduce mode, whole runs of build/lmtrain: the table and CSV rows of the MPI backend on 2 ranks
-// (fp32 and bf16), and bad configs refused with one line and exit code 2 before any work.
+// (fp32 and bf16; sizes from the range or from sizes_mb), and bad configs refused with one line
+// and exit code 2 before any work.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
 
 #include "gpu.hpp"
 #include "helpers.hpp"
@@ -14,11 +14,11 @@ using lmt::test::TempDir;
 
 namespace {
 
-std::vector<std::string> split(const std::string& line) {
-  std::vector<std::string> cells;
-  std::stringstream ss(line);
-  for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
-  return cells;
+std::vector<std::vector<std::string>> read_rows(const std::string& csv) {
+  std::ifstream f(csv);
+  std::vector<std::vector<std::string>> rows;
+  for (std::string line; std::getline(f, line);) rows.push_back(lmt::test::csv_cells(line));
+  return rows;
 }
 
 std::string allreduce(int np, const std::string& args) {
@@ -42,9 +42,7 @@ TEST_CASE("allreduce: mpi backend on 2 ranks, one CSV row per size with exact su
       CHECK(r.output.find("Out of bounds values : 0 OK") != std::string::npos);
       auto again = run(allreduce(2, args));  // a second run appends under the same header
       REQUIRE(again.code == 0);
-      std::ifstream f(csv);
-      std::vector<std::vector<std::string>> rows;
-      for (std::string line; std::getline(f, line);) rows.push_back(split(line));
+      auto rows = read_rows(csv);
       REQUIRE(rows.size() == 1 + 2 * 4);  // header, then 4 sizes (1 KiB .. 1 MiB) per run
       const auto& h = rows[0];
       auto col = [&](const char* name) {
@@ -80,6 +78,27 @@ TEST_CASE("allreduce: mpi backend on 2 ranks, one CSV row per size with exact su
   }
 }
 
+TEST_CASE("allreduce: sizes_mb, when it lists sizes, replaces the min_mb..max_mb range") {
+  TempDir dir;
+  std::string csv = dir.file("allreduce.csv");
+  auto r = run(allreduce(2, "--set allreduce.backend=mpi --set 'allreduce.sizes_mb=[1,3]' "
+                            "--set allreduce.iters=2 --csv " + csv));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  auto rows = read_rows(csv);
+  REQUIRE(rows.size() == 3);  // header, 1 MiB, 3 MiB
+  const auto& h = rows[0];
+  auto col = [&](const char* name) {
+    return size_t(std::find(h.begin(), h.end(), name) - h.begin());
+  };
+  REQUIRE(col("size_bytes") < h.size());
+  REQUIRE(col("allreduce.sizes_mb") < h.size());
+  CHECK(rows[1][col("allreduce.sizes_mb")] == "1 3");  // a list cell: space-separated
+  CHECK(rows[1][col("size_bytes")] == std::to_string(1 << 20));
+  CHECK(rows[2][col("size_bytes")] == std::to_string(3 << 20));
+  CHECK(rows[2][col("wrong")] == "0");
+}
+
 TEST_CASE("allreduce: bad configs stop every rank with one line and exit code 2") {
   struct Bad {
     std::string args, expect;
@@ -91,6 +110,10 @@ TEST_CASE("allreduce: bad configs stop every rank with one line and exit code 2"
       {"--set allreduce.backend=gloo", "allreduce.backend = \"gloo\": expected one of"},
       {"--set allreduce.dtype=fp16", "allreduce.dtype = \"fp16\": expected one of"},
       {"--set allreduce.min_mb=1e-7", "allreduce.min_mb = 1e-07 is less than one fp32 element"},
+      {"--set 'allreduce.sizes_mb=[4,2]'",
+       "allreduce.sizes_mb has 2 after 4: expected increasing sizes"},
+      {"--set 'allreduce.sizes_mb=[0]'",
+       "allreduce.sizes_mb = an array holding 0: expected a number >= 1"},
   };
   for (auto& bad : cases) {
     auto r = run(allreduce(2, "--set allreduce.backend=mpi " + bad.args));

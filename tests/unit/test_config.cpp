@@ -73,6 +73,14 @@ const BadInput kBadInputs[] = {
      "train.checkpoint_every = 50 needs train.checkpoint_dir"},
     {"min_lr > lr", "[optim]\nlr = 1e-4\nmin_lr = 1e-3\n", "", 3,
      "optim.min_lr = 0.001: expected at most optim.lr = 0.0001"},
+    {"plan.tp not dividing the heads", "[run]\nmode = \"plan\"\n[plan]\ntp = 3\n", "", 4,
+     "plan.tp = 3 does not divide model.num_heads = 4"},
+    {"plan.tp not dividing d_ff", "[run]\nmode = \"plan\"\n[plan]\ntp = 4\n[model]\nd_ff = 90\n",
+     "", 4, "plan.tp = 4 does not divide model.d_ff = 90"},
+    {"plan.zero = 2", "[plan]\nzero = 2\n", "", 2,
+     "plan.zero = 2: expected a number >= 0 and <= 1"},
+    {"plan.graph unknown", "[plan]\ngraph = \"moe\"\n", "", 2,
+     "plan.graph = \"moe\": expected one of \"lmtrain\" | \"ffn_only\""},
     {"TOML syntax error", "[model]\nd_model = = 3\n", "", 2, "TOML syntax error"},
     {"missing config file", "", "--config /nonexistent/lmtrain.toml", 0,
      "cannot read config file '/nonexistent/lmtrain.toml'"},
@@ -87,6 +95,14 @@ const BadInput kBadInputs[] = {
     {"unknown argument", "", "--verbose", 0, "unknown argument '--verbose'"},
     {"a directory as the config", "", "--config /tmp", 0, "config file '/tmp' is not a regular file"},
     {"no value after --config", "", "--config", 0, "--config: expected a value after it"},
+    {"empty list", "[attention]\nseq_lens = []\n", "", 2,
+     "attention.seq_lens = an array: expected a non-empty array"},
+    {"list element not a choice", "[attention]\n\ndtypes = [\"bf16\", \"fp16\"]\n", "", 3,
+     "attention.dtypes = an array holding \"fp16\": expected one of \"bf16\" | \"fp32\""},
+    {"list element out of range", "", "--set 'attention.seq_lens=[128,0]'", 0,
+     "--set: attention.seq_lens = an array holding 0: expected a number >= 1"},
+    {"head dim flash has no kernel for", "[attention]\nhead_dims = [64, 48]\n", "", 2,
+     "attention.head_dims has 48: expected 16, 32, 64, 80 or 128"},
 };
 
 }  // namespace
@@ -107,6 +123,14 @@ TEST_CASE("config: malformed input exits 2 with one line naming the key and file
         CHECK(r.output.find(file + ":" + std::to_string(bad.line) + ":") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("attention mode refuses the CPU with one line and exit code 2") {
+  auto r = test::run(std::string(test::lmtrain()) + " --set run.mode=attention --set run.device=cpu");
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(r.output == "lmtrain: error: run.mode = \"attention\" times GPU kernels: it needs "
+                    "run.device = cuda (a visible GPU, one rank)\n");
 }
 
 TEST_CASE("config: the defaults validate") {
@@ -181,7 +205,9 @@ TEST_CASE("config: changing any single key changes the hash") {
     INFO(f.name());
     if (auto* p = std::get_if<int64_t*>(&f.value)) **p += 1;
     else if (auto* p = std::get_if<double*>(&f.value)) **p = **p * 2 + 1;
-    else *std::get<std::string*>(f.value) += "x";
+    else if (auto* p = std::get_if<std::string*>(&f.value)) **p += "x";
+    else if (auto* p = std::get_if<std::vector<int64_t>*>(&f.value)) (*p)->push_back(1);
+    else std::get<std::vector<std::string>*>(f.value)->back() += "x";
     CHECK(config_hash(changed) != h);
   }
 }

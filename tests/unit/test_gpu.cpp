@@ -183,8 +183,8 @@ TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per pr
     cpu::attention_bwd(qf.data(), pf.data(), df.data(), dqf.data(), B, T, H, dh, p);
     float *gq = g.up(qkv), *go = g.poisoned(out.size()), *gp = g.poisoned(probs.size());
     float* gdq = g.poisoned(qkv.size());
-    gpu->attention_fwd(gq, go, gp, B, T, H, dh, p);
-    gpu->attention_bwd(gq, gp, g.up(dout), gdq, B, T, H, dh, p);
+    gpu->attention_fwd(gq, go, gp, B, T, H, dh, p, AttentionImpl::naive);
+    gpu->attention_bwd(gq, go, gp, g.up(dout), gdq, B, T, H, dh, p, AttentionImpl::naive);
     double t = p == Precision::fp32 ? 1e-5 : 2e-2;
     CHECK(rel_err(g.down(go, out.size()), outf) < t);
     CHECK(rel_err(g.down(gp, probs.size()), pf) < t);
@@ -235,9 +235,11 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
     const char* precision;
     double loss, grads;  // relative, against fp64 without operand rounding
   };
-  for (auto [prec, t, tg_] : {Tol{"fp32", 1e-5, 1e-4}, Tol{"tf32", 5e-3, 2e-2}, Tol{"bf16", 3e-2, 8e-2}}) {
-    INFO(prec);
+  for (auto [prec, t, tg_] : {Tol{"fp32", 1e-5, 1e-4}, Tol{"tf32", 5e-3, 2e-2}, Tol{"bf16", 3e-2, 8e-2}})
+  for (const char* attention : {"naive", "flash"}) {
+    INFO(prec << " " << attention);
     m.precision = prec;
+    m.attention = attention;
     Model<float> model(*gpu, m, B, T);
     model.init_params(seed);
     double loss = model.forward(in.data(), tg.data());

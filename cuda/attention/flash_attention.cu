@@ -1,0 +1,70 @@
+// The FlashAttention launchers (flash_attention.hpp): check the problem, build the kernels'
+// parameters, dispatch on storage type, arithmetic and head dim.
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "../common.cuh"
+#include "flash.cuh"
+#include "flash_attention.hpp"
+
+namespace lmt::cuda {
+namespace {
+
+attn::Params params(const FlashShape& s) {
+  LMT_ASSERT(flash_supports(s.dh),
+             strf("flash attention: head dim %lld (must be 16, 32, 64, 80 or 128)", (long long)s.dh));
+  LMT_ASSERT(s.tensor_cores || !s.bf16_storage,
+             "flash attention: bf16 storage needs the tensor-core kernels");
+  // Tiles are read 16 bytes at a time: every row must start 16-byte aligned.
+  const int64_t per16 = s.bf16_storage ? 8 : 4;
+  LMT_ASSERT(s.qkv.row % per16 == 0 && s.qkv.batch % per16 == 0 && s.o.row % per16 == 0 &&
+                 s.o.batch % per16 == 0,
+             "flash attention: strides must be multiples of 16 bytes");
+  attn::Params p{};
+  p.H = s.H, p.T = s.T;
+  p.qkv_batch = s.qkv.batch, p.qkv_row = s.qkv.row, p.o_batch = s.o.batch, p.o_row = s.o.row;
+  p.scale = float(1.0 / std::sqrt(double(s.dh)));
+  p.scale_log2 = float(double(p.scale) * 1.4426950408889634);
+  p.causal = s.causal;
+  return p;
+}
+
+void check_aligned(std::initializer_list<const void*> ptrs) {
+  for (const void* q : ptrs)
+    LMT_ASSERT(reinterpret_cast<uintptr_t>(q) % 16 == 0,
+               "flash attention: tensors must start 16-byte aligned");
+}
+
+}  // namespace
+
+bool flash_supports(int64_t dh) { return dh == 16 || dh == 32 || dh == 64 || dh == 80 || dh == 128; }
+
+void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
+               float* lse, cudaStream_t stream) {
+  attn::Params p = params(s);
+  check_aligned({q, k, v, o});
+  p.q = q, p.k = k, p.v = v, p.out = o, p.lse = lse;
+  if (!s.tensor_cores) attn::fwd_fp32(p, s.B, s.dh, stream);
+  else if (s.bf16_storage) attn::fwd_tc<__nv_bfloat16>(p, s.B, s.dh, stream);
+  else attn::fwd_tc<float>(p, s.B, s.dh, stream);
+}
+
+void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
+               const void* dout, const float* lse, float* D, void* dq, void* dk, void* dv,
+               cudaStream_t stream) {
+  attn::Params p = params(s);
+  check_aligned({q, k, v, o, dout, dq, dk, dv});
+  p.q = q, p.k = k, p.v = v, p.o = o, p.dout = dout, p.lse = const_cast<float*>(lse), p.D = D;
+  p.dq = dq, p.dk = dk, p.dv = dv;
+  if (s.bf16_storage) {
+    attn::bwd_rowsum<__nv_bfloat16>(p, s.B, s.dh, false, stream);
+    attn::bwd_tc<__nv_bfloat16>(p, s.B, s.dh, stream);
+  } else {
+    attn::bwd_rowsum<float>(p, s.B, s.dh, s.tensor_cores, stream);
+    if (s.tensor_cores) attn::bwd_tc<float>(p, s.B, s.dh, stream);
+    else attn::bwd_fp32(p, s.B, s.dh, stream);
+  }
+}
+
+}  // namespace lmt::cuda

@@ -1,0 +1,277 @@
+// FlashAttention-2 backward on bf16 tensor cores, by recomputation from Q, K, V, dO and the
+// forward's logsumexp L (no T x T matrix is stored):
+//   D = rowsum(dO * O)                                   (flash_bwd_rowsum_kernel)
+//   P = exp(scale Q K^T - L), dP = dO V^T, dS = P * (dP - D)
+//   dV = P^T dO, dK = scale dS^T Q                       (flash_dkdv_kernel: a block owns keys)
+//   dQ = scale dS K                                      (flash_dq_kernel: a block owns queries)
+// Each output row is written by the one block that owns it: no atomics, deterministic. The dK/dV
+// kernel computes the transposes S^T, dP^T directly (keys as rows), so P^T and dS^T feed the next
+// matmul from registers. P and dS are rounded to bf16 as matmul operands; the rest is fp32.
+// Causal: a key tile only visits query tiles at or below the diagonal, a query tile only key tiles
+// at or left of it; only tiles crossing the diagonal compare indices.
+#include "../common.cuh"
+#include "flash.cuh"
+#include "mma.cuh"
+
+namespace lmt::cuda::attn {
+namespace {
+
+template <typename E, bool Round>
+__global__ void flash_bwd_rowsum_kernel(const Params p, int64_t rows, int dh) {
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // (b, h, t)
+  if (r >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t t = r % p.T, bh = r / p.T, b = bh / p.H, h = bh % p.H;
+  const E* o = head<E>(p.o, b, h, dh, p.o_batch) + t * p.o_row;
+  const E* g = head<E>(p.dout, b, h, dh, p.o_batch) + t * p.o_row;
+  float acc = 0;
+  for (int c = lane; c < dh; c += 32) {
+    float gc = float(g[c]);
+    if (Round) gc = __bfloat162float(__float2bfloat16_rn(gc));
+    acc += gc * float(o[c]);
+  }
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) p.D[r] = acc;
+}
+
+// One tile of L (times log2 e, so that P = exp2(S * scale_log2 - L)) and D for queries
+// q0 .. q0 + rows - 1; queries at or past T get L = +inf, hence P = 0.
+template <int ROWS>
+__device__ __forceinline__ void load_stats(float* sL, float* sD, const Params& p, int64_t bh,
+                                           int64_t q0) {
+  for (int i = threadIdx.x; i < ROWS; i += blockDim.x) {
+    const int64_t t = q0 + i;
+    sL[i] = t < p.T ? p.lse[bh * p.T + t] * kLog2e : INFINITY;
+    sD[i] = t < p.T ? p.D[bh * p.T + t] : 0.0f;
+  }
+}
+
+template <typename E, int DH>
+__global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel(const Params p) {
+  constexpr int kWarps = DkdvTraits<DH>::kWarps, BR = DkdvTraits<DH>::kTile;
+  constexpr int BC = 16 * kWarps, LD = kLd<DH>, THREADS = kWarps * 32;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);
+  bf16* sV = sK + BC * LD;
+  bf16* sQ = sV + BC * LD;       // 2 buffers of BR rows
+  bf16* sdO = sQ + 2 * BR * LD;  // 2 buffers of BR rows
+  float* sL = reinterpret_cast<float*>(sdO + 2 * BR * LD);  // 2 x BR
+  float* sD = sL + 2 * BR;                                   // 2 x BR
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
+  const E* Q = head<E>(p.q, b, h, DH, p.qkv_batch);
+  const E* G = head<E>(p.dout, b, h, DH, p.o_batch);
+  const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
+
+  load_tile<E, BC, DH, THREADS>(sK, head<E>(p.k, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
+  load_tile<E, BC, DH, THREADS>(sV, head<E>(p.v, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
+  load_tile<E, BR, DH, THREADS>(sQ, Q, first * BR, p.T, p.qkv_row);
+  load_tile<E, BR, DH, THREADS>(sdO, G, first * BR, p.T, p.o_row);
+  cp_async_commit();
+  load_stats<BR>(sL, sD, p, bh, first * BR);
+
+  float dk[DH / 8][4], dv[DH / 8][4];
+  zero(dk);
+  zero(dv);
+  const int64_t warp_k0 = k0 + warp * 16, key = warp_k0 + lane / 4;  // keys `key`, `key + 8`
+
+  for (int64_t i = first; i < tiles; ++i) {
+    const int buf = int((i - first) & 1), nxt = buf ^ 1;
+    if (i + 1 < tiles) {
+      load_tile<E, BR, DH, THREADS>(sQ + nxt * BR * LD, Q, (i + 1) * BR, p.T, p.qkv_row);
+      load_tile<E, BR, DH, THREADS>(sdO + nxt * BR * LD, G, (i + 1) * BR, p.T, p.o_row);
+      cp_async_commit();
+      load_stats<BR>(sL + nxt * BR, sD + nxt * BR, p, bh, (i + 1) * BR);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16 *q_t = sQ + buf * BR * LD, *g_t = sdO + buf * BR * LD;
+    const float *l_t = sL + buf * BR, *d_t = sD + buf * BR;
+    const int64_t q0 = i * BR;
+    const bool masked = p.causal && q0 < warp_k0 + 15;
+
+    float s[BR / 8][4];  // S^T, then P^T: keys x queries
+    zero(s);
+    mma_abt<DH, BR, LD>(s, sK, warp * 16, q_t, lane);
+#pragma unroll
+    for (int n = 0; n < BR / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = n * 8 + 2 * (lane % 4) + (e & 1);
+        float x = exp2f(s[n][e] * p.scale_log2 - l_t[c]);
+        if (masked && key + (e >= 2 ? 8 : 0) > q0 + c) x = 0.0f;
+        s[n][e] = x;
+      }
+    mma_pb<BR, DH, LD>(dv, s, g_t, lane);  // dV += P^T dO
+
+    float ds[BR / 8][4];  // dP^T, then dS^T
+    zero(ds);
+    mma_abt<DH, BR, LD>(ds, sV, warp * 16, g_t, lane);
+#pragma unroll
+    for (int n = 0; n < BR / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[n][e] = s[n][e] * (ds[n][e] - d_t[n * 8 + 2 * (lane % 4) + (e & 1)]);
+    mma_pb<BR, DH, LD>(dk, ds, q_t, lane);  // dK += dS^T Q (scaled at the end)
+    __syncthreads();  // every warp is done with `buf` before the next iteration refills it
+  }
+
+  E* dK = head<E>(p.dk, b, h, DH, p.qkv_batch);
+  E* dV = head<E>(p.dv, b, h, DH, p.qkv_batch);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int64_t t = key + 8 * hh;
+    if (t >= p.T) continue;
+#pragma unroll
+    for (int n = 0; n < DH / 8; ++n) {
+      const int64_t at = t * p.qkv_row + n * 8 + 2 * (lane % 4);
+      store2(dK + at, dk[n][2 * hh] * p.scale, dk[n][2 * hh + 1] * p.scale);
+      store2(dV + at, dv[n][2 * hh], dv[n][2 * hh + 1]);
+    }
+  }
+}
+
+template <typename E, int DH>
+__global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(const Params p) {
+  constexpr int kWarps = DqTraits<DH>::kWarps, BC = DqTraits<DH>::kTile;
+  constexpr int BR = 16 * kWarps, LD = kLd<DH>, THREADS = kWarps * 32;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);
+  bf16* sdO = sQ + BR * LD;
+  bf16* sK = sdO + BR * LD;     // 2 buffers of BC rows
+  bf16* sV = sK + 2 * BC * LD;  // 2 buffers of BC rows
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t qtile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = qtile * BR;
+  const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
+  const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
+  const int64_t tiles = key_tiles(p, q0, BR, BC);
+
+  load_tile<E, BR, DH, THREADS>(sQ, head<E>(p.q, b, h, DH, p.qkv_batch), q0, p.T, p.qkv_row);
+  load_tile<E, BR, DH, THREADS>(sdO, head<E>(p.dout, b, h, DH, p.o_batch), q0, p.T, p.o_row);
+  load_tile<E, BC, DH, THREADS>(sK, K, 0, p.T, p.qkv_row);
+  load_tile<E, BC, DH, THREADS>(sV, V, 0, p.T, p.qkv_row);
+  cp_async_commit();
+
+  const int64_t warp_q0 = q0 + warp * 16, row = warp_q0 + lane / 4;  // rows `row`, `row + 8`
+  float L[2], D[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int64_t t = row + 8 * hh;
+    L[hh] = t < p.T ? p.lse[bh * p.T + t] * kLog2e : 0.0f;
+    D[hh] = t < p.T ? p.D[bh * p.T + t] : 0.0f;
+  }
+  float dq[DH / 8][4];
+  zero(dq);
+
+  for (int64_t j = 0; j < tiles; ++j) {
+    const int buf = int(j & 1);
+    if (j + 1 < tiles) {
+      load_tile<E, BC, DH, THREADS>(sK + (buf ^ 1) * BC * LD, K, (j + 1) * BC, p.T, p.qkv_row);
+      load_tile<E, BC, DH, THREADS>(sV + (buf ^ 1) * BC * LD, V, (j + 1) * BC, p.T, p.qkv_row);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16 *k_t = sK + buf * BC * LD, *v_t = sV + buf * BC * LD;
+    const int64_t k0 = j * BC;
+    const bool masked = (p.causal && k0 + BC - 1 > warp_q0) || k0 + BC > p.T;
+
+    float s[BC / 8][4];  // S, then P
+    zero(s);
+    mma_abt<DH, BC, LD>(s, sQ, warp * 16, k_t, lane);
+#pragma unroll
+    for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = exp2f(s[n][e] * p.scale_log2 - L[e / 2]);
+        if (masked) {
+          const int64_t kj = k0 + n * 8 + 2 * (lane % 4) + (e & 1), q = row + (e >= 2 ? 8 : 0);
+          if (kj >= p.T || (p.causal && kj > q)) x = 0.0f;
+        }
+        s[n][e] = x;
+      }
+    float ds[BC / 8][4];  // dP, then dS
+    zero(ds);
+    mma_abt<DH, BC, LD>(ds, sdO, warp * 16, v_t, lane);
+#pragma unroll
+    for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[n][e] = s[n][e] * (ds[n][e] - D[e / 2]);
+    mma_pb<BC, DH, LD>(dq, ds, k_t, lane);  // dQ += dS K (scaled at the end)
+    __syncthreads();
+  }
+
+  E* dQ = head<E>(p.dq, b, h, DH, p.qkv_batch);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int64_t t = row + 8 * hh;
+    if (t >= p.T) continue;
+#pragma unroll
+    for (int n = 0; n < DH / 8; ++n)
+      store2(dQ + t * p.qkv_row + n * 8 + 2 * (lane % 4), dq[n][2 * hh] * p.scale,
+             dq[n][2 * hh + 1] * p.scale);
+  }
+}
+
+template <typename Kernel>
+void set_smem(Kernel kernel, size_t bytes) {
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+  {
+    constexpr int BR = DkdvTraits<DH>::kTile, BC = 16 * DkdvTraits<DH>::kWarps;
+    constexpr size_t smem = size_t(2 * BC + 4 * BR) * kLd<DH> * sizeof(bf16) + 4 * BR * sizeof(float);
+    static bool configured = false;  // the attribute is per kernel, set once
+    if (!configured) set_smem(flash_dkdv_kernel<E, DH>, smem), configured = true;
+    dim3 grid(unsigned(ceil_div(p.T, BC)), unsigned(B * p.H));
+    flash_dkdv_kernel<E, DH><<<grid, DkdvTraits<DH>::kWarps * 32, smem, stream>>>(p);
+    CUDA_LAUNCH_CHECK();
+  }
+  {
+    constexpr int BR = 16 * DqTraits<DH>::kWarps, BC = DqTraits<DH>::kTile;
+    constexpr size_t smem = size_t(2 * BR + 4 * BC) * kLd<DH> * sizeof(bf16);
+    static bool configured = false;
+    if (!configured) set_smem(flash_dq_kernel<E, DH>, smem), configured = true;
+    dim3 grid(unsigned(ceil_div(p.T, BR)), unsigned(B * p.H));
+    flash_dq_kernel<E, DH><<<grid, DqTraits<DH>::kWarps * 32, smem, stream>>>(p);
+    CUDA_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace
+
+template <typename E>
+void bwd_rowsum(const Params& p, int64_t B, int64_t dh, bool round_do, cudaStream_t s) {
+  constexpr int kWarps = 8;  // one warp per row
+  const int64_t rows = B * p.H * p.T;
+  const unsigned blocks = unsigned(ceil_div(rows, kWarps));
+  if (round_do)
+    flash_bwd_rowsum_kernel<E, true><<<blocks, kWarps * 32, 0, s>>>(p, rows, int(dh));
+  else
+    flash_bwd_rowsum_kernel<E, false><<<blocks, kWarps * 32, 0, s>>>(p, rows, int(dh));
+  CUDA_LAUNCH_CHECK();
+}
+template void bwd_rowsum<float>(const Params&, int64_t, int64_t, bool, cudaStream_t);
+template void bwd_rowsum<bf16>(const Params&, int64_t, int64_t, bool, cudaStream_t);
+
+template <typename E> void bwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
+  switch (dh) {
+    case 16: return launch<E, 16>(p, B, s);
+    case 32: return launch<E, 32>(p, B, s);
+    case 64: return launch<E, 64>(p, B, s);
+    case 80: return launch<E, 80>(p, B, s);  // the 2.7b model's head dim
+    case 128: return launch<E, 128>(p, B, s);
+  }
+  LMT_FATAL("flash attention: head dim must be 16, 32, 64, 80 or 128");
+}
+template void bwd_tc<float>(const Params&, int64_t, int64_t, cudaStream_t);
+template void bwd_tc<bf16>(const Params&, int64_t, int64_t, cudaStream_t);
+
+}  // namespace lmt::cuda::attn

@@ -1,0 +1,44 @@
+// FlashAttention-2 launchers (cuda/attention/): softmax attention computed tile by tile, never
+// materialising the T x T scores.
+//
+//   S = scale * Q K^T (causal: key j visible to query i only if j <= i),  scale = 1 / sqrt(dh)
+//   O = softmax(S) V,   L = logsumexp of each row of S (natural log, saved for backward)
+// Backward by recomputation, with D = rowsum(dO * O):
+//   P = exp(S - L),  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK = scale dS^T Q
+// One kernel computes dK and dV (each block owns a tile of keys), another dQ (each block owns a
+// tile of queries): every output element is written once, no atomics, results are deterministic.
+//
+// Layout: B batches x H heads, T positions, head dim dh in {16, 32, 64, 80, 128} (80: the 2.7b model). Row t of head h of
+// batch b of Q is at q + b * qkv.batch + t * qkv.row + h * dh, likewise K, V, dQ, dK, dV (so the
+// model passes pointers into its fused [B*T, 3*H*dh] QKV buffer); O and dO use `o`'s strides.
+// L and D are [B, H, T] fp32. Strides and pointers must be 16-byte aligned for the element type.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lmt::cuda {
+
+struct FlashShape {
+  int64_t B, H, T, dh;
+  bool causal = true;
+  // Storage of q, k, v, o, do, dq, dk, dv: fp32 or bf16.
+  bool bf16_storage = false;
+  // true: bf16 tensor cores (operands rounded to bf16, fp32 accumulation, softmax in fp32);
+  // false: fp32 arithmetic throughout (fp32 storage only).
+  bool tensor_cores = true;
+  struct Strides {
+    int64_t batch, row;
+  } qkv, o;
+};
+
+bool flash_supports(int64_t head_dim);
+
+void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
+               float* lse, cudaStream_t stream);
+// D: [B, H, T] fp32 scratch.
+void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
+               const void* dout, const float* lse, float* D, void* dq, void* dk, void* dv,
+               cudaStream_t stream);
+
+}  // namespace lmt::cuda

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Attention side by side in one call on one GPU: lmtrain's attention mode (naive, our flash) and
+# scripts/torch_reference.py attention (naive, SDPA with the flash and cuDNN backends) over the
+# same grid. Rows go to results/attention_lmtrain.csv and results/attention_torch.csv (device and
+# date in each); scripts/attention_table.py then writes results/attention.md from them alone.
+#   scripts/attention_vs_torch.sh
+# Env: SEQ_LENS ("1024 4096 8192 16384"), HEAD_DIMS ("64 128"), MASKS (causal), DTYPES (bf16),
+#      BATCH (1), HEADS (16), WARMUP (5), ITERS (20), PYTHON (python3), TORCH_IMPLS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seq=${SEQ_LENS:-1024 4096 8192 16384} dims=${HEAD_DIMS:-64 128} masks=${MASKS:-causal}
+dtypes=${DTYPES:-bf16} batch=${BATCH:-1} heads=${HEADS:-16} warm=${WARMUP:-5} iters=${ITERS:-20}
+py=${PYTHON:-python3}
+toml_list() {  # "a b" -> [a, b]; quote=1 -> ["a", "b"]
+  local out="" x
+  for x in $2; do
+    [ "$1" = 1 ] && x="\"$x\""
+    out="${out:+$out, }$x"
+  done
+  echo "[$out]"
+}
+mkdir -p results
+build/lmtrain --set run.mode=attention --set attention.batch="$batch" --set attention.heads="$heads" \
+  --set "attention.seq_lens=$(toml_list 0 "$seq")" --set "attention.head_dims=$(toml_list 0 "$dims")" \
+  --set "attention.masks=$(toml_list 1 "$masks")" --set "attention.dtypes=$(toml_list 1 "$dtypes")" \
+  --set attention.warmup="$warm" --set attention.iters="$iters" --csv results/attention_lmtrain.csv
+# shellcheck disable=SC2086
+"$py" scripts/torch_reference.py attention --batch "$batch" --heads "$heads" --seq-lens $seq \
+  --head-dims $dims --masks $masks --dtypes $dtypes --warmup "$warm" --iters "$iters" \
+  ${TORCH_IMPLS:+--impls $TORCH_IMPLS} --csv results/attention_torch.csv
+"$py" scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md
+cat results/attention.md

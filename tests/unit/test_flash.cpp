@@ -1,0 +1,246 @@
+// FlashAttention kernels against an fp64 reference that materialises the T x T matrices: O and
+// the logsumexp L forward, dQ, dK, dV backward; causal and not, odd lengths, every head dim, fp32
+// arithmetic, and bf16 tensor cores on fp32 or bf16 storage; the model's fused QKV layout and
+// separate tensors; outputs poisoned with NaN first; repeated runs bit-identical. Then flash
+// against the naive GPU path through the backend. Skipped where no GPU is visible.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backend.hpp"
+#include "gpu.hpp"
+#include "helpers.hpp"
+
+#ifdef LMTRAIN_CUDA
+#include "flash_attention.hpp"
+
+using namespace lmt;
+using lmt::test::randn;
+using lmt::test::rel_err;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+// Exact attention in double over [B, T, H, dh] tensors (row stride H * dh).
+struct Reference {
+  Vec o, lse, dq, dk, dv;
+  Reference(const Vec& q, const Vec& k, const Vec& v, const Vec& g, int64_t B, int64_t T,
+            int64_t H, int64_t dh, bool causal)
+      : o(q.size()), lse(size_t(B * H * T)), dq(q.size()), dk(q.size()), dv(q.size()) {
+    const double scale = 1.0 / std::sqrt(double(dh));
+    const int64_t rs = H * dh;
+    Vec P(size_t(T * T)), dS(size_t(T * T));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        auto at = [&](int64_t t) { return size_t((b * T + t) * rs + h * dh); };
+        auto dot = [&](const Vec& x, int64_t i, const Vec& y, int64_t j) {
+          double s = 0;
+          for (int64_t c = 0; c < dh; ++c) s += x[at(i) + size_t(c)] * y[at(j) + size_t(c)];
+          return s;
+        };
+        for (int64_t i = 0; i < T; ++i) {
+          const int64_t n = causal ? i + 1 : T;
+          double mx = -INFINITY, sum = 0;
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, P[size_t(i * T + j)] = scale * dot(q, i, k, j));
+          for (int64_t j = 0; j < n; ++j) sum += std::exp(P[size_t(i * T + j)] - mx);
+          lse[size_t((b * H + h) * T + i)] = mx + std::log(sum);
+          double D = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            double p = P[size_t(i * T + j)] = std::exp(P[size_t(i * T + j)] - mx) / sum;
+            double dp = dot(g, i, v, j);
+            dS[size_t(i * T + j)] = dp;
+            D += p * dp;
+            for (int64_t c = 0; c < dh; ++c) {
+              o[at(i) + size_t(c)] += p * v[at(j) + size_t(c)];
+              dv[at(j) + size_t(c)] += p * g[at(i) + size_t(c)];
+            }
+          }
+          for (int64_t j = 0; j < n; ++j) {
+            double ds = P[size_t(i * T + j)] * (dS[size_t(i * T + j)] - D) * scale;
+            for (int64_t c = 0; c < dh; ++c) {
+              dq[at(i) + size_t(c)] += ds * k[at(j) + size_t(c)];
+              dk[at(j) + size_t(c)] += ds * q[at(i) + size_t(c)];
+            }
+          }
+        }
+      }
+  }
+};
+
+double bf16_exact(double x) { return double(lmt::round_bf16(float(x))); }
+
+double norm(const Vec& x) {
+  double s = 0;
+  for (double e : x) s += e * e;
+  return std::sqrt(s);
+}
+
+// Device memory holding fp32 or bf16 elements.
+struct DeviceArray {
+  void* p = nullptr;
+  size_t n;
+  bool bf16;
+  DeviceArray(size_t n_, bool bf16_) : n(n_), bf16(bf16_) { CUDA_CHECK(cudaMalloc(&p, bytes())); }
+  ~DeviceArray() { cudaFree(p); }
+  size_t bytes() const { return n * (bf16 ? 2 : 4); }
+  void poison() { CUDA_CHECK(cudaMemset(p, 0xff, bytes())); }  // NaN in both formats
+  // Host values into elements [offset + r * stride + c] for rows r of `width` elements.
+  void put(const Vec& x, size_t width, size_t stride, size_t offset) {
+    std::vector<uint32_t> all(n);
+    CUDA_CHECK(cudaMemcpy(host(all), p, bytes(), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < x.size(); ++i) set(all, offset + i / width * stride + i % width, x[i]);
+    CUDA_CHECK(cudaMemcpy(p, host(all), bytes(), cudaMemcpyHostToDevice));
+  }
+  Vec get(size_t count, size_t width, size_t stride, size_t offset) const {
+    std::vector<uint32_t> all(n);
+    CUDA_CHECK(cudaMemcpy(host(all), p, bytes(), cudaMemcpyDeviceToHost));
+    Vec out(count);
+    for (size_t i = 0; i < count; ++i) out[i] = value(all, offset + i / width * stride + i % width);
+    return out;
+  }
+  std::vector<uint32_t> raw() const {
+    std::vector<uint32_t> all(n);
+    CUDA_CHECK(cudaMemcpy(host(all), p, bytes(), cudaMemcpyDeviceToHost));
+    return all;
+  }
+
+ private:
+  // Host images: n fp32 words, or n bf16 halves packed into the first n / 2 words.
+  void* host(std::vector<uint32_t>& all) const { return all.data(); }
+  const void* host(const std::vector<uint32_t>& all) const { return all.data(); }
+  void set(std::vector<uint32_t>& all, size_t i, double x) const {
+    float f = float(x);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if (bf16) reinterpret_cast<uint16_t*>(all.data())[i] = uint16_t(u >> 16);  // x is bf16-exact
+    else all[i] = u;
+  }
+  double value(const std::vector<uint32_t>& all, size_t i) const {
+    uint32_t u = bf16 ? uint32_t(reinterpret_cast<const uint16_t*>(all.data())[i]) << 16 : all[i];
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+struct Mode {
+  const char* name;
+  bool bf16_storage, tensor_cores;
+  double tol;  // ||out - ref|| / ||ref|| for O, dQ, dK, dV (L is checked to 1e-5 in every mode)
+};
+// fp32: fp32 rounding only. bf16 tensor cores: P and dS are rounded to bf16 as matmul operands
+// (relative error 2^-9 each); bf16 storage also rounds every output to bf16.
+const Mode kModes[] = {{"fp32", false, false, 2e-5},
+                       {"bf16 tensor cores, fp32 storage", false, true, 1e-2},
+                       {"bf16 tensor cores, bf16 storage", true, true, 1.5e-2}};
+
+// Runs forward and backward for one problem and mode; `fused` puts q, k, v (and dq, dk, dv)
+// side by side in one [B*T, 3*H*dh] buffer as the model does, else each is its own tensor.
+void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, bool fused) {
+  const size_t n = size_t(B * T * H * dh), rs = size_t(H * dh);
+  auto input = [&] {  // bf16-exact values: every mode then computes on the same inputs
+    Vec x = randn<double>(n);
+    for (auto& e : x) e = bf16_exact(e);
+    return x;
+  };
+  Vec q = input(), k = input(), v = input(), g = input();
+  Reference ref(q, k, v, g, B, T, H, dh, causal);
+  for (const Mode& m : kModes) {
+    INFO(std::string(m.name) << ", B " << B << " T " << T << " H " << H << " dh " << dh
+                << std::string(causal ? " causal" : " full")
+                << std::string(fused ? " fused qkv" : " separate"));
+    const size_t qs = fused ? 3 * rs : rs;  // row stride of q, k, v, dq, dk, dv
+    DeviceArray qkv(size_t(B * T) * qs * (fused ? 1 : 3), m.bf16_storage);
+    DeviceArray dqkv(qkv.n, m.bf16_storage), o(n, m.bf16_storage), dout(n, m.bf16_storage);
+    DeviceArray lse(size_t(B * H * T), false), D(size_t(B * H * T), false);
+    qkv.poison();
+    // Element offsets of q, k, v inside their buffer.
+    const size_t off[3] = {0, fused ? rs : n, fused ? 2 * rs : 2 * n};
+    for (int w = 0; w < 3; ++w) qkv.put(w == 0 ? q : w == 1 ? k : v, rs, qs, off[w]);
+    dout.put(g, rs, rs, 0);
+    o.poison(), dqkv.poison(), lse.poison();
+    cuda::FlashShape s{B, H, T, int64_t(dh), causal, m.bf16_storage, m.tensor_cores,
+                       {int64_t(T * qs), int64_t(qs)}, {int64_t(T * rs), int64_t(rs)}};
+    const size_t es = m.bf16_storage ? 2 : 4;
+    auto ptr = [&](DeviceArray& a, size_t offset) { return static_cast<char*>(a.p) + offset * es; };
+    cuda::flash_fwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p,
+                    static_cast<float*>(lse.p), nullptr);
+    cuda::flash_bwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p, dout.p,
+                    static_cast<float*>(lse.p), static_cast<float*>(D.p), ptr(dqkv, off[0]),
+                    ptr(dqkv, off[1]), ptr(dqkv, off[2]), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const double e_o = rel_err(o.get(n, rs, rs, 0), ref.o);
+    const double e_l = rel_err(lse.get(lse.n, lse.n, lse.n, 0), ref.lse);
+    // dQ and dK relative to the gradients' scale (||dV||): at T = 1 they are exactly zero.
+    const double e_v = rel_err(dqkv.get(n, rs, qs, off[2]), ref.dv);
+    const double e_q = rel_err(dqkv.get(n, rs, qs, off[0]), ref.dq, norm(ref.dv));
+    const double e_k = rel_err(dqkv.get(n, rs, qs, off[1]), ref.dk, norm(ref.dv));
+    MESSAGE(std::string(m.name) << ", T " << T << ", dh " << dh << (causal ? ", causal" : "")
+                                << ": O " << e_o << " L " << e_l << " dQ " << e_q << " dK "
+                                << e_k << " dV " << e_v);
+    CHECK(e_o < m.tol);
+    CHECK(e_l < 1e-5);
+    CHECK(e_q < m.tol);
+    CHECK(e_k < m.tol);
+    CHECK(e_v < m.tol);
+    // Every element of the fused buffer is some q, k or v gradient: none may stay NaN.
+    if (fused) {
+      Vec all = dqkv.get(dqkv.n, dqkv.n, dqkv.n, 0);
+      CHECK(std::none_of(all.begin(), all.end(), [](double x) { return std::isnan(x); }));
+    }
+    // Deterministic: the same backward again gives the same bits.
+    std::vector<uint32_t> first = dqkv.raw();
+    cuda::flash_bwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p, dout.p,
+                    static_cast<float*>(lse.p), static_cast<float*>(D.p), ptr(dqkv, off[0]),
+                    ptr(dqkv, off[1]), ptr(dqkv, off[2]), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(dqkv.raw() == first);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("flash attention: O, L, dQ, dK, dV match fp64 for odd lengths, every head dim, causal "
+          "and not" * doctest::skip(gpu_count() == 0)) {
+  for (int64_t dh : {16, 32, 64, 80, 128})
+    for (bool causal : {true, false}) {
+      check_problem(2, 1, 3, dh, causal, true);
+      check_problem(2, 17, 3, dh, causal, false);
+      check_problem(1, 127, 2, dh, causal, true);
+      check_problem(1, 1000, 2, dh, causal, false);
+    }
+}
+
+TEST_CASE("flash attention matches the naive GPU path through the backend" *
+          doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  const int64_t B = 2, T = 77, H = 3, dh = 32, d = H * dh;
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    INFO("precision " << int(p));
+    std::vector<float> qkv(size_t(B * T * 3 * d)), dout(size_t(B * T * d));
+    for (auto& x : qkv) x = float(randn<double>(1)[0]);
+    for (auto& x : dout) x = float(randn<double>(1)[0]);
+    std::vector<float> out[2], dqkv[2];
+    for (AttentionImpl a : {AttentionImpl::naive, AttentionImpl::flash}) {
+      BackendArray<float> q(*gpu, qkv.size(), MemTag::activations), g(*gpu, dout.size(), MemTag::activations);
+      BackendArray<float> o(*gpu, dout.size(), MemTag::activations), dq(*gpu, qkv.size(), MemTag::activations);
+      BackendArray<float> saved(*gpu, size_t(gpu->attention_saved(B, T, H, dh, a)), MemTag::activations);
+      gpu->upload(q.data(), qkv.data(), qkv.size());
+      gpu->upload(g.data(), dout.data(), dout.size());
+      gpu->attention_fwd(q.data(), o.data(), saved.data(), B, T, H, dh, p, a);
+      gpu->attention_bwd(q.data(), o.data(), saved.data(), g.data(), dq.data(), B, T, H, dh, p, a);
+      const int i = a == AttentionImpl::flash;
+      out[i].resize(dout.size()), dqkv[i].resize(qkv.size());
+      gpu->download(out[i].data(), o.data(), out[i].size());
+      gpu->download(dqkv[i].data(), dq.data(), dqkv[i].size());
+    }
+    const double t = p == Precision::fp32 ? 1e-5 : 1e-2;
+    CHECK(rel_err(out[1], out[0]) < t);
+    CHECK(rel_err(dqkv[1], dqkv[0]) < t);
+  }
+}
+#endif
