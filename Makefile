@@ -40,9 +40,10 @@ LIB_OBJS   := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/obj/%
 UNIT_OBJS  := $(UNIT_SRCS:%.cpp=$(BUILD)/obj/%.o)
 MPI_OBJS   := $(MPI_SRCS:%.cpp=$(BUILD)/obj/%.o)
 
-# Debian packages: to build, to test (PyTorch is the independent reference).
+# Debian packages: to build, to test (PyTorch is the independent reference; matplotlib draws
+# the sweeps' PNGs). tests/slurm/run.sh installs munge and Slurm itself.
 DEPS       := build-essential openmpi-bin libopenmpi-dev libtomlplusplus-dev doctest-dev
-TEST_DEPS  := python3-torch python3-numpy
+TEST_DEPS  := python3-torch python3-numpy python3-matplotlib
 
 .PHONY: all test run deps clean
 all: $(BUILD)/lmtrain $(BUILD)/tests $(BUILD)/tests_mpi

@@ -142,9 +142,6 @@ template <typename T> std::unique_ptr<Backend<T>> make_cpu_backend();
 #ifdef LMTRAIN_CUDA
 // On the current GPU (select_gpu); fp32 storage, the precision policy in the matmuls.
 std::unique_ptr<Backend<float>> make_cuda_backend();
-// The CUDA stream a CUDA backend's work runs on (a cudaStream_t), for launchers and collectives
-// that must be ordered with it.
-void* cuda_stream_of(Backend<float>& cuda_backend);
 #endif
 
 }  // namespace lmt

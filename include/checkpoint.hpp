@@ -20,14 +20,14 @@ using RngState = std::array<uint64_t, 4>;
 
 template <typename T>
 void save_checkpoint(const std::string& path, const Config& c, const Model<T>& model,
-                     const AdamW<T>& opt, int64_t step, const std::vector<RngState>& rngs);
+                     const OptimizerState<T>& opt, int64_t step, const std::vector<RngState>& rngs);
 
-// Loads into model and opt; returns the step to continue from and fills this world's Rng
-// states. Throws UsageError (naming the file) for a torn, truncated or corrupted file, or one
-// written for another model shape, precision or world size.
+// Loads the parameters into model and the optimizer state into opt; returns the step to continue
+// from and fills this world's Rng states. Throws UsageError (naming the file) for a torn,
+// truncated or corrupted file, or one written for another model shape, precision or world size.
 template <typename T>
-int64_t load_checkpoint(const std::string& path, Model<T>& model, AdamW<T>& opt, int world,
-                        std::vector<RngState>& rngs);
+int64_t load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
+                        int world, std::vector<RngState>& rngs);
 
 std::string checkpoint_path(const std::string& dir, int64_t step);
 

@@ -1,21 +1,38 @@
 // The communicator interface: the four collectives every strategy is built from.
 //
 // All reductions are sums, in place where the collective allows. Each collective has an async
-// form returning a handle; the blocking form is the async one waited on. Implementations: MPI on
-// host buffers (the CPU backend, and the host-staged baseline of the all-reduce benchmark).
+// form returning a handle; the blocking form is the async one waited on. reduce_scatter and
+// all_gather take a count per rank (ZeRO-1's shards of a buffer that the world size need not
+// divide); the equal-count forms are shorthands for them. Implementations: MPI on host buffers
+// (the CPU backend, and the host-staged baseline of the all-reduce benchmark), NCCL on device
+// buffers (nccl_comm.cpp, with CUDA).
 #pragma once
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace lmt {
 
-enum class DType { f32, f64 };
+// bf16: the top half of an fp32 (storage only: sums are formed in fp32 and rounded to nearest even).
+enum class DType { f32, f64, bf16 };
 size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // "fp32", "fp64", "bf16"
+uint16_t to_bf16(float x);      // bf16 bits of x, rounded to nearest even
+float from_bf16(uint16_t bits);  // exact
+// Element i of a host buffer of type t, written from / read as a double (rounded to nearest even
+// where t is narrower).
+void store(DType t, void* buf, size_t i, double v);
+double load(DType t, const void* buf, size_t i);
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }
+
+// Elements per rank of a buffer laid out in rank order: rank r's part starts at displacement(r).
+using Counts = std::vector<size_t>;
+size_t displacement(const Counts& counts, int rank);
 
 class CommHandle {
  public:
@@ -31,19 +48,33 @@ class Communicator {
   virtual int size() const = 0;
   // buf[0..count) = sum over ranks of buf[0..count)
   virtual Handle all_reduce_async(void* buf, size_t count, DType t) = 0;
-  // recv[0..count) = sum over ranks of send[rank*count .. (rank+1)*count)
-  virtual Handle reduce_scatter_async(const void* send, void* recv, size_t count, DType t) = 0;
-  // recv[r*count .. (r+1)*count) = send[0..count) of rank r
-  virtual Handle all_gather_async(const void* send, void* recv, size_t count, DType t) = 0;
+  // recv[0..counts[rank]) = sum over ranks of send[displacement(rank) ..][0..counts[rank])
+  virtual Handle reduce_scatter_async(const void* send, void* recv, const Counts& counts,
+                                      DType t) = 0;
+  // recv[displacement(r) ..][0..counts[r]) = send[0..counts[r]) of rank r; in place when
+  // send == recv + displacement(rank) elements.
+  virtual Handle all_gather_async(const void* send, void* recv, const Counts& counts,
+                                  DType t) = 0;
   // buf[0..count) = buf of rank root
   virtual Handle broadcast_async(void* buf, size_t count, DType t, int root) = 0;
 
+  // Blocks the host until every collective launched so far has completed (a device communicator
+  // polls for errors meanwhile, so a failed peer aborts the job instead of hanging it). Handles'
+  // wait() may only order device work; call this before the host reads what a collective wrote.
+  virtual void synchronize() {}
+  // Communication time since the last call, in ms (then restarts from zero): NCCL, the comm
+  // stream's time inside collectives (from events around each, waiting for peers included);
+  // MPI, the host's time inside MPI calls (launches and waits: without a progress thread, MPI
+  // moves data only there). Synchronizes first on a device.
+  virtual double take_comm_ms() = 0;
+
+  Counts equal(size_t count) const { return Counts(size_t(size()), count); }
   void all_reduce(void* buf, size_t count, DType t) { all_reduce_async(buf, count, t)->wait(); }
-  void reduce_scatter(const void* send, void* recv, size_t count, DType t) {
-    reduce_scatter_async(send, recv, count, t)->wait();
+  void reduce_scatter(const void* send, void* recv, const Counts& counts, DType t) {
+    reduce_scatter_async(send, recv, counts, t)->wait();
   }
-  void all_gather(const void* send, void* recv, size_t count, DType t) {
-    all_gather_async(send, recv, count, t)->wait();
+  void all_gather(const void* send, void* recv, const Counts& counts, DType t) {
+    all_gather_async(send, recv, counts, t)->wait();
   }
   void broadcast(void* buf, size_t count, DType t, int root) {
     broadcast_async(buf, count, t, root)->wait();

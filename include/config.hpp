@@ -13,7 +13,7 @@ namespace lmt {
 
 struct Config {
   struct Run {
-    std::string mode = "train";   // train | bench | attention
+    std::string mode = "train";   // train | bench | attention | plan | allreduce
     std::string device = "auto";  // auto | cpu | cuda
     int64_t seed = 0;
   } run;
@@ -50,9 +50,21 @@ struct Config {
     std::vector<std::string> dtypes{"bf16"}, masks{"causal"}, impls{"naive", "flash"};
   } attention;
   struct Ddp {
-    std::string strategy = "flat";  // naive | flat | overlap | bucketed
+    std::string strategy = "flat";  // naive | flat | overlap | bucketed | zero1
     double bucket_mb = 25.0;
   } ddp;
+  struct Plan {  // plan mode: the parallel layout whose memory and communication it computes
+    int64_t dp = 1, zero = 0, fsdp = 1, tp = 1;
+    std::string graph = "lmtrain";  // lmtrain | ffn_only
+    double device_gb = 80.0, act_shard_fraction = 0.0;
+  } plan;
+  struct Allreduce {  // sizes (MiB): sizes_mb, or if it is empty min_mb, min_mb * factor, ... max_mb
+    std::vector<int64_t> sizes_mb;
+    double min_mb = 1.0, max_mb = 1000.0, factor = 10.0;
+    std::string backend = "nccl";  // nccl (device buffers) | mpi (host buffers)
+    std::string dtype = "fp32";    // fp32 | bf16
+    int64_t warmup = 5, iters = 20;
+  } allreduce;
 
   std::map<std::string, std::string> origin;  // "section.key" -> "file:line" or "--set"
 };
@@ -60,13 +72,15 @@ struct Config {
 // One key of the config: a typed pointer into a Config plus what it means and allows.
 struct ConfigField {
   std::string section, key;
-  // A list (TOML array) holds at least one element; each is checked as the scalar would be.
+  // A list (TOML array) holds at least one element unless empty_ok; each is checked as the scalar
+  // would be.
   std::variant<int64_t*, double*, std::string*, std::vector<int64_t>*, std::vector<std::string>*>
       value;
   double min = 0, max = 0;               // numbers (and their lists): allowed range [min, max]
   bool min_open = false;                 // numbers: min itself excluded
   std::vector<std::string> choices;      // strings (and their lists): allowed values (empty: any)
   std::string doc;
+  bool empty_ok = false;                 // lists: [] allowed (it means what `doc` says)
   std::string name() const { return section + "." + key; }
   std::string to_string() const;  // the value as TOML would write it
 };

@@ -2,13 +2,14 @@
 // rank), and the NCCL communicator over all ranks, bootstrapped by broadcasting the unique id over
 // MPI. Built when the CUDA toolkit is present (LMTRAIN_CUDA); gpu_count() is 0 otherwise.
 #pragma once
+#include "backend.hpp"
+#include "comm.hpp"
 #include "runtime.hpp"
 
 #ifdef LMTRAIN_CUDA
 #include <nccl.h>
 
 #include "cuda_check.hpp"
-
 
 #define NCCL_CHECK(call)                                                             \
   do {                                                                               \
@@ -31,6 +32,14 @@ int select_gpu(const Runtime& rt);
 // One NCCL communicator over MPI_COMM_WORLD on each rank's current GPU: rank 0 makes the unique
 // id, MPI broadcasts it, every rank joins. Collective: every rank must call it.
 ncclComm_t nccl_bootstrap(const Runtime& rt);
+
+// The stream the CUDA backend runs its work on, in order; `be` must be the CUDA backend.
+cudaStream_t cuda_stream(Backend<float>& be);
+
+// A Communicator over NCCL on device buffers (nccl_comm.cpp), bootstrapped as above. Collectives
+// run on its own stream, after the work enqueued on `compute` so far; a handle's wait() makes
+// `compute` wait for the collective (no host blocking). Collective: every rank must call it.
+std::unique_ptr<Communicator> make_nccl_communicator(const Runtime& rt, cudaStream_t compute);
 #endif
 
 }  // namespace lmt

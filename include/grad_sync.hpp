@@ -8,9 +8,12 @@
 //   flat     one all-reduce over the whole flat buffer, after backward (no copy: it is one buffer)
 //   overlap  an async all-reduce of each group's range as soon as backward finishes the group
 //   bucketed contiguous buckets of >= ddp.bucket_mb, each launched async once complete
+//   zero1    a reduce-scatter after backward: each rank gets the sum of its own shard only, and
+//            runs the optimizer on it (zero1.hpp, which also owns the sharded optimizer)
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm.hpp"
@@ -21,7 +24,12 @@ namespace lmt {
 class GradSync {
  public:
   virtual ~GradSync() = default;
-  double exposed_ms = 0;  // host time backward spent blocked in finish(), summed over steps
+  // Exposed communication: pairs of backend marks (Backend::mark) around each wait for it, e.g.
+  // around finish(). On the CPU the marks are the host clock, so a span is the time the host was
+  // blocked; on the GPU they are CUDA events on the compute stream, whose waits for the comm
+  // stream are stream waits, so a span is the time the compute stream stalled for communication
+  // (host time would be ~0 there). The caller reads them with elapsed_ms and clears them.
+  std::vector<std::pair<int, int>> exposed;
   virtual void begin_step() {}
   virtual void ready(int group) { (void)group; }
   virtual void finish() = 0;

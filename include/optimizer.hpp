@@ -5,14 +5,22 @@
 //   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "backend.hpp"
 #include "config.hpp"
 
 namespace lmt {
 
+// AdamW's state on the host, as a checkpoint holds it: both moments of the whole flat buffer
+// (however the run holds them: whole, or sharded by zero1) and the steps taken.
+template <typename T> struct OptimizerState {
+  std::vector<T> m, v;
+  int64_t t = 0;
+};
+
 template <typename T> struct AdamW {
-  BackendArray<T> m, v;  // same offsets as the flat parameter buffer, in the backend's memory
+  BackendArray<T> m, v;  // the range step() updates (the flat buffer, or a ZeRO-1 shard of it)
   int64_t t = 0;         // steps taken
 
   AdamW(Backend<T>& be, size_t n)
@@ -20,6 +28,19 @@ template <typename T> struct AdamW {
   void step(T* params, const T* grads, double lr, const Config::Optim& o) {
     be_.adamw(params, grads, m.data(), v.data(), m.size(),
               AdamWStep{lr, o.beta1, o.beta2, o.eps, o.weight_decay, ++t});
+  }
+  // Host copies of the moments this AdamW holds, and its steps.
+  OptimizerState<T> state() const {
+    OptimizerState<T> s{std::vector<T>(m.size()), std::vector<T>(v.size()), t};
+    be_.download(s.m.data(), m.data(), m.size());
+    be_.download(s.v.data(), v.data(), v.size());
+    return s;
+  }
+  // Takes its range, [begin, begin + size), of a whole-buffer state.
+  void set_state(const OptimizerState<T>& whole, size_t begin = 0) {
+    be_.upload(m.data(), whole.m.data() + begin, m.size());
+    be_.upload(v.data(), whole.v.data() + begin, v.size());
+    t = whole.t;
   }
 
  private:

@@ -38,8 +38,8 @@ void agree(const Runtime& rt, const std::function<void()>& step);
 void agree_on_config(const Runtime& rt, uint64_t hash);
 
 // The backend run.device resolves to, "cpu" or "cuda". auto picks cuda when this build has
-// CUDA, a GPU is visible, the precision is not fp64 and the job has one rank (several GPU ranks
-// need the NCCL strategies, not in this build yet); UsageError when "cuda" cannot be honoured.
+// CUDA, every rank on this node has a GPU of its own and the precision is not fp64 (several
+// ranks then synchronise over NCCL); UsageError when "cuda" cannot be honoured.
 std::string resolve_device(const Config& c, const Runtime& rt);
 
 }  // namespace lmt

@@ -1,5 +1,5 @@
-// Timing repeated work with the backend's marks (CUDA events on the GPU, the host clock on the
-// CPU): the harness bench and attention modes share for warm-up, repetition and phases.
+// Repeated timings with a backend's timers (CUDA events on the GPU, the host clock on the CPU):
+// the harness every benchmark mode times its measurement with.
 #pragma once
 #include <functional>
 #include <vector>
@@ -10,12 +10,14 @@ namespace lmt {
 
 // Runs `body` warmup + steps times between marks; returns the timed repetitions' milliseconds.
 // `phases` marks inside the body (if any) are returned per phase in `phase_ms`, and the start of
-// each timed repetition (ms after the first) in `starts`.
+// each timed repetition (ms after the first) in `starts`. `settle` runs once after the last
+// repetition, before any timer is read (e.g. a communicator's synchronize()).
 template <typename T>
 std::vector<double> time_reps(Backend<T>& be, int64_t warmup, int64_t steps,
                               const std::function<void(std::vector<int>&)>& body,
                               std::vector<std::vector<double>>* phase_ms = nullptr,
-                              std::vector<double>* starts = nullptr) {
+                              std::vector<double>* starts = nullptr,
+                              const std::function<void()>& settle = {}) {
   std::vector<std::pair<int, int>> spans;
   std::vector<std::vector<int>> inner;
   be.clear_marks();
@@ -26,6 +28,7 @@ std::vector<double> time_reps(Backend<T>& be, int64_t warmup, int64_t steps,
     int b = be.mark();
     if (i >= warmup) spans.push_back({a, b}), inner.push_back(marks);
   }
+  if (settle) settle();
   std::vector<double> ms;
   for (size_t i = 0; i < spans.size(); ++i) {
     ms.push_back(be.elapsed_ms(spans[i].first, spans[i].second));

@@ -20,14 +20,11 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
 
 template <typename T>
 void save_checkpoint(const std::string& path, const Config& c, const Model<T>& model,
-                     const AdamW<T>& opt, int64_t step, const std::vector<RngState>& rngs) {
+                     const OptimizerState<T>& opt, int64_t step, const std::vector<RngState>& rngs) {
   SafetensorsWriter w;
   const char* dt = dtype_name<T>();
-  const size_t n = model.layout.total;
-  std::vector<T> params = model.params_host(), m(n), v(n);
-  model.be.download(m.data(), opt.m.data(), n);
-  model.be.download(v.data(), opt.v.data(), n);
-  for (auto [prefix, buf] : {std::pair{"", &params}, {"optim.m.", &m}, {"optim.v.", &v}})
+  const std::vector<T> params = model.params_host();
+  for (auto [prefix, buf] : {std::pair{"", &params}, {"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
     for (auto& p : model.layout.params)
       w.add(prefix + p.name, dt, p.shape, buf->data() + p.offset, p.numel * sizeof(T));
   w.set("format", kFormat);
@@ -44,8 +41,8 @@ void save_checkpoint(const std::string& path, const Config& c, const Model<T>& m
 }
 
 template <typename T>
-int64_t load_checkpoint(const std::string& path, Model<T>& model, AdamW<T>& opt, int world,
-                        std::vector<RngState>& rngs) {
+int64_t load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
+                        int world, std::vector<RngState>& rngs) {
   Safetensors st = Safetensors::read(path);
   auto meta = [&](const std::string& key) {
     auto it = st.metadata.find(key);
@@ -66,8 +63,9 @@ int64_t load_checkpoint(const std::string& path, Model<T>& model, AdamW<T>& opt,
                           "is in the checkpoint)", path.c_str(), meta("world_size").c_str(), world));
   const char* dt = dtype_name<T>();
   const size_t n = model.layout.total;
-  std::vector<T> params(n), m(n), v(n);
-  for (auto [prefix, buf] : {std::pair{"", &params}, {"optim.m.", &m}, {"optim.v.", &v}})
+  std::vector<T> params(n);
+  opt.m.assign(n, T(0)), opt.v.assign(n, T(0));
+  for (auto [prefix, buf] : {std::pair{"", &params}, {"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
     for (auto& p : model.layout.params) {
       auto it = st.tensors.find(prefix + p.name);
       if (it == st.tensors.end() || it->second.shape != p.shape || it->second.dtype != dt)
@@ -76,8 +74,6 @@ int64_t load_checkpoint(const std::string& path, Model<T>& model, AdamW<T>& opt,
       std::memcpy(buf->data() + p.offset, st.data.data() + it->second.begin, p.numel * sizeof(T));
     }
   model.set_params(params);
-  model.be.upload(opt.m.data(), m.data(), n);
-  model.be.upload(opt.v.data(), v.data(), n);
   opt.t = std::stoll(meta("adam_t"));
   rngs.assign(size_t(world), RngState{});
   for (int r = 0; r < world; ++r) {
@@ -91,12 +87,12 @@ int64_t load_checkpoint(const std::string& path, Model<T>& model, AdamW<T>& opt,
 }
 
 template void save_checkpoint(const std::string&, const Config&, const Model<float>&,
-                              const AdamW<float>&, int64_t, const std::vector<RngState>&);
+                              const OptimizerState<float>&, int64_t, const std::vector<RngState>&);
 template void save_checkpoint(const std::string&, const Config&, const Model<double>&,
-                              const AdamW<double>&, int64_t, const std::vector<RngState>&);
-template int64_t load_checkpoint(const std::string&, Model<float>&, AdamW<float>&, int,
+                              const OptimizerState<double>&, int64_t, const std::vector<RngState>&);
+template int64_t load_checkpoint(const std::string&, Model<float>&, OptimizerState<float>&, int,
                                  std::vector<RngState>&);
-template int64_t load_checkpoint(const std::string&, Model<double>&, AdamW<double>&, int,
+template int64_t load_checkpoint(const std::string&, Model<double>&, OptimizerState<double>&, int,
                                  std::vector<RngState>&);
 
 }  // namespace lmt

@@ -32,8 +32,8 @@ ConfigField str_field(const char* s, const char* k, std::string* v,
   return ConfigField{s, k, v, 0, 0, false, std::move(choices), doc};
 }
 ConfigField ints_field(const char* s, const char* k, std::vector<int64_t>* v, double min,
-                       double max, const char* doc) {
-  return ConfigField{s, k, v, min, max, false, {}, doc};
+                       double max, const char* doc, bool empty_ok = false) {
+  return ConfigField{s, k, v, min, max, false, {}, doc, empty_ok};
 }
 ConfigField strs_field(const char* s, const char* k, std::vector<std::string>* v,
                        std::vector<std::string> choices, const char* doc) {
@@ -118,7 +118,8 @@ void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::
     return s;
   };
   auto list = [&](auto& out, auto&& element) {
-    if (!v.is_array() || v.as_array()->empty()) bad("a non-empty array");
+    if (!v.is_array()) bad(f.empty_ok ? "an array" : "a non-empty array");
+    if (v.as_array()->empty() && !f.empty_ok) bad("a non-empty array");
     out.clear();
     for (auto&& e : *v.as_array()) out.push_back(element(e));
   };
@@ -162,11 +163,13 @@ const ConfigField* find_field(const std::vector<ConfigField>& fields, const std:
 std::vector<ConfigField> config_fields(Config& c) {
   auto& r = c.run; auto& m = c.model; auto& t = c.train; auto& o = c.optim; auto& d = c.data;
   return {
-      str_field("run", "mode", &r.mode, {"train", "bench", "attention"},
+      str_field("run", "mode", &r.mode, {"train", "bench", "attention", "plan", "allreduce"},
                 "train; bench: time forward, forward+backward and the full step; attention: "
-                "naive vs flash attention over the [attention] grid"),
+                "naive vs flash attention over the [attention] grid; plan: memory and "
+                "communication per device, computed (no backend); allreduce: the all-reduce "
+                "benchmark ([allreduce])"),
       str_field("run", "device", &r.device, {"auto", "cpu", "cuda"},
-                "backend; auto is cpu until the CUDA backend lands"),
+                "backend; auto: cuda when every rank has a GPU and precision is not fp64"),
       int_field("run", "seed", &r.seed, 0, "seed of parameter init and every data stream"),
       int_field("model", "d_model", &m.d_model, 1, "width of the residual stream"),
       int_field("model", "d_ff", &m.d_ff, 1, "hidden width of the SwiGLU feed-forward"),
@@ -202,8 +205,8 @@ std::vector<ConfigField> config_fields(Config& c) {
       str_field("data", "path", &d.path, {}, "uint16 token file (source = \"file\")"),
       int_field("data", "synthetic_successors", &d.synthetic_successors, 1,
                 "next-token choices per token in the synthetic Markov chain"),
-      str_field("ddp", "strategy", &c.ddp.strategy, {"naive", "flat", "overlap", "bucketed"},
-                "gradient synchronisation across ranks (grad_sync.hpp)"),
+      str_field("ddp", "strategy", &c.ddp.strategy, {"naive", "flat", "overlap", "bucketed", "zero1"},
+                "gradient synchronisation across ranks (grad_sync.hpp); zero1 also shards AdamW"),
       real_field("ddp", "bucket_mb", &c.ddp.bucket_mb, 0, true, kBig,
                  "smallest bucket of the bucketed strategy, MiB"),
       int_field("bench", "warmup", &c.bench.warmup, 0,
@@ -227,6 +230,34 @@ std::vector<ConfigField> config_fields(Config& c) {
                  "attention mode: implementations compared"),
       int_field("attention", "warmup", &c.attention.warmup, 0, "attention mode: untimed runs first"),
       int_field("attention", "iters", &c.attention.iters, 1, "attention mode: timed runs (median)"),
+      int_field("plan", "dp", &c.plan.dp, 1, "data-parallel ranks (replicas, or ZeRO-1 shards)"),
+      int_field("plan", "zero", &c.plan.zero, 0,
+                "1: ZeRO-1, AdamW moments sharded over the dp ranks; 0: replicated", 1),
+      int_field("plan", "fsdp", &c.plan.fsdp, 1,
+                "FSDP degree: params, grads and AdamW moments sharded (ZeRO-3)"),
+      int_field("plan", "tp", &c.plan.tp, 1,
+                "tensor-parallel degree (Megatron: QKV/W1/W3 by columns, out/W2 by rows)"),
+      str_field("plan", "graph", &c.plan.graph, {"lmtrain", "ffn_only"},
+                "lmtrain: this model as src/model.cpp allocates it; ffn_only: CS336 2.4's "
+                "blocks of two linears, bf16 activations and communication"),
+      real_field("plan", "device_gb", &c.plan.device_gb, 0, true, kBig,
+                 "memory of one device, GB (1e9 bytes), for the fit and the smallest FSDP degree"),
+      real_field("plan", "act_shard_fraction", &c.plan.act_shard_fraction, 0, false, 1,
+                 "share of saved activations that FSDP shards too (CS336 2.4(b) assumes 0.5)"),
+      ints_field("allreduce", "sizes_mb", &c.allreduce.sizes_mb, 1, kBig,
+                 "all-reduce sizes, MiB, increasing; [] (default): the min_mb..max_mb range", true),
+      real_field("allreduce", "min_mb", &c.allreduce.min_mb, 0, true, kBig,
+                 "smallest all-reduce size, MiB"),
+      real_field("allreduce", "max_mb", &c.allreduce.max_mb, 0, true, kBig,
+                 "largest all-reduce size, MiB (sizes: min_mb times powers of factor up to it)"),
+      real_field("allreduce", "factor", &c.allreduce.factor, 1, true, kBig,
+                 "ratio of consecutive all-reduce sizes"),
+      str_field("allreduce", "backend", &c.allreduce.backend, {"nccl", "mpi"},
+                "nccl: device buffers (needs a GPU per rank); mpi: host buffers"),
+      str_field("allreduce", "dtype", &c.allreduce.dtype, {"fp32", "bf16"},
+                "element type summed (bf16 over MPI: a user-defined sum, fp32 partial sums)"),
+      int_field("allreduce", "warmup", &c.allreduce.warmup, 0, "untimed all-reduces per size"),
+      int_field("allreduce", "iters", &c.allreduce.iters, 1, "timed all-reduces per size"),
   };
 }
 
@@ -265,7 +296,8 @@ void load_config_file(Config& c, const std::string& path) {
     std::string at = where(node.source(), path);
     if (!node.is_table())
       throw UsageError(strf("%s: %s is not a [section]: keys live in [run], [model], [train], "
-                            "[optim], [data], [ddp], [bench], [attention]", at.c_str(), std::string(sec.str()).c_str()));
+                            "[optim], [data], [ddp], [bench], [attention], [plan], [allreduce]",
+                            at.c_str(), std::string(sec.str()).c_str()));
     for (auto&& [key, v] : *node.as_table()) {
       std::string name = std::string(sec.str()) + "." + std::string(key.str());
       std::string vat = where(v.source(), path);
@@ -320,10 +352,34 @@ void validate(const Config& c) {
     throw UsageError(strf("%s: train.checkpoint_every = %lld needs train.checkpoint_dir",
                           at("train.checkpoint_every").c_str(),
                           (long long)c.train.checkpoint_every));
+  // Tensor parallelism splits heads and the FFN's hidden width evenly (Megatron's layout).
+  if (c.run.mode == "plan" && c.plan.tp > 1) {
+    const std::string tp = at("plan.tp");
+    if (c.plan.graph == "lmtrain" && m.num_heads % c.plan.tp != 0)
+      throw UsageError(strf("%s: plan.tp = %lld does not divide model.num_heads = %lld (%s)",
+                            tp.c_str(), (long long)c.plan.tp, (long long)m.num_heads, nh.c_str()));
+    if (m.d_ff % c.plan.tp != 0)
+      throw UsageError(strf("%s: plan.tp = %lld does not divide model.d_ff = %lld (%s)", tp.c_str(),
+                            (long long)c.plan.tp, (long long)m.d_ff, at("model.d_ff").c_str()));
+  }
   for (int64_t dh : c.attention.head_dims)
     if (dh != 16 && dh != 32 && dh != 64 && dh != 80 && dh != 128)
       throw UsageError(strf("%s: attention.head_dims has %lld: expected 16, 32, 64, 80 or 128",
                             at("attention.head_dims").c_str(), (long long)dh));
+  const size_t elem = c.allreduce.dtype == "bf16" ? 2 : 4;
+  if (c.allreduce.min_mb * double(1 << 20) < double(elem))
+    throw UsageError(strf("%s: allreduce.min_mb = %g is less than one %s element",
+                          at("allreduce.min_mb").c_str(), c.allreduce.min_mb,
+                          c.allreduce.dtype.c_str()));
+  if (c.allreduce.max_mb < c.allreduce.min_mb)
+    throw UsageError(strf("%s: allreduce.max_mb = %g: expected at least allreduce.min_mb = %g",
+                          at("allreduce.max_mb").c_str(), c.allreduce.max_mb, c.allreduce.min_mb));
+  const auto& sizes = c.allreduce.sizes_mb;
+  for (size_t i = 1; i < sizes.size(); ++i)
+    if (sizes[i] <= sizes[i - 1])
+      throw UsageError(strf("%s: allreduce.sizes_mb has %lld after %lld: expected increasing sizes",
+                            at("allreduce.sizes_mb").c_str(), (long long)sizes[i],
+                            (long long)sizes[i - 1]));
   if (c.optim.schedule == "cosine" && c.optim.min_lr > c.optim.lr)
     throw UsageError(strf("%s: optim.min_lr = %g: expected at most optim.lr = %g",
                           at("optim.min_lr").c_str(), c.optim.min_lr, c.optim.lr));

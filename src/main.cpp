@@ -17,12 +17,18 @@ int main(int argc, char** argv) {
       if (rt.is_root()) fputs(config_to_toml(cl.config).c_str(), stdout);
     } else {
       agree_on_config(rt, config_hash(cl.config));
-      std::string device;
-      agree(rt, [&] { device = resolve_device(cl.config, rt); });
       const std::string& mode = cl.config.run.mode;
-      code = mode == "bench"       ? run_bench(cl, rt, device)
-             : mode == "attention" ? run_attention(cl, rt, device)
-                                   : run_train(cl, rt, device);
+      if (mode == "plan") {  // computed: no device to resolve
+        code = run_plan(cl, rt);
+      } else if (mode == "allreduce") {  // its backend decides the device
+        code = run_allreduce(cl, rt);
+      } else {
+        std::string device;
+        agree(rt, [&] { device = resolve_device(cl.config, rt); });
+        code = mode == "bench"       ? run_bench(cl, rt, device)
+               : mode == "attention" ? run_attention(cl, rt, device)
+                                     : run_train(cl, rt, device);
+      }
     }
   } catch (const JobExit& e) {
     code = e.code;

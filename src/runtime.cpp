@@ -91,7 +91,9 @@ std::string resolve_device(const Config& c, const Runtime& rt) {
   std::string why;  // why cuda cannot run this job, if it cannot
   if (gpu_count() == 0) why = "no GPU is visible (or this build has no CUDA)";
   else if (c.model.precision == "fp64") why = "model.precision = \"fp64\" is CPU-only";
-  else if (rt.world > 1) why = "several GPU ranks need the NCCL strategies (not in this build yet)";
+  else if (rt.local_world > gpu_count())
+    why = strf("%d ranks on this node but %d GPU(s) visible (one GPU per rank)", rt.local_world,
+               gpu_count());
   if (c.run.device == "cpu" || (c.run.device == "auto" && !why.empty())) return "cpu";
   if (!why.empty()) {
     auto it = c.origin.find("run.device");

@@ -3,6 +3,9 @@
 # summed; GPU tests are skipped where no GPU is visible).
 #   unit: build/tests (CPU; starts build/lmtrain, under mpirun too, for whole-run tests)
 #   mpi:  build/tests_mpi under mpirun -np 2 and -np 4 (CPU backend)
+#   sweep: tests/sweep/test_sweep.py (scripts/sweep.py, plot.py and the quick sweeps, CPU)
+#   slurm: tests/slurm/run.sh (installs munge and Slurm, runs train.sbatch on a private one-node
+#          cluster; one test case)
 # A suite that dies before its summary counts as one failed test case.
 set -u
 cd "$(dirname "$0")/.."
@@ -36,5 +39,7 @@ run_suite() {
 run_suite unit build/tests
 run_suite "mpi np=2" $MPIRUN -np 2 build/tests_mpi
 run_suite "mpi np=4" $MPIRUN -np 4 build/tests_mpi
+run_suite sweep "${PYTHON:-python3}" tests/sweep/test_sweep.py
+run_suite slurm tests/slurm/run.sh
 echo "$passed passed, $failed failed, $skipped skipped"
 exit $status

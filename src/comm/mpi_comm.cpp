@@ -1,26 +1,59 @@
 // Communicator over MPI nonblocking collectives, on host buffers.
+//
+// bf16 has no MPI type: it travels as 16-bit words and is summed by a user-defined operation
+// (each partial sum formed in fp32 and rounded to bf16, as NCCL's bf16 sum rounds).
+#include <chrono>
 #include <climits>
+#include <utility>
 
 #include "comm.hpp"
 #include "runtime.hpp"
 
 namespace lmt {
-
-size_t dtype_size(DType t) { return t == DType::f64 ? 8 : 4; }
-
 namespace {
 
-MPI_Datatype mpi_type(DType t) { return t == DType::f64 ? MPI_DOUBLE : MPI_FLOAT; }
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+}
+
+MPI_Datatype mpi_type(DType t) {
+  return t == DType::f64 ? MPI_DOUBLE : t == DType::bf16 ? MPI_UINT16_T : MPI_FLOAT;
+}
 
 int mpi_count(size_t count) {
   LMT_ASSERT(count <= size_t(INT_MAX), "MPI collectives take at most INT_MAX elements");
   return int(count);
 }
 
+// Adds the host time of its scope to *ms.
+class Timed {
+ public:
+  explicit Timed(double* ms) : ms_(ms), t0_(std::chrono::steady_clock::now()) {}
+  ~Timed() {
+    *ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  double* ms_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// MPI reads the count and displacement arrays until the collective completes: the handle
+// keeps them.
 class MpiHandle : public CommHandle {
  public:
+  explicit MpiHandle(double* comm_ms) : comm_ms_(comm_ms) {}
   MPI_Request req = MPI_REQUEST_NULL;
-  void wait() override { MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE)); }
+  std::vector<int> counts, displs;
+  void wait() override {
+    Timed timed(comm_ms_);
+    MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+  }
+
+ private:
+  double* comm_ms_;
 };
 
 class MpiCommunicator : public Communicator {
@@ -28,36 +61,65 @@ class MpiCommunicator : public Communicator {
   explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
     MPI_CHECK(MPI_Comm_rank(comm, &rank_));
     MPI_CHECK(MPI_Comm_size(comm, &size_));
+    MPI_CHECK(MPI_Op_create(bf16_sum, /*commute=*/1, &bf16_sum_));
+  }
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Op_free(&bf16_sum_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   Handle all_reduce_async(void* buf, size_t count, DType t) override {
-    auto h = std::make_unique<MpiHandle>();
-    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count), mpi_type(t), MPI_SUM, comm_,
+    Timed timed(&comm_ms_);
+    auto h = std::make_unique<MpiHandle>(&comm_ms_);
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count), mpi_type(t), sum(t), comm_,
                              &h->req));
     return h;
   }
-  Handle reduce_scatter_async(const void* send, void* recv, size_t count, DType t) override {
-    auto h = std::make_unique<MpiHandle>();
-    MPI_CHECK(MPI_Ireduce_scatter_block(send, recv, mpi_count(count), mpi_type(t), MPI_SUM, comm_,
-                                        &h->req));
+  Handle reduce_scatter_async(const void* send, void* recv, const Counts& counts,
+                              DType t) override {
+    Timed timed(&comm_ms_);
+    auto h = with_counts(counts);
+    MPI_CHECK(MPI_Ireduce_scatter(send, recv, h->counts.data(), mpi_type(t), sum(t), comm_,
+                                  &h->req));
     return h;
   }
-  Handle all_gather_async(const void* send, void* recv, size_t count, DType t) override {
-    auto h = std::make_unique<MpiHandle>();
-    MPI_CHECK(MPI_Iallgather(send, mpi_count(count), mpi_type(t), recv, mpi_count(count),
-                             mpi_type(t), comm_, &h->req));
+  Handle all_gather_async(const void* send, void* recv, const Counts& counts, DType t) override {
+    Timed timed(&comm_ms_);
+    auto h = with_counts(counts);
+    const bool in_place = send == static_cast<const char*>(recv) +
+                                      size_t(h->displs[size_t(rank_)]) * dtype_size(t);
+    MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, h->counts[size_t(rank_)],
+                              mpi_type(t), recv, h->counts.data(), h->displs.data(), mpi_type(t),
+                              comm_, &h->req));
     return h;
   }
+  double take_comm_ms() override { return std::exchange(comm_ms_, 0.0); }
+
   Handle broadcast_async(void* buf, size_t count, DType t, int root) override {
-    auto h = std::make_unique<MpiHandle>();
+    Timed timed(&comm_ms_);
+    auto h = std::make_unique<MpiHandle>(&comm_ms_);
     MPI_CHECK(MPI_Ibcast(buf, mpi_count(count), mpi_type(t), root, comm_, &h->req));
     return h;
   }
 
  private:
+  MPI_Op sum(DType t) const { return t == DType::bf16 ? bf16_sum_ : MPI_SUM; }
+  std::unique_ptr<MpiHandle> with_counts(const Counts& counts) {
+    LMT_ASSERT(counts.size() == size_t(size_), "one count per rank");
+    auto h = std::make_unique<MpiHandle>(&comm_ms_);
+    for (int r = 0; r < size_; ++r) {
+      h->counts.push_back(mpi_count(counts[size_t(r)]));
+      h->displs.push_back(mpi_count(displacement(counts, r)));
+    }
+    return h;
+  }
+
   MPI_Comm comm_;
+  double comm_ms_ = 0;  // host time in MPI calls since take_comm_ms()
+  MPI_Op bf16_sum_ = MPI_OP_NULL;
   int rank_ = 0, size_ = 1;
 };
 

@@ -335,7 +335,11 @@ class CudaBackend : public Backend<float> {
 
 std::unique_ptr<Backend<float>> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
 
-void* cuda_stream_of(Backend<float>& be) { return dynamic_cast<CudaBackend&>(be).stream(); }
+cudaStream_t cuda_stream(Backend<float>& be) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&be);
+  LMT_ASSERT(cuda, std::string("the ") + be.name() + " backend has no CUDA stream");
+  return cuda->stream();
+}
 
 }  // namespace lmt
 #endif

@@ -16,6 +16,7 @@ std::unique_ptr<GradSync> make_grad_sync(const std::string& strategy, const Grad
   if (strategy == "flat") return make_flat_sync(grads, layout);
   if (strategy == "overlap") return make_overlap_sync(grads, layout);
   if (strategy == "bucketed") return make_bucketed_sync(grads, layout, bucket_mb * (1 << 20));
+  LMT_ASSERT(strategy != "zero1", "zero1 shards the optimizer too: construct Zero1 (zero1.hpp)");
   throw UsageError("ddp.strategy = \"" + strategy + "\" is not implemented");
 }
 

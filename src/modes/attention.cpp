@@ -58,7 +58,7 @@ Measured measure(const Config::Attention& a, const Point& pt) {
   const int64_t B = a.batch, H = a.heads, T = pt.T, dh = pt.dh, d = H * dh, n = B * T * d;
   const bool bf16 = pt.dtype == "bf16";
   auto be = make_cuda_backend();
-  auto stream = static_cast<cudaStream_t>(cuda_stream_of(*be));
+  cudaStream_t stream = cuda_stream(*be);
   try {
     std::function<void()> fwd, bwd;
     std::vector<std::unique_ptr<BackendArray<float, char>>> bufs;

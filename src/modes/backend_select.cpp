@@ -1,4 +1,4 @@
-// The backend a mode runs on.
+// The backend a mode runs on, and the communicator for its buffers.
 #include <type_traits>
 
 #include "gpu.hpp"
@@ -24,7 +24,24 @@ std::unique_ptr<Backend<T>> make_backend(const std::string& device, const Runtim
   return be;
 }
 
+template <typename T>
+std::unique_ptr<Communicator> make_communicator(const std::string& device, const Runtime& rt,
+                                               Backend<T>& be) {
+#ifdef LMTRAIN_CUDA
+  if constexpr (std::is_same_v<T, float>)
+    if (device == "cuda") return make_nccl_communicator(rt, cuda_stream(be));
+#endif
+  (void)be, (void)rt;
+  LMT_ASSERT(device == "cpu", "no communicator for device " + device);
+  return make_mpi_communicator(MPI_COMM_WORLD);
+}
+
 template std::unique_ptr<Backend<float>> make_backend(const std::string&, const Runtime&);
 template std::unique_ptr<Backend<double>> make_backend(const std::string&, const Runtime&);
+
+template std::unique_ptr<Communicator> make_communicator(const std::string&, const Runtime&,
+                                                        Backend<float>&);
+template std::unique_ptr<Communicator> make_communicator(const std::string&, const Runtime&,
+                                                        Backend<double>&);
 
 }  // namespace lmt

@@ -6,8 +6,8 @@
 //   forward = 2 B T (L (4 d^2 + 3 d d_ff) + d V) + 4 L B T^2 d,   forward+backward = 3 x forward.
 #include <cmath>
 #include <cstdio>
-#include <functional>
 #include <map>
+#include <utility>
 
 #include "backend.hpp"
 #include "data.hpp"
@@ -20,6 +20,7 @@
 #include "report.hpp"
 #include "timing.hpp"
 #include "trace.hpp"
+#include "zero1.hpp"
 
 namespace lmt {
 namespace {
@@ -74,14 +75,33 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   std::unique_ptr<Model<T>> model_ptr;
   std::unique_ptr<AdamW<T>> opt_ptr;
   std::unique_ptr<TokenSource> source;
+  const bool zero1 = c.ddp.strategy == "zero1" && rt.world > 1;
   agree(rt, [&] {
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, bench_columns(c).header);
     source = make_token_source(c);
     model_ptr = std::make_unique<Model<T>>(be, c.model, B, T_);
-    opt_ptr = std::make_unique<AdamW<T>>(be, model_ptr->layout.total);
+    if (!zero1) opt_ptr = std::make_unique<AdamW<T>>(be, model_ptr->layout.total);
   });
   Model<T>& model = *model_ptr;
-  AdamW<T>& opt = *opt_ptr;
+  // Several ranks: the step synchronises gradients with ddp.strategy, as train does.
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<GradSync> sync;
+  Zero1<T>* zero = nullptr;
+  if (rt.world > 1) {
+    comm = make_communicator(be.name(), rt, be);
+    GradBuffer grads{*comm, model.grads(), dtype_of<T>()};
+    if (zero1) {
+      auto z = std::make_unique<Zero1<T>>(be, grads, model.layout.total);
+      zero = z.get();
+      sync = std::move(z);
+    } else {
+      sync = make_grad_sync(c.ddp.strategy, grads, model.layout, c.ddp.bucket_mb);
+    }
+  }
+  auto optimizer_step = [&] {
+    if (zero) zero->step(model.params(), c.optim.lr, c.optim);
+    else opt_ptr->step(model.params(), model.grads(), c.optim.lr, c.optim);
+  };
   model.init_params(uint64_t(c.run.seed));
   Rng rng = data_rng(uint64_t(c.run.seed), rt.rank);
   std::vector<int32_t> in(static_cast<size_t>(B * T_)), tg(static_cast<size_t>(B * T_));
@@ -95,14 +115,25 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   });
   std::vector<std::vector<double>> phases;
   std::vector<double> starts;  // of each timed step, ms after the first
+  std::vector<std::vector<std::pair<int, int>>> exposed;  // each step's waits for communication
+  int64_t reps = 0;
+  if (comm) comm->take_comm_ms();
   auto step = time_reps<T>(be, W, S, [&](std::vector<int>& marks) {
-    model.forward_pass(in.data(), tg.data());
+    model.forward_pass(in.data(), tg.data(), rt.world);
     marks.push_back(be.mark());
-    model.backward();
+    model.backward(sync.get());
     marks.push_back(be.mark());
     NvtxRange r("optimizer");
-    opt.step(model.params(), model.grads(), c.optim.lr, c.optim);
-  }, &phases, &starts);
+    optimizer_step();
+    if (sync) exposed.push_back(std::exchange(sync->exposed, {}));
+    if (comm && ++reps == W) comm->take_comm_ms();  // count the timed steps only
+  }, &phases, &starts, [&] { if (comm) comm->synchronize(); });
+  std::vector<double> exposed_ms;
+  for (size_t i = size_t(W); i < exposed.size(); ++i) {
+    exposed_ms.push_back(0);
+    for (auto [from, to] : exposed[i]) exposed_ms.back() += be.elapsed_ms(from, to);
+  }
+  const double comm_ms = comm ? comm->take_comm_ms() / double(S) : 0;
   const double loss = model.loss();
   if (!cl.trace_path.empty() && rt.is_root()) write_trace(cl.trace_path, be, starts, phases);
 
@@ -117,7 +148,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     model.backward();
     kernels.push_back({"backward", prof.stop()});
     prof.start();
-    opt.step(model.params(), model.grads(), c.optim.lr, c.optim);
+    optimizer_step();
     kernels.push_back({"optimizer", prof.stop()});
   }
 
@@ -136,6 +167,15 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
       printf("%-22s %9.3f %9.3f %9.3f %9.3f %9.3f\n", name, st.mean, st.std, st.median, st.min, st.max);
     printf("step phases (median ms): forward %.3f, backward %.3f, optimizer %.3f\n",
            summarize(phases[0]).median, summarize(phases[1]).median, summarize(phases[2]).median);
+    if (sync)
+      printf("communication (%s, %d ranks): comm %.3f ms/step (mean; %s), "
+             "exposed %.3f ms/step (median: %s waited for it), compute %.3f ms/step\n",
+             c.ddp.strategy.c_str(), rt.world, comm_ms,
+             std::string(be.name()) == "cuda" ? "the NCCL stream's time in collectives"
+                                              : "host time in MPI calls",
+             summarize(exposed_ms).median,
+             std::string(be.name()) == "cuda" ? "the compute stream" : "the host",
+             ss.median - summarize(exposed_ms).median);
     printf("step: %s tokens/s, %.1f TFLOP/s of model matmuls, MFU %.1f%% of %.0f TFLOP/s\n",
            human_count(tokens / (ss.median * 1e-3)).c_str(), step_tflops, 100 * mfu,
            c.bench.peak_tflops);

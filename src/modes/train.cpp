@@ -1,6 +1,7 @@
 // train mode: the training loop, its progress lines, checkpoints, closing table and CSV row.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "modes.hpp"
 #include "optimizer.hpp"
 #include "report.hpp"
+#include "zero1.hpp"
 
 namespace lmt {
 namespace {
@@ -38,33 +40,105 @@ void make_dir(const std::string& dir) {
   }
 }
 
+// One line on rank 0: every rank's optimizer-state bytes (MemTag::optimizer) at this point.
+template <typename T>
+void print_optimizer_memory(const Runtime& rt, const Backend<T>& be, const char* when,
+                            const std::string& note) {
+  unsigned long long mine = be.memory().current[size_t(MemTag::optimizer)];
+  std::vector<unsigned long long> all(size_t(rt.world));
+  MPI_CHECK(MPI_Gather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, 0,
+                       MPI_COMM_WORLD));
+  if (!rt.is_root()) return;
+  std::string list;
+  for (size_t r = 0; r < all.size(); ++r)
+    list += strf("%s%zu: %s", r ? ", " : "", r, human_bytes(double(all[r])).c_str());
+  printf("optimizer state per rank %s: %s%s%s\n", when, list.c_str(), note.empty() ? "" : " ",
+         note.c_str());
+  fflush(stdout);
+}
+
+// Rank 0's copy of the whole optimizer state (empty on the other ranks). zero1's shards are sent
+// to rank 0 in pieces of at most kPiece bytes: a large model's moments outgrow one MPI count.
+template <typename T>
+OptimizerState<T> whole_optimizer_state(const Runtime& rt, AdamW<T>* opt, Zero1<T>* zero) {
+  if (!zero) return rt.is_root() ? opt->state() : OptimizerState<T>{};
+  constexpr size_t kPiece = size_t(1) << 30;
+  OptimizerState<T> mine = zero->optimizer().state(), whole;
+  const size_t total = displacement(zero->counts, rt.world);
+  if (rt.is_root()) whole = {std::vector<T>(total), std::vector<T>(total), mine.t};
+  for (auto [part, all] : {std::pair{&mine.m, &whole.m}, {&mine.v, &whole.v}}) {
+    if (rt.is_root()) std::copy(part->begin(), part->end(), all->begin());  // shard 0 is first
+    for (int r = 1; r < rt.world; ++r) {
+      if (!rt.is_root() && rt.rank != r) continue;
+      char* bytes = reinterpret_cast<char*>(rt.is_root() ? all->data() + displacement(zero->counts, r)
+                                                         : part->data());
+      const size_t n = zero->counts[size_t(r)] * sizeof(T);
+      for (size_t at = 0; at < n; at += kPiece) {
+        const int len = int(std::min(kPiece, n - at));
+        if (rt.is_root())
+          MPI_CHECK(MPI_Recv(bytes + at, len, MPI_BYTE, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        else
+          MPI_CHECK(MPI_Send(bytes + at, len, MPI_BYTE, 0, 0, MPI_COMM_WORLD));
+      }
+    }
+  }
+  return whole;
+}
+
+// The exposed communication since the last call (the sync's mark pairs, then forgotten).
+template <typename T> double take_exposed_ms(Backend<T>& be, GradSync& sync) {
+  double ms = 0;
+  for (auto [from, to] : sync.exposed) ms += be.elapsed_ms(from, to);
+  sync.exposed.clear();
+  be.clear_marks();
+  return ms;
+}
+
 template <typename T> int train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   const Config& c = cl.config;
   const int64_t B = c.train.batch_size, T_ = c.model.context_length, steps = c.train.steps;
   std::unique_ptr<TokenSource> source;
-  std::unique_ptr<Communicator> comm = make_mpi_communicator(MPI_COMM_WORLD);
+  // Host scalars (the loss) go over MPI; gradients and parameters over the communicator of the
+  // backend's memory (NCCL on the GPU).
+  std::unique_ptr<Communicator> host = make_mpi_communicator(MPI_COMM_WORLD);
   std::unique_ptr<Backend<T>> backend = make_backend<T>(device, rt);
+  const bool zero1 = c.ddp.strategy == "zero1";
+  std::unique_ptr<Communicator> comm;  // one rank has nothing to synchronise, unless zero1
+  if (rt.world > 1 || zero1) comm = make_communicator(device, rt, *backend);
   std::unique_ptr<Model<T>> model_ptr;
   agree(rt, [&] { model_ptr = std::make_unique<Model<T>>(*backend, c.model, B, T_); });
   Model<T>& model = *model_ptr;
-  AdamW<T> opt(*backend, model.layout.total);
+  std::unique_ptr<AdamW<T>> opt;  // the whole flat buffer's moments, unless zero1 shards them
   std::unique_ptr<GradSync> sync;
+  Zero1<T>* zero = nullptr;       // sync, when it is zero1 (it runs the optimizer too)
   std::vector<RngState> rngs;
   int64_t first_step = 0;
   CsvRow row = config_columns(c);
   for (auto name : {"world_size", "device_used", "parameters", "steps_run", "final_loss",
-                    "loss_floor", "ms_per_step", "tokens_per_s", "wall_s"})
+                    "loss_floor", "ms_per_step", "tokens_per_s", "wall_s", "compute_ms_per_step",
+                    "comm_ms_per_step", "exposed_ms_per_step", "optimizer_bytes_rank0"})
     row.add(name, "");
   // Everything that can refuse the run does so here, on every rank, before any work.
   agree(rt, [&] {
     source = make_token_source(c);
-    if (rt.world > 1)  // one rank has nothing to synchronise
-      sync = make_grad_sync(c.ddp.strategy, GradBuffer{*comm, model.grads(), dtype_of<T>()},
-                            model.layout, c.ddp.bucket_mb);
+    if (zero1) {
+      auto z = std::make_unique<Zero1<T>>(*backend, GradBuffer{*comm, model.grads(), dtype_of<T>()},
+                                          model.layout.total);
+      zero = z.get();
+      sync = std::move(z);
+    } else {
+      opt = std::make_unique<AdamW<T>>(*backend, model.layout.total);
+      if (comm)
+        sync = make_grad_sync(c.ddp.strategy, GradBuffer{*comm, model.grads(), dtype_of<T>()},
+                              model.layout, c.ddp.bucket_mb);
+    }
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
     if (!c.train.checkpoint_dir.empty() && rt.is_root()) make_dir(c.train.checkpoint_dir);
     if (!c.train.resume.empty()) {
-      first_step = load_checkpoint(c.train.resume, model, opt, rt.world, rngs);
+      OptimizerState<T> state;
+      first_step = load_checkpoint(c.train.resume, model, state, rt.world, rngs);
+      if (zero) zero->optimizer().set_state(state, zero->begin);
+      else opt->set_state(state);
       if (first_step > steps)
         throw UsageError(strf("train.resume = \"%s\" is at step %lld, past train.steps = %lld",
                               c.train.resume.c_str(), (long long)first_step, (long long)steps));
@@ -73,7 +147,10 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   Rng rng = data_rng(uint64_t(c.run.seed), rt.rank);
   if (c.train.resume.empty()) model.init_params(uint64_t(c.run.seed));
   else rng.set_state(rngs[size_t(rt.rank)]);
-  if (rt.world > 1) comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
+  if (comm) {
+    comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
+    comm->take_comm_ms();  // the steps' communication is counted from here
+  }
 
   const double floor = source->loss_floor().value_or(NAN);
   const double tokens_per_step = double(B * T_ * rt.world);
@@ -86,41 +163,56 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
                                (long long)first_step);
     fflush(stdout);
   }
+  if (zero1)
+    print_optimizer_memory(rt, *backend, "after init",
+                           strf("(AdamW moments of %zu..%zu elements of %s on rank 0; unsharded: %s)",
+                                zero->begin, zero->end, human_count(double(model.layout.total)).c_str(),
+                                human_bytes(2.0 * double(model.layout.total * sizeof(T))).c_str()));
 
   std::vector<int32_t> inputs(static_cast<size_t>(B * T_)), targets(static_cast<size_t>(B * T_));
   double interval_loss = 0, last_loss = NAN;
   int64_t interval_steps = 0;
-  double exposed_at_interval = 0;  // sync->exposed_ms when the interval began
+  double exposed_ms = 0, comm_ms = 0;  // summed over the run
   auto t0 = Clock::now(), t_interval = t0;
   for (int64_t step = first_step; step < steps; ++step) {
     source->sample(rng, B, T_, inputs.data(), targets.data());
     interval_loss += model.forward(inputs.data(), targets.data(), rt.world);
     model.backward(sync.get());
+    if (comm) comm->synchronize();  // clipping reads the gradients on the host: fail, never hang
     double gnorm, lr = learning_rate(c.optim, step, steps);
     {
       NvtxRange range("optimizer");
-      gnorm = clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
-      opt.step(model.params(), model.grads(), lr, c.optim);
+      const bool first = zero1 && step == first_step;
+      if (first) print_optimizer_memory(rt, *backend, "before step 1", "");
+      if (zero) {
+        gnorm = zero->clip_grad_norm(c.optim.grad_clip);
+        zero->step(model.params(), lr, c.optim);
+      } else {
+        gnorm = clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
+        opt->step(model.params(), model.grads(), lr, c.optim);
+      }
+      if (first) print_optimizer_memory(rt, *backend, "after step 1", "");
     }
     ++interval_steps;
 
     const bool last = step + 1 == steps;
     if ((step + 1) % c.train.log_every == 0 || last) {
-      comm->all_reduce(&interval_loss, 1, DType::f64);
+      host->all_reduce(&interval_loss, 1, DType::f64);
       last_loss = interval_loss / double(interval_steps * rt.world);
       double ms = 1e3 * seconds_since(t_interval) / double(interval_steps);
-      std::string comm;
+      std::string timing;
       if (sync) {
-        comm = strf(" | comm %.1f ms/step exposed (%s)",
-                    (sync->exposed_ms - exposed_at_interval) / double(interval_steps),
-                    c.ddp.strategy.c_str());
-        exposed_at_interval = sync->exposed_ms;
+        double exposed = take_exposed_ms(*backend, *sync), busy = comm->take_comm_ms();
+        exposed_ms += exposed, comm_ms += busy;
+        const double n = double(interval_steps);
+        timing = strf(" | compute %.1f, comm %.1f, exposed %.1f ms/step (%s)", ms - exposed / n,
+                      busy / n, exposed / n, c.ddp.strategy.c_str());
       }
       if (rt.is_root()) {
         printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | "
                "%s tok/s%s | ETA %s\n", int(std::to_string(steps).size()), (long long)step + 1,
                (long long)steps, last_loss, lr, gnorm, ms,
-               human_count(tokens_per_step / ms * 1e3).c_str(), comm.c_str(),
+               human_count(tokens_per_step / ms * 1e3).c_str(), timing.c_str(),
                duration(double(steps - step - 1) * ms / 1e3).c_str());
         fflush(stdout);
       }
@@ -132,9 +224,10 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       std::vector<RngState> all(static_cast<size_t>(rt.world));
       MPI_CHECK(MPI_Gather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
                            MPI_COMM_WORLD));
+      OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);
       if (rt.is_root()) {
         std::string path = checkpoint_path(c.train.checkpoint_dir, step + 1);
-        save_checkpoint(path, c, model, opt, step + 1, all);
+        save_checkpoint(path, c, model, state, step + 1, all);
         printf("checkpoint %s\n", path.c_str());
       }
     }
@@ -149,9 +242,17 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     if (!std::isnan(floor)) printf("  loss floor    %.4f (entropy rate of the source)\n", floor);
     printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
     printf("  throughput    %s tokens/s\n", human_count(tokens_per_step * 1e3 / ms_per_step).c_str());
-    if (sync && run_steps > 0)
-      printf("  exposed comm  %.2f ms/step (%s: time backward waited for gradient sync, slower ranks included)\n",
-             sync->exposed_ms / run_steps, c.ddp.strategy.c_str());
+    if (sync && run_steps > 0) {
+      printf("  compute       %.2f ms/step (step time less exposed communication)\n",
+             ms_per_step - exposed_ms / run_steps);
+      printf("  comm          %.2f ms/step (%s: %s, rank 0)\n", comm_ms / run_steps,
+             c.ddp.strategy.c_str(), device == "cuda" ? "the NCCL stream's time in collectives"
+                                                      : "host time in MPI calls");
+      printf("  exposed comm  %.2f ms/step (%s: %s waited for gradient sync%s, rank 0)\n",
+             exposed_ms / run_steps, c.ddp.strategy.c_str(),
+             device == "cuda" ? "the compute stream" : "the host",
+             zero1 ? " and the parameter all-gather" : "");
+    }
     if (!cl.csv_path.empty()) {
       row.set("world_size", std::to_string(rt.world));
       row.set("device_used", device);
@@ -162,6 +263,12 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       row.set("ms_per_step", strf("%.3f", ms_per_step));
       row.set("tokens_per_s", strf("%.1f", tokens_per_step * 1e3 / ms_per_step));
       row.set("wall_s", strf("%.3f", wall));
+      // No synchronisation (one rank): all compute, no communication.
+      row.set("compute_ms_per_step", strf("%.3f", ms_per_step - exposed_ms / run_steps));
+      row.set("comm_ms_per_step", strf("%.3f", comm_ms / run_steps));
+      row.set("exposed_ms_per_step", strf("%.3f", exposed_ms / run_steps));
+      row.set("optimizer_bytes_rank0",
+              std::to_string(backend->memory().current[size_t(MemTag::optimizer)]));
       append_csv(cl.csv_path, row);
       printf("  csv row       appended to %s\n", cl.csv_path.c_str());
     }

@@ -1,4 +1,5 @@
-// The MPI communicator: each collective, blocking and async, fp32 and fp64, odd counts.
+// The MPI communicator: each collective, blocking and async, fp32, fp64 and bf16, odd counts,
+// uneven per-rank counts and in-place all-gather.
 #include <doctest/doctest.h>
 
 #include <numeric>
@@ -28,8 +29,8 @@ template <typename T> void check_all(Communicator& c, bool async) {
   }
   std::vector<T> send(n * size_t(R)), recv(n);
   for (size_t i = 0; i < send.size(); ++i) send[i] = T(value(me, i));
-  if (async) c.reduce_scatter_async(send.data(), recv.data(), n, t)->wait();
-  else c.reduce_scatter(send.data(), recv.data(), n, t);
+  if (async) c.reduce_scatter_async(send.data(), recv.data(), c.equal(n), t)->wait();
+  else c.reduce_scatter(send.data(), recv.data(), c.equal(n), t);
   for (size_t i = 0; i < n; ++i) {
     double want = 0;
     for (int r = 0; r < R; ++r) want += value(r, size_t(me) * n + i);
@@ -37,8 +38,8 @@ template <typename T> void check_all(Communicator& c, bool async) {
   }
   std::vector<T> mine(n), all(n * size_t(R));
   for (size_t i = 0; i < n; ++i) mine[i] = T(value(me, i));
-  if (async) c.all_gather_async(mine.data(), all.data(), n, t)->wait();
-  else c.all_gather(mine.data(), all.data(), n, t);
+  if (async) c.all_gather_async(mine.data(), all.data(), c.equal(n), t)->wait();
+  else c.all_gather(mine.data(), all.data(), c.equal(n), t);
   for (int r = 0; r < R; ++r)
     for (size_t i = 0; i < n; ++i) REQUIRE(double(all[size_t(r) * n + i]) == value(r, i));
   const int root = R - 1;
@@ -67,4 +68,50 @@ TEST_CASE("mpi communicator: several async all-reduces in flight complete indepe
   const double want = comm->size() * (comm->size() + 1) / 2.0;
   for (auto& b : bufs)
     for (double x : b) CHECK(x == want);
+}
+
+TEST_CASE("mpi communicator: uneven reduce_scatter and in-place all_gather cover every element once") {
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD);
+  const int R = comm->size(), me = comm->rank();
+  Counts counts;
+  for (int r = 0; r < R; ++r) counts.push_back(size_t(7 * r + 3 + (r % 2)));  // all different
+  counts[size_t(R / 2)] = 0;                                                    // and one empty
+  size_t total = displacement(counts, R);
+  std::vector<double> send(total), recv(counts[size_t(me)] + 1, -1.0);
+  for (size_t i = 0; i < total; ++i) send[i] = value(me, i);
+  comm->reduce_scatter(send.data(), recv.data(), counts, DType::f64);
+  const size_t at = displacement(counts, me);
+  for (size_t i = 0; i < counts[size_t(me)]; ++i) {
+    double want = 0;
+    for (int r = 0; r < R; ++r) want += value(r, at + i);
+    REQUIRE(recv[i] == want);
+  }
+  CHECK(recv[counts[size_t(me)]] == -1.0);  // nothing written past this rank's count
+  // In place: each rank fills only its own part, the gather fills the rest.
+  std::vector<double> buf(total, -1.0);
+  for (size_t i = 0; i < counts[size_t(me)]; ++i) buf[at + i] = value(me, at + i);
+  comm->all_gather(buf.data() + at, buf.data(), counts, DType::f64);
+  for (int r = 0; r < R; ++r)
+    for (size_t i = 0; i < counts[size_t(r)]; ++i) {
+      size_t j = displacement(counts, r) + i;
+      REQUIRE(buf[j] == value(r, j));
+    }
+}
+
+TEST_CASE("mpi communicator: bf16 all_reduce sums exactly representable values exactly") {
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD);
+  const int R = comm->size(), me = comm->rank();
+  const size_t n = 515;
+  // Small integers times powers of two: every partial sum has at most 8 significant bits.
+  auto v = [](int rank, size_t i) { return float((rank + 1) * int(1 + i % 5)) * 0.5f; };
+  std::vector<uint16_t> buf(n);
+  for (size_t i = 0; i < n; ++i) buf[i] = to_bf16(v(me, i));
+  comm->all_reduce(buf.data(), n, DType::bf16);
+  for (size_t i = 0; i < n; ++i) {
+    float want = 0;
+    for (int r = 0; r < R; ++r) want += v(r, i);
+    REQUIRE(from_bf16(buf[i]) == want);
+  }
+  CHECK(to_bf16(1.0f + 1.0f / 256) == to_bf16(1.0f));        // ties round to even
+  CHECK(from_bf16(to_bf16(1.0f + 3.0f / 256)) == 1.0f + 4.0f / 256);
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <vector>
@@ -81,6 +82,14 @@ struct TempDir {
 
 // The binary under test; tests run from the repository root (make test does).
 inline const char* lmtrain() { return "build/lmtrain"; }
+
+// The cells of one line of an lmtrain CSV (no quoting: list cells are space-separated).
+inline std::vector<std::string> csv_cells(const std::string& line) {
+  std::vector<std::string> cells;
+  std::stringstream ss(line);
+  for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+  return cells;
+}
 
 }  // namespace lmt::test
 

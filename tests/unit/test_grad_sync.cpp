@@ -1,7 +1,11 @@
-// Bucket assignment of the bucketed strategy: sizes, order, contiguity, oversize parameters.
+// Bucket assignment of the bucketed strategy: sizes, order, contiguity, oversize parameters; the
+// shards of zero1.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include "grad_sync.hpp"
+#include "zero1.hpp"
 
 using namespace lmt;
 
@@ -32,4 +36,25 @@ TEST_CASE("bucketed: buckets cover the flat buffer in order, contiguously, witho
   CHECK(tiny[0].end == head.offset + head.numel);
   CHECK(make_buckets(layout, 1e12, DType::f32).size() == 1);
   CHECK(make_buckets(layout, 1, DType::f32).size() == layout.params.size());
+}
+
+TEST_CASE("zero1: shards cover every element exactly once, also when the world does not divide them") {
+  for (size_t total : {size_t(0), size_t(1), size_t(5), size_t(97), size_t(1000), size_t(8046)})
+    for (int world = 1; world <= 7; ++world) {
+      INFO(total << " elements, " << world << " ranks");
+      Counts c = shard_counts(total, world);
+      REQUIRE(c.size() == size_t(world));
+      std::vector<int> hits(total, 0);
+      for (int r = 0; r < world; ++r) {
+        const size_t at = displacement(c, r);
+        CHECK(c[size_t(r)] >= total / size_t(world));  // no shard more than one element off
+        CHECK(c[size_t(r)] <= total / size_t(world) + 1);
+        for (size_t i = at; i < at + c[size_t(r)]; ++i) {
+          REQUIRE(i < total);
+          ++hits[i];
+        }
+      }
+      CHECK(displacement(c, world) == total);
+      CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+    }
 }

@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 
 #include "check.hpp"
 #include "checkpoint.hpp"
+#include "gpu.hpp"
 #include "helpers.hpp"
 #include "safetensors.hpp"
 
@@ -43,6 +45,42 @@ TEST_CASE("train: two ranks on the synthetic source lower the loss toward its fl
   CHECK(r.output.find("exposed comm") != std::string::npos);  // several ranks: sync is timed
 }
 
+TEST_CASE("train: zero1 on 2 ranks follows flat's curve and holds half the optimizer state per rank") {
+  TempDir dir;
+  std::string csv = dir.file("runs.csv");
+  std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                     " --set train.steps=20 --set train.log_every=5 --set model.precision=fp32"
+                     " --csv " + csv;
+  auto flat = run(base + " --set ddp.strategy=flat");
+  auto zero = run(base + " --set ddp.strategy=zero1");
+  INFO(zero.output);
+  REQUIRE(flat.code == 0);
+  REQUIRE(zero.code == 0);
+  auto a = progress_losses(flat.output), b = progress_losses(zero.output);
+  REQUIRE(a.size() == 4);
+  REQUIRE(b.size() == a.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(b[i] == doctest::Approx(a[i]).epsilon(1e-4));
+  // Per-rank optimizer memory after init, before and after the first step: each rank holds the
+  // moments of its half (the model's 3.2k parameters split evenly), not of all of them.
+  for (const char* when : {"after init", "before step 1", "after step 1"}) {
+    size_t at = zero.output.find(std::string("optimizer state per rank ") + when);
+    REQUIRE(at != std::string::npos);
+    std::string line = zero.output.substr(at, zero.output.find('\n', at) - at);
+    CHECK(line.find("0: 12.7 KiB, 1: 12.7 KiB") != std::string::npos);
+  }
+  CHECK(zero.output.find("unsharded: 25.4 KiB") != std::string::npos);
+  CHECK(flat.output.find("optimizer state per rank") == std::string::npos);
+  // The CSV rows: rank 0's optimizer bytes (3248 parameters, two fp32 moments; half of them for
+  // zero1) and the timing columns.
+  std::ifstream f(csv);
+  std::string header, flat_row, zero_row;
+  std::getline(f, header), std::getline(f, flat_row), std::getline(f, zero_row);
+  CHECK(header.find(",compute_ms_per_step,comm_ms_per_step,exposed_ms_per_step,"
+                    "optimizer_bytes_rank0") != std::string::npos);
+  CHECK(flat_row.substr(flat_row.rfind(',') + 1) == std::to_string(2 * 3248 * 4));
+  CHECK(zero_row.substr(zero_row.rfind(',') + 1) == std::to_string(2 * 1624 * 4));
+}
+
 TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one (2 ranks)") {
   TempDir dir;
   std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
@@ -64,6 +102,41 @@ TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one 
     // and the run did move: step 3 differs from step 6
     CHECK(Safetensors::read(checkpoint_path(dir.path + "/a", 3)).data != sa.data);
   }
+}
+
+TEST_CASE("train: zero1 checkpoints hold the whole moments, resume bit for bit, and interchange with flat's") {
+  TempDir dir;
+  std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                     " --set model.precision=fp32 --set train.steps=6 --set train.checkpoint_every=3";
+  auto z = [&](const std::string& sub) { return checkpoint_path(dir.path + "/" + sub, 6); };
+  auto a = run(base + " --set ddp.strategy=zero1 --set train.checkpoint_dir=" + dir.path + "/a");
+  auto f = run(base + " --set ddp.strategy=flat --set train.checkpoint_dir=" + dir.path + "/f");
+  auto b = run(base + " --set ddp.strategy=zero1 --set train.checkpoint_dir=" + dir.path +
+               "/b --set train.resume=" + checkpoint_path(dir.path + "/a", 3));
+  auto x = run(base + " --set ddp.strategy=zero1 --set train.checkpoint_dir=" + dir.path +
+               "/x --set train.resume=" + checkpoint_path(dir.path + "/f", 3));
+  INFO(a.output, b.output, x.output);
+  REQUIRE(a.code == 0);
+  REQUIRE(f.code == 0);
+  REQUIRE(b.code == 0);
+  REQUIRE(x.code == 0);
+  Safetensors sa = Safetensors::read(z("a")), sf = Safetensors::read(z("f"));
+  CHECK(sa.data == Safetensors::read(z("b")).data);  // zero1 resumed from zero1: every bit
+  // Every tensor, moments included (both ranks' shards), close to flat's: the shards were
+  // gathered whole. The same for zero1 resumed from flat's checkpoint.
+  auto close_to_flat = [&](const Safetensors& st) {
+    for (auto& [name, t] : sf.tensors) {
+      INFO(name);
+      REQUIRE(st.tensors.count(name) == 1);
+      const size_t n = (t.end - t.begin) / sizeof(float);
+      std::vector<float> want(n), got(n);
+      std::memcpy(want.data(), sf.data.data() + t.begin, n * sizeof(float));
+      std::memcpy(got.data(), st.data.data() + st.tensors.at(name).begin, n * sizeof(float));
+      CHECK(lmt::test::rel_err(got, want) < 1e-4);
+    }
+  };
+  close_to_flat(sa);
+  close_to_flat(Safetensors::read(z("x")));
 }
 
 TEST_CASE("train: torn, truncated, corrupted or mismatched checkpoints are refused, never loaded") {
@@ -189,4 +262,37 @@ TEST_CASE("bench: --trace writes the timed steps' phases and a memory counter; t
   auto train = run(std::string(lmt::test::lmtrain()) + kTiny + " --trace " + path);
   CHECK(train.code == 2);
   CHECK(train.output.find("only run.mode = \"bench\" writes a trace") != std::string::npos);
+}
+
+TEST_CASE("bench: on 2 ranks the step synchronises gradients and reports comm, exposed and compute") {
+  for (std::string strategy : {"flat", "zero1"}) {
+    auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                 " --set run.mode=bench --set bench.warmup=1 --set bench.steps=3 "
+                 "--set model.precision=fp32 --set ddp.strategy=" + strategy);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK(r.output.find("communication (" + strategy + ", 2 ranks): comm ") != std::string::npos);
+    CHECK(r.output.find("exposed ") != std::string::npos);
+  }
+}
+
+// On a machine with 2 GPUs: train with run.device = cuda on 2 ranks over NCCL, every strategy.
+TEST_CASE("train on 2 GPUs over NCCL: every strategy runs, reports its timing and follows one curve" *
+          doctest::skip(lmt::gpu_count() < 2)) {
+  std::vector<double> finals;
+  for (std::string strategy : {"naive", "flat", "overlap", "bucketed", "zero1"}) {
+    auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                 " --set run.device=cuda --set model.precision=fp32 --set train.steps=20"
+                 " --set train.log_every=10 --set ddp.bucket_mb=0.001 --set ddp.strategy=" +
+                 strategy);
+    INFO(strategy, "\n", r.output);
+    REQUIRE(r.code == 0);
+    CHECK(r.output.find("device cuda, 2 rank(s)") != std::string::npos);
+    for (const char* line : {"compute ", "comm ", "exposed comm", "the NCCL stream"})
+      CHECK(r.output.find(line) != std::string::npos);
+    auto losses = progress_losses(r.output);
+    REQUIRE(losses.size() == 2);
+    finals.push_back(losses.back());
+  }
+  for (double f : finals) CHECK(f == doctest::Approx(finals[0]).epsilon(1e-4));
 }

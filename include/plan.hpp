@@ -1,0 +1,63 @@
+// The memory planner: bytes per device by allocation tag, and bytes communicated per step per
+// device, computed from the config alone (no backend, nothing allocated).
+//
+// graph = "lmtrain" counts exactly what src/model.cpp and AdamW allocate on the CPU backend (one
+// device, dp = tp = fsdp = 1: a unit test holds the two equal, tag by tag); parallel degrees
+// divide it as the strategies below would. graph = "ffn_only" is CS336's §2.4 accounting: L
+// blocks of two linears (d -> d_ff -> d), no attention, embedding, norms or head, fp32 master
+// weights, gradients and AdamW moments, bf16 saved activations and communication.
+//
+// Parallel layout (devices = dp x fsdp x tp; every dp and fsdp rank draws its own batch of
+// train.batch_size sequences, the tp ranks of a group share one):
+//   dp    replicas; gradients all-reduced (ring: 2(n-1)/n x gradient bytes sent per device).
+//   zero  1: ZeRO-1 over the dp ranks: each keeps AdamW's m and v for its contiguous 1/dp of the
+//         flat buffer; gradients reduce-scattered, updated parameters all-gathered (the same
+//         bytes as the all-reduce, in two halves). Parameters and full gradients stay replicated.
+//   fsdp  ZeRO-3: parameters, gradients and moments sharded 1/fsdp; the parameters of one
+//         backward group (a layer, or the head, or the embedding) are all-gathered before use in
+//         forward and again in backward, its gradients reduce-scattered: 3(n-1)/n x parameter
+//         bytes. Workspace holds the largest group gathered plus its gradients (no prefetch).
+//   tp    Megatron: QKV, W1, W3 split by output columns, out-proj and W2 by input rows, heads
+//         split evenly; RMSNorm gains and the activations outside attention/FFN (the residual
+//         stream, norm outputs) replicated (no sequence parallelism); embedding and LM head split
+//         over the vocabulary (ceil(V/tp) rows) with the cross-entropy reduced across tp.
+//         Communication: per layer two all-reduces of B*T*d activations forward and two backward,
+//         plus one each for the embedding's output and the head's input gradient, plus the
+//         cross-entropy's row max, sum and target logit (3 x B*T values).
+#pragma once
+#include <cstdint>
+
+#include "config.hpp"
+
+namespace lmt {
+
+struct Plan {
+  int64_t devices = 1, global_batch = 0;  // sequences per step across all devices
+  uint64_t param_count = 0;                // the whole model
+  uint64_t param_count_device = 0;         // held by one device (after tp and fsdp)
+  int elem_bytes = 4, act_bytes = 4, comm_bytes = 4;  // state, saved activations, wire
+  // Bytes per device by tag (the allocator's MemTag) on the CPU backend; activations include
+  // naive attention's saved probabilities (attn_probs) when the graph has attention.
+  uint64_t params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
+  uint64_t attn_probs = 0;   // B x H/tp x T x T per layer, in activations
+  uint64_t flash_lse = 0;    // what FlashAttention saves instead: B x H/tp x T fp32 per layer
+  // The activations on the CUDA backend with c.model.attention: flash_lse in place of
+  // attn_probs under "flash" (the default), the same as activations under "naive".
+  uint64_t activations_cuda = 0;
+  uint64_t fsdp_gather = 0;  // part of workspace
+  uint64_t act_per_token = 0;  // saved activations per token of one sequence position (1 device)
+  // Bytes sent per device per optimizer step.
+  double comm_dp = 0, comm_fsdp = 0, comm_tp = 0;
+  uint64_t total() const { return params + grads + optimizer + activations + workspace; }
+  double comm_total() const { return comm_dp + comm_fsdp + comm_tp; }
+};
+
+// The plan for c.model, c.train.batch_size and c.plan's degrees.
+Plan make_plan(const Config& c);
+
+// Smallest FSDP degree (other degrees as in c) at which one device needs at most `bytes`
+// (with_workspace false: parameters, gradients, moments and saved activations only, as CS336
+// §2.4 counts); 0 when none does (what FSDP cannot shard is already too big).
+int64_t min_fsdp_to_fit(const Config& c, double bytes, bool with_workspace = true);
+
+}  // namespace lmt

@@ -1,0 +1,40 @@
+// ZeRO-1: optimizer state sharded across ranks by contiguous range of the flat buffers.
+//
+// Rank r owns elements [displacement(r), + counts[r]) of the flat parameter buffer (backward
+// order, so a shard is one range; the first total % world ranks own one element more). A step:
+//   finish()          reduce-scatter the flat gradients: each rank receives the sum of its shard
+//   clip_grad_norm()  the global norm from the all-reduced squared norms of the shards
+//   step()            AdamW over this rank's shard with its own moments (1/world of them), then
+//                     all-gather the parameters in place so every rank holds them all
+// The parameters themselves are the fp32 master weights and stay whole on every rank (forward
+// needs them); only the moments and the reduced gradient are sharded.
+#pragma once
+#include "backend.hpp"
+#include "grad_sync.hpp"
+#include "optimizer.hpp"
+
+namespace lmt {
+
+// Elements per rank: contiguous, in rank order, covering [0, total) once; sizes differ by <= 1.
+Counts shard_counts(size_t total, int world);
+
+template <typename T> class Zero1 : public GradSync {
+ public:
+  Zero1(Backend<T>& be, const GradBuffer& grads, size_t total);
+  void finish() override;
+  double clip_grad_norm(double max_norm);  // returns the global norm before clipping
+  void step(T* params, double lr, const Config::Optim& o);
+  AdamW<T>& optimizer() { return opt_; }  // this rank's shard of the state (checkpoints)
+
+  const Counts counts;
+  const size_t begin, end;  // this rank's shard
+
+ private:
+  Backend<T>& be_;
+  GradBuffer g_;
+  BackendArray<T> grad_shard_;       // the reduced gradients of [begin, end)
+  BackendArray<T, double> norm_sq_;  // the squared norm, all-reduced where the comm works
+  AdamW<T> opt_;                     // moments of [begin, end) only
+};
+
+}  // namespace lmt

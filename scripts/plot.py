@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Draws one PNG from a sweep's CSV alone (and its <stem>.failed.csv, if there is one).
+
+    scripts/plot.py results/e2e.csv --x model.context_length --y step_ms_median \
+        --series model.d_model,model.precision --where bench.warmup=5 --logy --out results/e2e.png
+
+One line per distinct value of the --series columns, y against x (both numeric, sorted by x);
+--where keeps only rows whose column has that value (repeatable). Points that failed (out of
+memory, timeout) are listed under the plot with their status, so a missing point says why.
+Needs matplotlib (Debian: python3-matplotlib).
+"""
+import argparse
+import csv
+import os
+import sys
+
+
+def die(msg):
+    print(f"plot.py: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def keep(row, where):
+    return all(row.get(k) == v for k, v in where)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv")
+    ap.add_argument("--x", required=True)
+    ap.add_argument("--y", required=True)
+    ap.add_argument("--series", default="", help="comma-separated columns; one line per value")
+    ap.add_argument("--where", action="append", default=[], metavar="COL=VAL")
+    ap.add_argument("--scale-y", type=float, default=1.0, help="multiply y (e.g. 1e-9 for GB)")
+    ap.add_argument("--ylabel", default="")
+    ap.add_argument("--title", default="")
+    ap.add_argument("--logx", action="store_true")
+    ap.add_argument("--logy", action="store_true")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    if not os.path.exists(a.csv):
+        die(f"{a.csv}: no such file")
+    where = []
+    for w in a.where:
+        k, eq, v = w.partition("=")
+        if not eq:
+            die(f"--where {w}: expected COL=VAL")
+        where.append((k, v))
+    series = [s for s in a.series.split(",") if s]
+    rows = read(a.csv)
+    if not rows:
+        die(f"{a.csv}: no rows")
+    for col in [a.x, a.y, *series, *(k for k, _ in where)]:
+        if col not in rows[0]:
+            die(f"{a.csv}: no column {col}")
+
+    import matplotlib
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    label = lambda r: ", ".join(f"{s.split('.')[-1]}={r[s]}" for s in series) or a.y
+    lines = {}
+    for r in rows:
+        if not keep(r, where) or r[a.y] == "":
+            continue
+        try:
+            lines.setdefault(label(r), []).append((float(r[a.x]), float(r[a.y]) * a.scale_y))
+        except ValueError:
+            die(f"{a.csv}: non-numeric {a.x} = {r[a.x]!r} or {a.y} = {r[a.y]!r}")
+    stem = a.csv[:-4] if a.csv.endswith(".csv") else a.csv
+    failed = []
+    if os.path.exists(stem + ".failed.csv"):
+        for r in read(stem + ".failed.csv"):
+            if all(c in r for c in [a.x, *series]) and keep(r, where):
+                failed.append(f"{label(r)}, {a.x.split('.')[-1]}={r[a.x]}: {r['status']}")
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name, pts in sorted(lines.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    ax.set_xlabel(a.x)
+    ax.set_ylabel(a.ylabel or a.y)
+    if a.logx:
+        ax.set_xscale("log", base=2)
+    if a.logy:
+        ax.set_yscale("log")
+    ax.set_title(a.title or f"{a.y} vs {a.x}" + "".join(f", {k}={v}" for k, v in where))
+    ax.grid(True, alpha=0.3)
+    if lines:
+        ax.legend(fontsize=8)
+    if failed:
+        fig.text(0.01, 0.01, "not measured: " + "; ".join(failed), fontsize=7, wrap=True)
+        fig.subplots_adjust(bottom=0.2)
+    fig.savefig(a.out, dpi=120, bbox_inches="tight")
+    print(f"plot.py: {a.out} ({sum(len(p) for p in lines.values())} points, {len(lines)} lines"
+          + (f", {len(failed)} failed" if failed else "") + ")")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Runs build/lmtrain once per grid point, each appending its row to one CSV; re-runnable.
+
+    scripts/sweep.py --csv results/e2e.csv --set run.mode=bench -- \
+        "config=configs/models/small.toml model.precision=bf16" \
+        "config=configs/models/small.toml model.precision=fp32"
+
+A point is whitespace-separated `section.key=value` overrides (passed as --set) and
+`config=FILE` (passed as --config, before the overrides); --set/--config given to sweep.py apply
+to every point, before the point's own. Points also come one per line from --points-file ('#'
+starts a comment).
+
+Before any run every point's resolved config is read back with `lmtrain --print-config`: a bad
+point stops the sweep there (one line, exit 2). A point whose resolved config already has a row
+in the CSV (every config column equal) is skipped, so an interrupted sweep is re-run as it was
+started. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
+row in CSV's sibling `<stem>.failed.csv` (its config columns, status oom | timeout | failed, the
+exit code, the date and the last error line) and the sweep goes on; such points are skipped on a
+re-run too unless --retry-failed. Standard library only.
+"""
+import argparse
+import csv
+import datetime
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+OOM = re.compile(r"out of (GPU |host )?memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")
+FAILED_COLUMNS = ["status", "exit_code", "date_utc", "error"]
+
+
+class BadInput(Exception):
+    pass
+
+
+def parse_point(text, where):
+    """Tokens of one point as lmtrain arguments (configs first, then overrides)."""
+    configs, sets = [], []
+    for tok in shlex.split(text):
+        key, eq, value = tok.partition("=")
+        if not eq or not key or not value:
+            raise BadInput(f"{where}: '{tok}': expected section.key=value or config=FILE")
+        if key == "config":
+            configs += ["--config", value]
+        elif re.fullmatch(r"[a-z_]+\.[a-z_0-9]+", key):
+            sets += ["--set", tok]
+        else:
+            raise BadInput(f"{where}: '{tok}': expected section.key=value or config=FILE")
+    return configs + sets
+
+
+def resolved_config(lmtrain, args, where):
+    """The point's config as CSV columns: (names, values), from --print-config."""
+    r = subprocess.run([lmtrain, *args, "--print-config"], capture_output=True, text=True)
+    if r.returncode != 0:
+        msg = (r.stderr.strip() or r.stdout.strip()).splitlines()
+        raise BadInput(f"{where}: lmtrain refused it: {msg[-1] if msg else 'exit %d' % r.returncode}")
+    names, values, section = [], [], ""
+    for line in r.stdout.splitlines():
+        m = re.fullmatch(r"\[(\w+)\]", line.strip())
+        if m:
+            section = m.group(1)
+            continue
+        if " = " not in line:
+            continue
+        key, _, value = line.partition(" = ")
+        if value.startswith('"'):  # a TOML basic string, as config_columns() writes it unquoted
+            value = value[1:-1].encode().decode("unicode_escape")
+        elif value.startswith("["):  # a list, as config_columns() writes it: space-separated
+            value = value[1:-1].replace(",", "").replace('"', "")
+        names.append(f"{section}.{key}")
+        values.append(value)
+    return names, values
+
+
+def read_rows(path):
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return None, []
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    return rows[0], rows[1:]
+
+
+def has_row(header, rows, names, values):
+    if header is None:
+        return False
+    try:
+        idx = [header.index(n) for n in names]
+    except ValueError:
+        return False  # the CSV was written by another config layout: nothing matches
+    want = list(values)
+    return any([row[i] if i < len(row) else None for i in idx] == want for row in rows)
+
+
+def append_failed(path, names, values, status, code, error):
+    header, _ = read_rows(path)
+    new_header = names + FAILED_COLUMNS
+    if header is not None and header != new_header:
+        raise BadInput(f"{path} has another header than this sweep's failed rows; move it away")
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with open(path, "a", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        if header is None:
+            w.writerow(new_header)
+        w.writerow(values + [status, str(code), date, error])
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--csv", required=True, help="rows go here (lmtrain --csv)")
+    ap.add_argument("--lmtrain", default="build/lmtrain")
+    ap.add_argument("--np", type=int, default=1, help="ranks per run (>1: under --mpirun)")
+    ap.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun -q --oversubscribe"))
+    ap.add_argument("--set", action="append", default=[], metavar="K=V", help="for every point")
+    ap.add_argument("--config", action="append", default=[], metavar="FILE", help="for every point")
+    ap.add_argument("--points-file", help="one point per line")
+    ap.add_argument("--timeout", type=float, default=0, help="seconds per run; 0: none")
+    ap.add_argument("--retry-failed", action="store_true", help="run points in the failed file again")
+    ap.add_argument("points", nargs="*")
+    a = ap.parse_args(argv)
+    if a.np < 1:
+        raise BadInput(f"--np {a.np}: expected at least 1")
+    texts = [(p, f"point {i + 1}") for i, p in enumerate(a.points)]
+    if a.points_file:
+        try:
+            with open(a.points_file) as f:
+                for n, line in enumerate(f, 1):
+                    line = line.split("#", 1)[0].strip()
+                    if line:
+                        texts.append((line, f"{a.points_file}:{n}"))
+        except OSError as e:
+            raise BadInput(f"--points-file {a.points_file}: {e.strerror}")
+    if not texts:
+        raise BadInput("no grid points given")
+    if not os.access(a.lmtrain, os.X_OK):
+        raise BadInput(f"--lmtrain {a.lmtrain}: not an executable (make all first)")
+    base = [x for c in a.config for x in ("--config", c)] + [x for s in a.set for x in ("--set", s)]
+    points = []
+    for text, where in texts:
+        args = base + parse_point(text, where)
+        points.append((text, args, *resolved_config(a.lmtrain, args, where)))
+
+    header, _ = read_rows(a.csv)
+    missing = [n for n in points[0][2] if header is not None and n not in header]
+    if missing:  # every run would be refused: say so once, before any
+        raise BadInput(f"{a.csv} has another header (no column {missing[0]}): use a new file")
+    stem = a.csv[:-4] if a.csv.endswith(".csv") else a.csv
+    failed_path = stem + ".failed.csv"
+    os.makedirs(os.path.dirname(a.csv) or ".", exist_ok=True)
+    launcher = shlex.split(a.mpirun) + ["-np", str(a.np)] if a.np > 1 else []
+    ran = skipped = failed = 0
+    t_start = time.time()
+    for i, (text, args, names, values) in enumerate(points, 1):
+        tag = f"[{i}/{len(points)}] {text}"
+        header, rows = read_rows(a.csv)
+        if has_row(header, rows, names, values):
+            print(f"{tag}: skip (row already in {a.csv})", flush=True)
+            skipped += 1
+            continue
+        fheader, frows = read_rows(failed_path)
+        if not a.retry_failed and has_row(fheader, frows, names, values):
+            print(f"{tag}: skip (failed before, in {failed_path}; --retry-failed runs it)", flush=True)
+            skipped += 1
+            continue
+        t0 = time.time()
+        cmd = launcher + [a.lmtrain, *args, "--csv", a.csv]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout or None)
+            code, out = r.returncode, r.stdout + r.stderr
+        except subprocess.TimeoutExpired as e:  # its output may come back as bytes even so
+            code = -1
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        dt = time.time() - t0
+        if code == 0:
+            ran += 1
+            print(f"{tag}: done in {dt:.1f} s", flush=True)
+            continue
+        if "has another header" in out:  # the CSV, not the point: stop, as before any run
+            raise BadInput(out.strip().splitlines()[-1])
+        failed += 1
+        status = "timeout" if code == -1 else "oom" if OOM.search(out) else "failed"
+        lines = [l for l in out.strip().splitlines() if l.strip()]
+        error = lines[-1] if lines else ""
+        append_failed(failed_path, names, values, status, code, error)
+        print(f"{tag}: {status.upper()} (exit {code}) after {dt:.1f} s: {error}", flush=True)
+    print(f"sweep: {ran} ran, {skipped} skipped, {failed} failed in {time.time() - t_start:.0f} s; "
+          f"rows in {a.csv}" + (f", failures in {failed_path}" if failed else ""), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BadInput as e:
+        print(f"sweep.py: error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# CS336 §1.1.6: peak memory per model size x context length x precision, measured (bench mode's
+# memory columns: mem_total_bytes for a full training step, mem_forward_bytes for forward alone,
+# from the tagged allocator) into results/memory.csv, and predicted by plan mode for the same
+# points into results/memory_plan.csv, then PNGs of both from the CSVs.
+#   scripts/sweep_memory.sh                 # on a GPU: small..2.7b x 128..1024 x fp32/bf16
+#   SWEEP_QUICK=1 scripts/sweep_memory.sh   # the tiny model on the CPU (tests run this)
+# Env: SIZES, CONTEXTS, PRECISIONS, CSV, PLAN_CSV, TIMEOUT, PYTHON, LMTRAIN.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-/usr/bin/python3}
+if [ "${SWEEP_QUICK:-0}" = 1 ]; then
+  sizes=${SIZES:-tiny} contexts=${CONTEXTS:-16 32} precs=${PRECISIONS:-fp32 bf16} device=cpu
+  csv=${CSV:-results/memory_quick.csv} plan_csv=${PLAN_CSV:-results/memory_plan_quick.csv}
+else
+  sizes=${SIZES:-small medium large xl 2.7b} contexts=${CONTEXTS:-128 256 512 1024}
+  precs=${PRECISIONS:-fp32 bf16} device=auto
+  csv=${CSV:-results/memory.csv} plan_csv=${PLAN_CSV:-results/memory_plan.csv}
+fi
+points=$(mktemp)
+trap 'rm -f "$points"' EXIT
+for s in $sizes; do for t in $contexts; do for p in $precs; do
+  echo "config=configs/models/$s.toml model.context_length=$t model.precision=$p"
+done; done; done >"$points"
+bin=${LMTRAIN:-build/lmtrain}
+# One untimed-free step is enough: nothing is allocated after the first.
+# PNGs from a CSV, once it has rows (every point may have failed: see its .failed.csv).
+plot() {
+  if [ -s "$1" ]; then "$py" scripts/plot.py "$@"; else echo "no rows in $1: nothing to plot"; fi
+}
+"$py" scripts/sweep.py --csv "$csv" --lmtrain "$bin" --set run.mode=bench --set run.device="$device" \
+  --set bench.warmup=0 --set bench.steps=1 --set bench.kernels=0 --timeout "${TIMEOUT:-0}" \
+  --points-file "$points"
+"$py" scripts/sweep.py --csv "$plan_csv" --lmtrain "$bin" --set run.mode=plan --points-file "$points"
+for col in mem_total_bytes mem_forward_bytes; do
+  plot "$csv" --x model.context_length --y "$col" --scale-y 1e-9 --logx --logy \
+    --series model.d_model,model.precision --ylabel "$col (GB, measured)" \
+    --out "${csv%.csv}_${col%_bytes}.png"
+done
+plot "$plan_csv" --x model.context_length --y total_bytes --scale-y 1e-9 --logx \
+  --logy --series model.d_model,model.precision --ylabel "total (GB, plan mode)" \
+  --out "${plan_csv%.csv}_total.png"

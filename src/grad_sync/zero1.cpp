@@ -1,0 +1,54 @@
+// zero1: gradients reduce-scattered to the rank that owns their shard, AdamW over that shard
+// only, parameters all-gathered after the step (zero1.hpp).
+#include "zero1.hpp"
+
+#include <cmath>
+
+#include "check.hpp"
+
+namespace lmt {
+
+Counts shard_counts(size_t total, int world) {
+  Counts c(size_t(world), total / size_t(world));
+  for (size_t r = 0; r < total % size_t(world); ++r) ++c[r];
+  return c;
+}
+
+template <typename T>
+Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, size_t total)
+    : counts(shard_counts(total, grads.comm.size())),
+      begin(displacement(counts, grads.comm.rank())),
+      end(begin + counts[size_t(grads.comm.rank())]), be_(be), g_(grads),
+      grad_shard_(be, end - begin, MemTag::grads), norm_sq_(be, 1, MemTag::workspace),
+      opt_(be, end - begin) {
+  LMT_ASSERT(grads.t == dtype_of<T>(), "zero1 shards the optimizer's own element type");
+}
+
+template <typename T> void Zero1<T>::finish() {
+  g_.comm.reduce_scatter(g_.data, grad_shard_.data(), counts, g_.t);
+}
+
+template <typename T> double Zero1<T>::clip_grad_norm(double max_norm) {
+  double sq = be_.sum_squares(grad_shard_.data(), grad_shard_.size());
+  be_.upload_bytes(norm_sq_.data(), &sq, sizeof sq);
+  g_.comm.all_reduce(norm_sq_.data(), 1, DType::f64);
+  g_.comm.synchronize();  // the host is about to block on it: a failed peer must abort, not hang
+  be_.download_bytes(&sq, norm_sq_.data(), sizeof sq);
+  const double norm = std::sqrt(sq);
+  // The same scale as the unsharded clip_grad_norm, so that zero1 follows the same curve.
+  if (max_norm > 0 && norm > max_norm)
+    be_.scale(grad_shard_.data(), grad_shard_.size(), max_norm / (norm + 1e-6));
+  return norm;
+}
+
+template <typename T> void Zero1<T>::step(T* params, double lr, const Config::Optim& o) {
+  opt_.step(params + begin, grad_shard_.data(), lr, o);
+  int from = be_.mark();  // the all-gather is exposed: nothing overlaps it
+  g_.comm.all_gather(params + begin, params, counts, g_.t);
+  exposed.push_back({from, be_.mark()});
+}
+
+template class Zero1<float>;
+template class Zero1<double>;
+
+}  // namespace lmt

@@ -1,0 +1,121 @@
+// The memory planner's arithmetic (plan.hpp says what each degree shards and sends).
+#include "plan.hpp"
+
+#include <algorithm>
+
+namespace lmt {
+namespace {
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// Model::carve starts every piece of its arenas 256-byte aligned: each is rounded up to a
+// multiple of this many elements.
+constexpr uint64_t kPieceAlign = 64;
+uint64_t piece(uint64_t elems) { return ceil_div(elems, kPieceAlign) * kPieceAlign; }
+
+// Ring collectives: each device sends (n-1)/n of the buffer per reduce-scatter or all-gather,
+// twice that per all-reduce.
+double ring_share(int64_t n) { return n > 1 ? double(n - 1) / double(n) : 0.0; }
+
+}  // namespace
+
+Plan make_plan(const Config& c) {
+  const auto& m = c.model;
+  const auto& pc = c.plan;
+  const bool ffn_only = pc.graph == "ffn_only";
+  const uint64_t d = uint64_t(m.d_model), f = uint64_t(m.d_ff), L = uint64_t(m.num_layers);
+  const uint64_t H = uint64_t(m.num_heads), T = uint64_t(m.context_length);
+  const uint64_t B = uint64_t(c.train.batch_size), n = B * T;
+  const uint64_t tp = uint64_t(pc.tp), fs = uint64_t(pc.fsdp);
+  const uint64_t Vl = ceil_div(uint64_t(m.vocab_size), tp);  // vocabulary rows per tp rank
+  const uint64_t dl = d / tp, fl = f / tp, Hl = H / tp;       // validate() made these exact
+
+  Plan p;
+  p.devices = pc.dp * pc.fsdp * pc.tp;
+  p.global_batch = c.train.batch_size * pc.dp * pc.fsdp;
+  // Master weights, gradients and moments are the model's storage type (fp64 runs all in
+  // double); lmtrain keeps activations in it too and all-reduces gradients in it. ffn_only keeps
+  // the assignment's bf16 activations and wire when the precision is bf16.
+  p.elem_bytes = m.precision == "fp64" ? 8 : 4;
+  p.act_bytes = ffn_only && m.precision == "bf16" ? 2 : p.elem_bytes;
+  p.comm_bytes = p.act_bytes;
+  const uint64_t w = uint64_t(p.elem_bytes), a = uint64_t(p.act_bytes);
+
+  uint64_t params_tp, largest_group, acts, acts_cuda, scratch_elems;
+  if (ffn_only) {
+    p.param_count = L * 2 * d * f;
+    params_tp = L * 2 * d * fl;
+    largest_group = 2 * d * fl;
+    acts = L * (n * d + n * fl) * a;  // the input of each linear
+    scratch_elems = 0;                // the assignment counts state and saved activations only
+    p.act_per_token = L * (d + fl) * a;
+    acts_cuda = acts;
+  } else {
+    const uint64_t V = uint64_t(m.vocab_size);
+    const uint64_t layer = 2 * d + 4 * d * d + 3 * d * f, layer_tp = 2 * d + 4 * d * dl + 3 * d * fl;
+    p.param_count = L * layer + 2 * V * d + d;
+    params_tp = L * layer_tp + 2 * Vl * d + d;
+    largest_group = std::max({layer_tp, Vl * d + d});
+    // As Model's constructor lays out its arenas, each piece rounded as carve() rounds it:
+    // int32 inputs, targets and their sort order (allocations of their own); the residual
+    // stream entering each layer and the final norm; per layer rstd1, h1, qkv, attention's saved
+    // buffer, att, x_mid, rstd2, h2, a1, a3, g; then rstdf, hf, logits, dlogits, row_loss.
+    // The CPU backend saves naive's probabilities for either model.attention.
+    const uint64_t probs = piece(B * Hl * T * T), lse = piece(B * Hl * T);
+    const uint64_t per_layer = 2 * piece(n) + 3 * piece(n * d) + piece(3 * n * dl) +
+                               piece(n * dl) + 3 * piece(n * fl);
+    const uint64_t rest = (L + 1) * piece(n * d) + 2 * piece(n) + piece(n * d) + 2 * piece(n * Vl);
+    acts = 3 * n * 4 + (L * (per_layer + probs) + rest) * a;
+    // Backward's scratch: dx, dh, dtmp (residual width), datt, dqkv (attention), dg, da1, da3.
+    scratch_elems = 3 * piece(n * d) + piece(n * dl) + piece(3 * n * dl) + 3 * piece(n * fl);
+    p.attn_probs = L * probs * a;
+    // The CUDA backend's flash saves each row's logsumexp, in its fp32 storage.
+    p.flash_lse = L * lse * 4;
+    acts_cuda = m.attention == "flash" ? acts - p.attn_probs + p.flash_lse : acts;
+    p.act_per_token = acts / n;
+  }
+
+  p.param_count_device = ceil_div(params_tp, fs);
+  p.params = p.grads = p.param_count_device * w;
+  p.optimizer = 2 * ceil_div(p.param_count_device, pc.zero ? uint64_t(pc.dp) : 1) * w;
+  // FSDP shards the requested share of the saved activations (the assignment's "every second
+  // layer"); the rest stays whole on every device.
+  auto sharded = [&](uint64_t bytes) {
+    const uint64_t shared = uint64_t(double(bytes) * pc.act_shard_fraction + 0.5);
+    return bytes - shared + ceil_div(shared, fs);
+  };
+  p.activations = sharded(acts);
+  p.activations_cuda = sharded(acts_cuda);
+  p.fsdp_gather = fs > 1 ? 2 * largest_group * uint64_t(p.comm_bytes) : 0;
+  p.workspace = scratch_elems * w + p.fsdp_gather;
+
+  const double wire = double(p.comm_bytes);
+  p.comm_dp = 2 * ring_share(pc.dp) * double(p.param_count_device) * wire;
+  p.comm_fsdp = 3 * ring_share(pc.fsdp) * double(params_tp) * wire;
+  const double tp_values = ffn_only ? double(2 * L * n * d)
+                                    : double((4 * L + 2) * n * d + 3 * n);
+  p.comm_tp = 2 * ring_share(pc.tp) * tp_values * wire;
+  return p;
+}
+
+int64_t min_fsdp_to_fit(const Config& c, double bytes, bool with_workspace) {
+  Config k = c;
+  auto fits = [&](int64_t s) {
+    k.plan.fsdp = s;
+    Plan p = make_plan(k);
+    return double(p.total() - (with_workspace ? 0 : p.workspace)) <= bytes;
+  };
+  // Past one parameter per device nothing shards further. From fsdp = 2 on the bytes never grow
+  // with the degree (the gather buffer is fixed, every shard shrinks), so bisect.
+  const int64_t cap = int64_t(std::min<uint64_t>(make_plan(c).param_count, uint64_t(1) << 40));
+  if (fits(1)) return 1;
+  if (cap < 2 || !fits(cap)) return 0;
+  int64_t lo = 1, hi = cap;  // lo does not fit, hi does
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+}  // namespace lmt

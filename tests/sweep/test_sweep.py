@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""scripts/sweep.py and scripts/plot.py on the CPU with the tiny model: rows appended once, points
+already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
+on, bad points refused before any run; the quick sweep scripts end to end; and
+scripts/mixed_precision.py writes its tables.
+
+Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
+"""
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PY = sys.executable
+BASE = ["--lmtrain", os.path.join(REPO, "build/lmtrain"), "--set", "run.mode=bench",
+        "--set", "run.device=cpu", "--set", "bench.warmup=0", "--set", "bench.steps=1",
+        "--set", "bench.kernels=0", "--config", os.path.join(REPO, "configs/models/tiny.toml"),
+        "--set", "model.context_length=8", "--set", "model.num_layers=1"]
+A, B, C = "model.precision=fp32", "model.precision=bf16", "model.precision=fp32 train.batch_size=2"
+MISSING = "data.source=file data.path=/nonexistent/tokens.bin"
+
+
+def rows(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class Sweep(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="lmtrain-sweep-test-")
+        self.csv = os.path.join(self.dir, "out.csv")
+        self.failed = os.path.join(self.dir, "out.failed.csv")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def sweep(self, *points, extra=(), base=BASE):
+        r = subprocess.run([PY, os.path.join(REPO, "scripts/sweep.py"), "--csv", self.csv, *base,
+                            *extra, *points], capture_output=True, text=True, cwd=REPO)
+        return r.returncode, r.stdout + r.stderr
+
+    def test_rows_are_appended_once_and_a_rerun_skips_them(self):
+        code, out = self.sweep(A, B)
+        self.assertEqual(code, 0, out)
+        self.assertIn("2 ran, 0 skipped, 0 failed", out)
+        first = rows(self.csv)
+        self.assertEqual([r["model.precision"] for r in first], ["fp32", "bf16"])
+        code, out = self.sweep(A, B)
+        self.assertEqual(code, 0, out)
+        self.assertIn("0 ran, 2 skipped", out)
+        self.assertEqual(rows(self.csv), first)  # nothing rewritten, nothing added
+        # An interrupted sweep re-run with one more point: only the new point runs.
+        code, out = self.sweep(A, B, C)
+        self.assertIn("1 ran, 2 skipped", out)
+        self.assertEqual([r["train.batch_size"] for r in rows(self.csv)], ["8", "8", "2"])
+
+    def test_list_valued_keys_are_matched_as_the_csv_writes_them(self):
+        lists = """model.precision=fp32 attention.seq_lens=[8,16] 'attention.impls=["flash"]'"""
+        code, out = self.sweep(A, lists)
+        self.assertEqual(code, 0, out)
+        self.assertIn("2 ran, 0 skipped", out)
+        written = rows(self.csv)
+        self.assertEqual([r["attention.seq_lens"] for r in written],
+                         ["256 1024 4096 16384", "8 16"])
+        self.assertEqual([r["attention.impls"] for r in written], ["naive flash", "flash"])
+        code, out = self.sweep(A, lists)
+        self.assertIn("0 ran, 2 skipped", out)
+
+    def test_a_failing_point_is_recorded_and_the_sweep_goes_on(self):
+        code, out = self.sweep(MISSING, A)
+        self.assertEqual(code, 0, out)
+        self.assertIn("1 ran, 0 skipped, 1 failed", out)
+        self.assertEqual(len(rows(self.csv)), 1)  # the point after the failure ran
+        failed = rows(self.failed)
+        self.assertEqual(len(failed), 1)
+        self.assertEqual(failed[0]["status"], "failed")
+        self.assertEqual(failed[0]["exit_code"], "2")
+        self.assertEqual(failed[0]["data.path"], "/nonexistent/tokens.bin")
+        self.assertIn("cannot open", failed[0]["error"])
+        code, out = self.sweep(MISSING, A)  # skipped, not retried, on a re-run...
+        self.assertIn("0 ran, 2 skipped, 0 failed", out)
+        code, out = self.sweep(MISSING, A, extra=["--retry-failed"])  # ...unless asked
+        self.assertIn("0 ran, 1 skipped, 1 failed", out)
+        self.assertEqual(len(rows(self.failed)), 2)
+
+    def test_out_of_memory_is_recorded_as_oom(self):
+        # An lmtrain that resolves configs like the real one and runs out of memory on every run.
+        fake = os.path.join(self.dir, "lmtrain-oom")
+        with open(fake, "w") as f:
+            f.write('#!/bin/sh\nfor a in "$@"; do [ "$a" = --print-config ] && exec %s "$@"; done\n'
+                    'echo "lmtrain: error: out of GPU memory: 512.0 MiB more needed" >&2\nexit 2\n'
+                    % os.path.join(REPO, "build/lmtrain"))
+        os.chmod(fake, 0o755)
+        base = list(BASE)
+        base[1] = fake
+        code, out = self.sweep(A, B, base=base)
+        self.assertEqual(code, 0, out)
+        self.assertIn("OOM (exit 2)", out)
+        self.assertEqual([r["status"] for r in rows(self.failed)], ["oom", "oom"])
+        self.assertEqual(rows(self.csv), [])
+
+    def test_bad_points_stop_the_sweep_before_any_run(self):
+        for point, expect in [("model.d_modle=3", "unknown key model.d_modle"),
+                              ("precision", "expected section.key=value"),
+                              ("model.num_heads=5", "not divisible")]:
+            code, out = self.sweep(A, point)
+            self.assertEqual(code, 2, out)
+            self.assertEqual(len(out.strip().splitlines()), 1, out)
+            self.assertIn(expect, out)
+            self.assertFalse(os.path.exists(self.csv))  # point 1 was not run either
+
+    def test_a_csv_with_another_header_stops_the_sweep(self):
+        with open(self.csv, "w") as f:
+            f.write("a,b\n1,2\n")
+        code, out = self.sweep(A)
+        self.assertEqual(code, 2, out)
+        self.assertIn("has another header", out)
+        self.assertFalse(os.path.exists(self.failed))  # not recorded as a failed point
+        # Same config columns, other metrics (a plan CSV given to a bench sweep): lmtrain refuses.
+        os.remove(self.csv)
+        self.assertEqual(self.sweep(A, extra=["--set", "run.mode=plan"])[0], 0)
+        code, out = self.sweep(B)
+        self.assertEqual(code, 2, out)
+        self.assertIn("has another header", out)
+        self.assertFalse(os.path.exists(self.failed))
+
+    def test_plot_draws_a_png_from_the_csv_and_refuses_unknown_columns(self):
+        self.sweep(A, B, MISSING)
+        png = os.path.join(self.dir, "p.png")
+        plot = [PY, os.path.join(REPO, "scripts/plot.py"), self.csv]
+        r = subprocess.run(plot + ["--x", "model.context_length", "--y", "step_ms_median",
+                                   "--series", "model.precision", "--out", png],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("2 points, 2 lines, 1 failed", r.stdout)
+        with open(png, "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        r = subprocess.run(plot + ["--x", "model.ctx", "--y", "step_ms_median", "--out", png],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no column model.ctx", r.stderr)
+
+    def test_quick_sweep_scripts_run_end_to_end(self):
+        env = dict(os.environ, SWEEP_QUICK="1", PYTHON=PY, CONTEXTS="8", WARMUPS="0 1")
+        for script, csvs, n in [("sweep_e2e.sh", {"CSV": "e2e.csv"}, 4),
+                                ("sweep_memory.sh", {"CSV": "mem.csv", "PLAN_CSV": "plan.csv"}, 2)]:
+            for k, v in csvs.items():
+                env[k] = os.path.join(self.dir, v)
+            r = subprocess.run([os.path.join(REPO, "scripts", script)], capture_output=True,
+                               text=True, env=env, cwd=REPO)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(len(rows(env["CSV"])), n, script)
+            self.assertTrue(any(f.endswith(".png") for f in os.listdir(self.dir)))
+        mem, plan = rows(os.path.join(self.dir, "mem.csv")), rows(os.path.join(self.dir, "plan.csv"))
+        for m, p in zip(mem, plan):  # on the CPU the plan is the measurement
+            self.assertEqual(m["mem_total_bytes"], p["total_bytes"])
+
+
+class MixedPrecision(unittest.TestCase):
+    def test_the_experiment_runs_and_writes_every_section(self):
+        with tempfile.TemporaryDirectory() as d:
+            md = os.path.join(d, "mp.md")
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/mixed_precision.py"), "--out", md],
+                               capture_output=True, text=True, cwd=REPO)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(md) as f:
+                text = f.read()
+        for part in ["Command: `", "## Accumulation", "| float16 | float16 |", "## Toy model",
+                     "| output of fc1 (first layer) | torch.bfloat16 |", "## Layer norm"]:
+            self.assertIn(part, text)
+        # fp16 accumulation drifts well away from 10 where fp32 stays close (IEEE arithmetic,
+        # the point of the experiment).
+        row = lambda acc, val: float(text.split(f"| {acc} | {val} | ")[1].split(" |")[0])
+        self.assertLess(abs(row("float32", "float32") - 10), 1e-3)
+        self.assertGreater(abs(row("float16", "float16") - 10), 1e-2)
+
+
+if __name__ == "__main__":
+    loader = unittest.defaultTestLoader
+    result = unittest.TextTestRunner(verbosity=2).run(unittest.TestSuite(
+        [loader.loadTestsFromTestCase(Sweep), loader.loadTestsFromTestCase(MixedPrecision)]))
+    bad = len(result.failures) + len(result.errors)
+    print(f"[doctest] test cases: {result.testsRun} | {result.testsRun - bad} passed | {bad} failed"
+          f" | {len(result.skipped)} skipped")
+    sys.exit(0 if result.wasSuccessful() else 1)

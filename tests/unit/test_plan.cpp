@@ -1,0 +1,195 @@
+// The memory planner: on one device its bytes per tag are exactly what the CPU backend's tagged
+// allocator holds once the model and AdamW are built; the parallel degrees divide and send what
+// plan.hpp says; plan mode prints and writes its CSV row from the same numbers.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "backend.hpp"
+#include "helpers.hpp"
+#include "model.hpp"
+#include "optimizer.hpp"
+#include "plan.hpp"
+
+using namespace lmt;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t d, heads, ff, layers, vocab, ctx, batch;
+  const char* precision;
+};
+
+// The tiny model and odd shapes (prime vocabulary and context, one head, batch 1).
+const Shape kShapes[] = {
+    {"tiny", 64, 4, 176, 2, 256, 64, 8, "bf16"},
+    {"odd", 24, 2, 40, 3, 37, 7, 3, "fp32"},
+    {"one head, batch 1", 10, 1, 14, 1, 13, 11, 1, "tf32"},
+    {"fp64", 12, 3, 20, 2, 11, 5, 2, "fp64"},
+};
+
+Config config_of(const Shape& s) {
+  Config c;
+  c.run.mode = "plan";
+  c.model.d_model = s.d, c.model.num_heads = s.heads, c.model.d_ff = s.ff;
+  c.model.num_layers = s.layers, c.model.vocab_size = s.vocab, c.model.context_length = s.ctx;
+  c.model.precision = s.precision;
+  c.train.batch_size = s.batch;
+  return c;
+}
+
+template <typename T> void check_against_allocator(const Config& c) {
+  auto be = make_cpu_backend<T>();
+  Model<T> model(*be, c.model, c.train.batch_size, c.model.context_length);
+  AdamW<T> opt(*be, model.layout.total);
+  const Plan p = make_plan(c);
+  const MemoryStats& mem = be->memory();
+  auto at = [&](MemTag t) { return uint64_t(mem.current[size_t(t)]); };
+  CHECK(p.param_count == model.layout.total);
+  CHECK(p.params == at(MemTag::params));
+  CHECK(p.grads == at(MemTag::grads));
+  CHECK(p.optimizer == at(MemTag::optimizer));
+  CHECK(p.activations == at(MemTag::activations));
+  CHECK(p.workspace == at(MemTag::workspace));
+  CHECK(p.total() == mem.total);
+  CHECK(p.attn_probs < p.activations);
+}
+
+}  // namespace
+
+TEST_CASE("plan: bytes per tag equal what the CPU backend allocates for the model and AdamW") {
+  for (const Shape& s : kShapes) {
+    SUBCASE(s.name) {
+      Config c = config_of(s);
+      validate(c);
+      if (std::string(s.precision) == "fp64") check_against_allocator<double>(c);
+      else check_against_allocator<float>(c);
+    }
+  }
+}
+
+TEST_CASE("plan: flash on the GPU saves B x H x T fp32 per layer, not B x H x T x T") {
+  Config c = config_of(kShapes[1]);  // B 3, H 2, T 7: both pieces round up to 64 elements
+  const uint64_t L = 3;
+  Plan p = make_plan(c);
+  CHECK(c.model.attention == "flash");
+  CHECK(p.attn_probs == L * 320 * 4);  // B*H*T*T = 294 elements, carved as 320
+  CHECK(p.flash_lse == L * 64 * 4);    // B*H*T = 42 elements, carved as 64
+  CHECK(p.activations_cuda == p.activations - p.attn_probs + p.flash_lse);
+  c.model.attention = "naive";
+  CHECK(make_plan(c).activations_cuda == make_plan(c).activations);
+}
+
+TEST_CASE("plan: fsdp shards params, grads and moments; zero1 shards only the moments") {
+  Config c = config_of(kShapes[1]);
+  const Plan one = make_plan(c);
+  const uint64_t P = one.param_count;
+  for (int64_t s : {2, 3, 7}) {
+    c.plan.fsdp = s;
+    Plan p = make_plan(c);
+    CHECK(p.param_count_device == (P + uint64_t(s) - 1) / uint64_t(s));
+    CHECK(p.params == p.param_count_device * 4);
+    CHECK(p.grads == p.params);
+    CHECK(p.optimizer == 2 * p.params);
+    CHECK(p.activations == one.activations);  // act_shard_fraction 0: activations stay whole
+    CHECK(p.workspace > one.workspace);       // the gathered group and its gradients
+    CHECK(p.comm_fsdp == doctest::Approx(3.0 * double(s - 1) / double(s) * double(P) * 4));
+    CHECK(p.devices == s);
+    CHECK(p.global_batch == s * c.train.batch_size);
+  }
+  c.plan.fsdp = 1, c.plan.dp = 4, c.plan.zero = 1;
+  Plan z = make_plan(c);
+  CHECK(z.params == one.params);
+  CHECK(z.grads == one.grads);
+  CHECK(z.optimizer == 2 * ((P + 3) / 4) * 4);
+  // Reduce-scatter plus all-gather send what the all-reduce sends.
+  c.plan.zero = 0;
+  Plan d = make_plan(c);
+  CHECK(d.optimizer == one.optimizer);
+  CHECK(d.comm_dp == doctest::Approx(2.0 * 3.0 / 4.0 * double(P) * 4));
+  CHECK(z.comm_dp == doctest::Approx(d.comm_dp));
+  CHECK(one.comm_total() == 0);  // one device sends nothing
+}
+
+TEST_CASE("plan: tp splits the attention and FFN weights and activations, not the rest") {
+  Config c = config_of(kShapes[0]);  // 4 heads, d_ff 176: tp 2 and 4 divide both
+  const Plan one = make_plan(c);
+  const uint64_t d = 64, f = 176, L = 2, V = 256, n = 8 * 64;
+  for (uint64_t t : {2, 4}) {
+    c.plan.tp = int64_t(t);
+    validate(c);
+    Plan p = make_plan(c);
+    CHECK(p.param_count_device == L * (2 * d + 4 * d * d / t + 3 * d * f / t) + 2 * (V / t) * d + d);
+    CHECK(p.attn_probs * t == one.attn_probs);
+    CHECK(p.activations < one.activations);
+    CHECK(p.comm_tp == doctest::Approx(2.0 * double(t - 1) / double(t) *
+                                       double((4 * L + 2) * n * d + 3 * n) * 4));
+  }
+}
+
+TEST_CASE("plan: ffn_only is CS336 2.4's accounting (fp32 state, bf16 activations)") {
+  Config c;
+  c.run.mode = "plan", c.plan.graph = "ffn_only", c.model.precision = "bf16";
+  c.model.d_model = 16384, c.model.d_ff = 53248, c.model.num_layers = 126, c.model.num_heads = 128;
+  c.model.context_length = 512, c.train.batch_size = 4;
+  const uint64_t d = 16384, f = 53248, L = 126, tokens = 4 * 512;
+  Plan p = make_plan(c);
+  CHECK(p.param_count == L * 2 * d * f);
+  CHECK(p.params + p.grads + p.optimizer == 16 * p.param_count);  // 4 + 4 + 8 bytes a parameter
+  CHECK(p.activations == tokens * L * (d + f) * 2);
+  CHECK(p.workspace == 0);
+  // Half the activations sharded: (state + A/2)/N + A/2 per device, the assignment's expression.
+  c.plan.act_shard_fraction = 0.5, c.plan.fsdp = 64;
+  Plan s = make_plan(c);
+  CHECK(s.params + s.grads + s.optimizer == 16 * ((p.param_count + 63) / 64));
+  CHECK(s.activations == p.activations / 2 + p.activations / 2 / 64);
+  // The smallest degree that fits does, and one less does not.
+  const double budget = 95e9;
+  int64_t k = min_fsdp_to_fit(c, budget, false);
+  REQUIRE(k > 1);
+  c.plan.fsdp = k;
+  Plan fit = make_plan(c);
+  CHECK(double(fit.total() - fit.workspace) <= budget);
+  c.plan.fsdp = k - 1;
+  Plan miss = make_plan(c);
+  CHECK(double(miss.total() - miss.workspace) > budget);
+  CHECK(min_fsdp_to_fit(c, budget, true) >= k);  // the gather buffer only adds
+  CHECK(min_fsdp_to_fit(c, double(p.activations) / 4, false) == 0);  // the unsharded half never fits
+}
+
+TEST_CASE("plan mode: prints the tags and appends a CSV row with the planner's numbers") {
+  test::TempDir dir;
+  std::string csv = dir.path + "/plan.csv";
+  std::string cmd = std::string(test::lmtrain()) +
+                    " --config configs/models/tiny.toml --set run.mode=plan --set plan.dp=2"
+                    " --set plan.zero=1 --csv " + csv;
+  auto r = test::run(cmd);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  for (auto word : {"params", "grads", "optimizer", "activations", "workspace", "FlashAttention",
+                    "dp (zero1)", "smallest FSDP degree"})
+    CHECK(r.output.find(word) != std::string::npos);
+  REQUIRE(test::run(cmd).code == 0);  // a second row under the same header
+  std::ifstream f(csv);
+  std::string header, row, row2, extra;
+  std::getline(f, header), std::getline(f, row), std::getline(f, row2);
+  CHECK(!std::getline(f, extra));
+  auto h = test::csv_cells(header), v = test::csv_cells(row);
+  REQUIRE(h.size() == v.size());
+  auto col = [&](const std::string& name) {
+    for (size_t i = 0; i < h.size(); ++i)
+      if (h[i] == name) return v[i];
+    FAIL("no column " << name);
+    return std::string();
+  };
+  Config c = parse_command_line({"--config", "configs/models/tiny.toml", "--set", "run.mode=plan",
+                                 "--set", "plan.dp=2", "--set", "plan.zero=1"}).config;
+  Plan p = make_plan(c);
+  CHECK(col("plan.dp") == "2");
+  CHECK(col("total_bytes") == std::to_string(p.total()));
+  CHECK(col("optimizer_bytes") == std::to_string(p.optimizer));
+  CHECK(col("activations_bytes") == std::to_string(p.activations));
+  CHECK(col("devices") == "2");
+  CHECK(col("fits") == "1");
+}
