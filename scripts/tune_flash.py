@@ -3,7 +3,7 @@
 
 For each candidate (warps per block, row tiles of 16 per warp, streamed tile) of one kernel, a
 copy of build/ is rebuilt with that kernel's table entry replaced
-(EXTRA_NVCCFLAGS=-DLMT_FLASH_TILES_<KERNEL>=w,m,t, sm_90 only; candidates build in parallel) and
+(EXTRA_NVCCFLAGS=-DLMT_FLASH_<KERNEL>_WARPS=w ..., sm_90 only; candidates build in parallel) and
 its attention mode times flash on the grid. Rows go to results/flash_tuning.csv; the best
 candidate per kernel and head dim is printed (forward time for fwd, backward time for dkdv and dq:
 the backward runs both kernels, the other one fixed at its table entry). The table itself lives
@@ -38,7 +38,9 @@ def build(kernel, cand, env):
     for f in os.listdir(os.path.join(out, "obj", "cuda", "attention")):
         if f.endswith(".o"):
             os.remove(os.path.join(out, "obj", "cuda", "attention", f))
-    cmd = ["make", f"BUILD={out}", f"EXTRA_NVCCFLAGS=-DLMT_FLASH_TILES_{kernel.upper()}={w},{m},{t}",
+    k = kernel.upper()
+    flags = f"-DLMT_FLASH_{k}_WARPS={w} -DLMT_FLASH_{k}_MTILES={m} -DLMT_FLASH_{k}_TILE={t}"
+    cmd = ["make", f"BUILD={out}", f"EXTRA_NVCCFLAGS={flags}",
            "CUDA_ARCHS=-gencode arch=compute_90,code=sm_90", f"{out}/lmtrain"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     return out, r.returncode, r.stdout[-2000:] + r.stderr[-2000:]

@@ -29,32 +29,31 @@ constexpr float kLn2 = 0.6931471805599453f;
 //
 // The table: chosen per head dim by scripts/tune_flash.sh on one H100 (bf16, causal, B 1, H 16,
 // T 8192 and 16384; its rows are in results/flash_tuning.csv). A build with
-// EXTRA_NVCCFLAGS=-DLMT_FLASH_TILES_DQ=w,m,t (likewise _FWD, _DKDV) replaces one kernel's entry
-// for every head dim: that is how the script tries candidates.
+// EXTRA_NVCCFLAGS="-DLMT_FLASH_DQ_WARPS=w -DLMT_FLASH_DQ_MTILES=m -DLMT_FLASH_DQ_TILE=t" (likewise
+// FWD, DKDV) replaces one kernel's entry for every head dim: that is how the script tries
+// candidates (three macros: nvcc splits a -D value at commas).
 #define LMT_TILES(w, m, t) static constexpr int kWarps = w, kMTiles = m, kTile = t
-#define LMT_TILES_OF(list) LMT_TILES(list)
 template <int DH> struct FwdTraits {
-#ifdef LMT_FLASH_TILES_FWD
-  LMT_TILES_OF(LMT_FLASH_TILES_FWD);
+#ifdef LMT_FLASH_FWD_WARPS  // a tuning build
+  LMT_TILES(LMT_FLASH_FWD_WARPS, LMT_FLASH_FWD_MTILES, LMT_FLASH_FWD_TILE);
 #else
   LMT_TILES(4, 2, 64);
 #endif
 };
 template <int DH> struct DkdvTraits {
-#ifdef LMT_FLASH_TILES_DKDV
-  LMT_TILES_OF(LMT_FLASH_TILES_DKDV);
+#ifdef LMT_FLASH_DKDV_WARPS  // a tuning build
+  LMT_TILES(LMT_FLASH_DKDV_WARPS, LMT_FLASH_DKDV_MTILES, LMT_FLASH_DKDV_TILE);
 #else
   LMT_TILES(4, DH >= 128 ? 1 : 2, 32);
 #endif
 };
 template <int DH> struct DqTraits {
-#ifdef LMT_FLASH_TILES_DQ
-  LMT_TILES_OF(LMT_FLASH_TILES_DQ);
+#ifdef LMT_FLASH_DQ_WARPS  // a tuning build
+  LMT_TILES(LMT_FLASH_DQ_WARPS, LMT_FLASH_DQ_MTILES, LMT_FLASH_DQ_TILE);
 #else
   LMT_TILES(4, DH >= 128 ? 1 : 2, 64);
 #endif
 };
-#undef LMT_TILES_OF
 #undef LMT_TILES
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
