@@ -27,8 +27,10 @@ constexpr float kLn2 = 0.6931471805599453f;
 // fragment read from shared memory for more tensor-core work; the limit is registers (the
 // accumulators, one DH-wide for O and dQ, two for dK and dV, plus the S/dS tiles).
 //
-// The table: chosen per head dim by scripts/tune_flash.sh on one H100 (bf16, causal, B 1, H 16,
-// T 8192 and 16384; its rows are in results/flash_tuning.csv). A build with
+// The table: chosen per head dim by scripts/tune_flash.py on one H100 (bf16, causal, B 1, H 16,
+// T 8192 and 16384; rows in results/flash_tuning.csv, 2026-11-23; that sweep shared the GPU with
+// a test run, so its margins of 5-10% are indicative). Forward: (4, 2, 64) from the hand
+// comparison in the commit log (2 row tiles: 3.87 -> 3.47 ms at d 64, T 16384). A build with
 // EXTRA_NVCCFLAGS="-DLMT_FLASH_DQ_WARPS=w -DLMT_FLASH_DQ_MTILES=m -DLMT_FLASH_DQ_TILE=t" (likewise
 // FWD, DKDV) replaces one kernel's entry for every head dim: that is how the script tries
 // candidates (three macros: nvcc splits a -D value at commas).
@@ -44,14 +46,14 @@ template <int DH> struct DkdvTraits {
 #ifdef LMT_FLASH_DKDV_WARPS  // a tuning build
   LMT_TILES(LMT_FLASH_DKDV_WARPS, LMT_FLASH_DKDV_MTILES, LMT_FLASH_DKDV_TILE);
 #else
-  LMT_TILES(4, DH >= 128 ? 1 : 2, 32);
+  LMT_TILES(4, DH >= 128 ? 1 : 2, DH >= 128 ? 64 : 32);
 #endif
 };
 template <int DH> struct DqTraits {
 #ifdef LMT_FLASH_DQ_WARPS  // a tuning build
   LMT_TILES(LMT_FLASH_DQ_WARPS, LMT_FLASH_DQ_MTILES, LMT_FLASH_DQ_TILE);
 #else
-  LMT_TILES(4, DH >= 128 ? 1 : 2, 64);
+  LMT_TILES(4, 2, DH >= 128 ? 32 : 64);
 #endif
 };
 #undef LMT_TILES

@@ -2,8 +2,9 @@
 //
 // Activations, parameters, gradients and optimizer state are fp32; the precision policy decides
 // what matmuls read: fp32, fp32 through TF32 tensor cores, or bf16 copies of both operands made
-// just before the matmul (bf16 tensor cores, fp32 accumulation). Attention is the naive baseline:
-// scores materialised by a batched matmul, a causal softmax kernel, a second matmul.
+// just before the matmul (bf16 tensor cores, fp32 accumulation). Attention is FlashAttention-2
+// (cuda/attention/, saving the rows' logsumexp) or the naive baseline: scores materialised by a
+// batched matmul, a causal softmax kernel, a second matmul (saving the probabilities).
 #ifdef LMTRAIN_CUDA
 #include <cublas_v2.h>
 
