@@ -37,7 +37,8 @@ CsvRow bench_columns(const Config& c) {
   for (auto name : {"date_utc", "device_used", "device_name"}) row.add(name, "");
   for (auto m : {"fwd", "fwd_bwd", "step"})
     for (auto stat : {"mean", "std", "median", "min", "max"}) row.add(strf("%s_ms_%s", m, stat), "");
-  for (auto name : {"tokens_per_s", "tflops", "mfu", "mem_total_bytes", "mem_forward_bytes"})
+  for (auto name : {"tokens_per_s", "tflops", "mfu", "mem_total_bytes", "mem_forward_bytes",
+                    "world_size", "comm_ms", "exposed_ms", "compute_ms", "optimizer_bytes"})
     row.add(name, "");
   return row;
 }
@@ -209,6 +210,13 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
       row.set("mfu", strf("%.4f", mfu));
       row.set("mem_total_bytes", std::to_string(mem.peak));
       row.set("mem_forward_bytes", strf("%.0f", tag(MemTag::params) + tag(MemTag::activations)));
+      // Rank 0's: communication per timed step (mean), the step's wait for it (median), the rest.
+      const double exposed_median = sync ? summarize(exposed_ms).median : 0;
+      row.set("world_size", std::to_string(rt.world));
+      row.set("comm_ms", strf("%.4f", comm_ms));
+      row.set("exposed_ms", strf("%.4f", exposed_median));
+      row.set("compute_ms", strf("%.4f", ss.median - exposed_median));
+      row.set("optimizer_bytes", strf("%.0f", tag(MemTag::optimizer)));
       append_csv(cl.csv_path, row);
     }
   }

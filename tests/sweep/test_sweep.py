@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/sweep.py and scripts/plot.py on the CPU with the tiny model: rows appended once, points
 already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
-on, bad points refused before any run; the quick sweep scripts end to end; and
+on, bad points refused before any run; the quick sweep scripts end to end (the DDP one on 2
+ranks); and
 scripts/mixed_precision.py writes its tables.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
@@ -160,6 +161,22 @@ class Sweep(unittest.TestCase):
         mem, plan = rows(os.path.join(self.dir, "mem.csv")), rows(os.path.join(self.dir, "plan.csv"))
         for m, p in zip(mem, plan):  # on the CPU the plan is the measurement
             self.assertEqual(m["mem_total_bytes"], p["total_bytes"])
+
+    def test_quick_ddp_sweep_tabulates_every_strategy_against_one_rank(self):
+        env = dict(os.environ, SWEEP_QUICK="1", PYTHON=PY, CSV=os.path.join(self.dir, "ddp.csv"))
+        r = subprocess.run([os.path.join(REPO, "scripts", "sweep_ddp.sh")], capture_output=True,
+                           text=True, env=env, cwd=REPO)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        many, one = rows(env["CSV"]), rows(os.path.join(self.dir, "ddp_1rank.csv"))
+        self.assertEqual([x["ddp.strategy"] for x in many],
+                         ["naive", "flat", "overlap", "zero1", "bucketed", "bucketed"])
+        self.assertEqual([x["world_size"] for x in many + one], ["2"] * 6 + ["1"])
+        opt = {x["ddp.strategy"]: int(x["optimizer_bytes"]) for x in many}
+        self.assertEqual(opt["flat"], int(one[0]["optimizer_bytes"]))
+        self.assertLess(opt["zero1"], opt["flat"] * 0.6)  # half the moments, one shard's worth
+        with open(os.path.join(self.dir, "ddp.md")) as f:
+            table = f.read()
+        self.assertEqual(table.count("\n| "), 7, table)  # the header and the six points
 
 
 class MixedPrecision(unittest.TestCase):

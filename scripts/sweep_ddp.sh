@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# CS336 §2.2-2.3 and ZeRO-1 on GPUs: bench mode on one model with N ranks for every gradient
+# strategy (naive, flat, overlap, bucketed over bucket sizes, zero1), and the same model on one
+# rank as the baseline; rows in results/ddp.csv and results/ddp_1rank.csv (a re-run skips points
+# already there), then results/ddp.md (step time, communication, exposed share, scaling against
+# one rank, optimizer bytes per rank) and a PNG of step time against bucket size.
+#   scripts/sweep_ddp.sh                 # on 2 GPUs: xl, batch 4 x 512 per GPU, bf16
+#   SWEEP_QUICK=1 scripts/sweep_ddp.sh   # the tiny model on 2 CPU ranks, in seconds (tests run this)
+# Env: MODEL (config file), NP (2), BUCKETS_MB, STEPS, CSV, TIMEOUT (s per point), PYTHON, LMTRAIN.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${PYTHON:-/usr/bin/python3}
+if [ "${SWEEP_QUICK:-0}" = 1 ]; then
+  model=${MODEL:-configs/models/tiny.toml} buckets=${BUCKETS_MB:-0.01 0.1} steps=${STEPS:-2}
+  device=cpu csv=${CSV:-results/ddp_quick.csv} extra="model.precision=fp32"
+else
+  model=${MODEL:-configs/models/xl.toml} buckets=${BUCKETS_MB:-1 10 100 1000} steps=${STEPS:-10}
+  device=cuda csv=${CSV:-results/ddp.csv} extra="model.precision=bf16"
+fi
+np=${NP:-2}
+one=${csv%.csv}_1rank.csv
+points=$(mktemp)
+trap 'rm -f "$points"' EXIT
+{
+  for s in naive flat overlap zero1; do echo "config=$model $extra ddp.strategy=$s"; done
+  for b in $buckets; do echo "config=$model $extra ddp.strategy=bucketed ddp.bucket_mb=$b"; done
+} >"$points"
+common=(--lmtrain "${LMTRAIN:-build/lmtrain}" --set run.mode=bench --set run.device="$device"
+        --set bench.steps="$steps" --set bench.kernels=0 --timeout "${TIMEOUT:-0}")
+"$py" scripts/sweep.py --csv "$one" "${common[@]}" -- "config=$model $extra"
+"$py" scripts/sweep.py --csv "$csv" --np "$np" "${common[@]}" --points-file "$points"
+"$py" scripts/ddp_table.py "$csv" "$one" > "${csv%.csv}.md"
+cat "${csv%.csv}.md"
+if [ -s "$csv" ]; then
+  "$py" scripts/plot.py "$csv" --x ddp.bucket_mb --y step_ms_median --logx \
+    --where ddp.strategy=bucketed --series world_size --ylabel "step, median ms" \
+    --out "${csv%.csv}_buckets.png"
+fi
