@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "cuda_check.hpp"
 
 namespace lmt::cuda::attn {
 
@@ -57,6 +60,27 @@ template <int DH> struct DqTraits {
 #endif
 };
 #undef LMT_TILES
+
+// The head dims that have kernels (80: the 2.7b model's). dispatch(dh, f) calls f with
+// std::integral_constant<int, dh>: the one place a run-time head dim becomes a template argument.
+template <int... Ds> struct HeadDimList {
+  static constexpr bool has(int64_t dh) { return ((dh == Ds) || ...); }
+  template <typename F> static void dispatch(int64_t dh, F&& f) {
+    if (!((dh == Ds ? (f(std::integral_constant<int, Ds>{}), true) : false) || ...))
+      LMT_FATAL("flash attention: no kernel for head dim " + std::to_string(dh));
+  }
+};
+using HeadDims = HeadDimList<16, 32, 64, 80, 128>;
+
+// Lets Kernel use `bytes` of dynamic shared memory (more than the default 48 KB). Launchers call it
+// before every launch; only the first call per kernel asks the driver.
+template <auto Kernel> void allow_smem(size_t bytes) {
+  static const bool done = [bytes] {
+    CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    return true;
+  }();
+  (void)done;
+}
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

@@ -39,7 +39,7 @@ void check_aligned(std::initializer_list<const void*> ptrs) {
 
 }  // namespace
 
-bool flash_supports(int64_t dh) { return dh == 16 || dh == 32 || dh == 64 || dh == 80 || dh == 128; }
+bool flash_supports(int64_t dh) { return attn::HeadDims::has(dh); }
 
 void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
                float* lse, cudaStream_t stream) {

@@ -191,16 +191,7 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
   // As in forward: key tiles without any masking first, then the diagonal and end tiles.
   const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
   auto step = [&](int64_t j, auto mask) {
-    const int buf = int(j & 1);
-    if (j + 1 < tiles) {
-      load_tile<E, BC, DH, THREADS>(sK + (buf ^ 1) * BC * LD, K, (j + 1) * BC, p.T, p.qkv_row);
-      load_tile<E, BC, DH, THREADS>(sV + (buf ^ 1) * BC * LD, V, (j + 1) * BC, p.T, p.qkv_row);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const int buf = next_kv_tile<E, BC, DH, THREADS>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
     const bf16 *k_t = sK + buf * BC * LD, *v_t = sV + buf * BC * LD;
     const int64_t k0 = j * BC;
     if (!p.causal || k0 <= warp_q0 + 16 * MT - 1) {
@@ -246,18 +237,12 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
     }
 }
 
-template <typename Kernel>
-void set_smem(Kernel kernel, size_t bytes) {
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
-
 template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   {
     constexpr int BR = DkdvTraits<DH>::kTile;
     constexpr int BC = 16 * DkdvTraits<DH>::kMTiles * DkdvTraits<DH>::kWarps;
     constexpr size_t smem = size_t(2 * BC + 4 * BR) * kLd<DH> * sizeof(bf16) + 4 * BR * sizeof(float);
-    static bool configured = false;  // the attribute is per kernel, set once
-    if (!configured) set_smem(flash_dkdv_kernel<E, DH>, smem), configured = true;
+    allow_smem<flash_dkdv_kernel<E, DH>>(smem);
     dim3 grid(unsigned(ceil_div(p.T, BC)), unsigned(B * p.H));
     flash_dkdv_kernel<E, DH><<<grid, DkdvTraits<DH>::kWarps * 32, smem, stream>>>(p);
     CUDA_LAUNCH_CHECK();
@@ -266,8 +251,7 @@ template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream
     constexpr int BR = 16 * DqTraits<DH>::kMTiles * DqTraits<DH>::kWarps;
     constexpr int BC = DqTraits<DH>::kTile;
     constexpr size_t smem = size_t(2 * BR + 4 * BC) * kLd<DH> * sizeof(bf16);
-    static bool configured = false;
-    if (!configured) set_smem(flash_dq_kernel<E, DH>, smem), configured = true;
+    allow_smem<flash_dq_kernel<E, DH>>(smem);
     dim3 grid(unsigned(ceil_div(p.T, BR)), unsigned(B * p.H));
     flash_dq_kernel<E, DH><<<grid, DqTraits<DH>::kWarps * 32, smem, stream>>>(p);
     CUDA_LAUNCH_CHECK();
@@ -291,14 +275,7 @@ template void bwd_rowsum<float>(const Params&, int64_t, int64_t, bool, cudaStrea
 template void bwd_rowsum<bf16>(const Params&, int64_t, int64_t, bool, cudaStream_t);
 
 template <typename E> void bwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  switch (dh) {
-    case 16: return launch<E, 16>(p, B, s);
-    case 32: return launch<E, 32>(p, B, s);
-    case 64: return launch<E, 64>(p, B, s);
-    case 80: return launch<E, 80>(p, B, s);  // the 2.7b model's head dim
-    case 128: return launch<E, 128>(p, B, s);
-  }
-  LMT_FATAL("flash attention: head dim must be 16, 32, 64, 80 or 128");
+  HeadDims::dispatch(dh, [&](auto d) { launch<E, decltype(d)::value>(p, B, s); });
 }
 template void bwd_tc<float>(const Params&, int64_t, int64_t, cudaStream_t);
 template void bwd_tc<bf16>(const Params&, int64_t, int64_t, cudaStream_t);

@@ -149,43 +149,28 @@ template <int DH> __global__ void __launch_bounds__(kRows) flash_dq_fp32_kernel(
   for (int i = 0; i < DH; ++i) dQ[i] = dq[i] * p.scale;
 }
 
-template <typename Kernel> void launch(Kernel kernel, const Params& p, int64_t B, size_t smem,
-                                       cudaStream_t s) {
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<dim3(unsigned(ceil_div(p.T, kRows)), unsigned(B * p.H)), kRows, smem, s>>>(p);
+template <auto Kernel> void launch(const Params& p, int64_t B, size_t smem, cudaStream_t s) {
+  allow_smem<Kernel>(smem);
+  Kernel<<<dim3(unsigned(ceil_div(p.T, kRows)), unsigned(B * p.H)), kRows, smem, s>>>(p);
   CUDA_LAUNCH_CHECK();
 }
 
 template <int DH> void fwd(const Params& p, int64_t B, cudaStream_t s) {
-  launch(flash_fwd_fp32_kernel<DH>, p, B, sizeof(float) * kRows * (3 * DH + 1), s);
+  launch<flash_fwd_fp32_kernel<DH>>(p, B, sizeof(float) * kRows * (3 * DH + 1), s);
 }
 template <int DH> void bwd(const Params& p, int64_t B, cudaStream_t s) {
-  launch(flash_dkdv_fp32_kernel<DH>, p, B, sizeof(float) * kRows * (4 * (DH + 1) + 2 * DH + 2), s);
-  launch(flash_dq_fp32_kernel<DH>, p, B, sizeof(float) * kRows * (2 * (DH + 1) + 2 * DH), s);
+  launch<flash_dkdv_fp32_kernel<DH>>(p, B, sizeof(float) * kRows * (4 * (DH + 1) + 2 * DH + 2), s);
+  launch<flash_dq_fp32_kernel<DH>>(p, B, sizeof(float) * kRows * (2 * (DH + 1) + 2 * DH), s);
 }
 
 }  // namespace
 
 void fwd_fp32(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  switch (dh) {
-    case 16: return fwd<16>(p, B, s);
-    case 32: return fwd<32>(p, B, s);
-    case 64: return fwd<64>(p, B, s);
-    case 80: return fwd<80>(p, B, s);
-    case 128: return fwd<128>(p, B, s);
-  }
-  LMT_FATAL("flash attention: head dim must be 16, 32, 64, 80 or 128");
+  HeadDims::dispatch(dh, [&](auto d) { fwd<decltype(d)::value>(p, B, s); });
 }
 
 void bwd_fp32(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  switch (dh) {
-    case 16: return bwd<16>(p, B, s);
-    case 32: return bwd<32>(p, B, s);
-    case 64: return bwd<64>(p, B, s);
-    case 80: return bwd<80>(p, B, s);
-    case 128: return bwd<128>(p, B, s);
-  }
-  LMT_FATAL("flash attention: head dim must be 16, 32, 64, 80 or 128");
+  HeadDims::dispatch(dh, [&](auto d) { bwd<decltype(d)::value>(p, B, s); });
 }
 
 }  // namespace lmt::cuda::attn

@@ -54,16 +54,7 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
   // query) run a body without the mask; the few others, at the diagonal or the end, with it.
   const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
   auto step = [&](int64_t j, auto mask) {
-    const int buf = int(j & 1);
-    if (j + 1 < tiles) {
-      load_tile<E, BC, DH, THREADS>(sK + (buf ^ 1) * BC * LD, K, (j + 1) * BC, p.T, p.qkv_row);
-      load_tile<E, BC, DH, THREADS>(sV + (buf ^ 1) * BC * LD, V, (j + 1) * BC, p.T, p.qkv_row);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const int buf = next_kv_tile<E, BC, DH, THREADS>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
     const bf16 *k_t = sK + buf * BC * LD, *v_t = sV + buf * BC * LD;
     const int64_t k0 = j * BC;
     // A warp whose queries all lie before this tile's first key sees none of it.
@@ -130,12 +121,7 @@ template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream
   constexpr int BR = 16 * FwdTraits<DH>::kMTiles * FwdTraits<DH>::kWarps;
   constexpr int BC = FwdTraits<DH>::kTile;
   constexpr size_t smem = size_t(BR + 4 * BC) * kLd<DH> * sizeof(bf16);
-  static bool configured = false;  // the attribute is per kernel, set once
-  if (!configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(flash_fwd_kernel<E, DH>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    configured = true;
-  }
+  allow_smem<flash_fwd_kernel<E, DH>>(smem);
   dim3 grid(unsigned(ceil_div(p.T, BR)), unsigned(B * p.H));
   flash_fwd_kernel<E, DH><<<grid, FwdTraits<DH>::kWarps * 32, smem, stream>>>(p);
   CUDA_LAUNCH_CHECK();
@@ -144,14 +130,7 @@ template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream
 }  // namespace
 
 template <typename E> void fwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  switch (dh) {
-    case 16: return launch<E, 16>(p, B, s);
-    case 32: return launch<E, 32>(p, B, s);
-    case 64: return launch<E, 64>(p, B, s);
-    case 80: return launch<E, 80>(p, B, s);  // the 2.7b model's head dim
-    case 128: return launch<E, 128>(p, B, s);
-  }
-  LMT_FATAL("flash attention: head dim must be 16, 32, 64, 80 or 128");
+  HeadDims::dispatch(dh, [&](auto d) { launch<E, decltype(d)::value>(p, B, s); });
 }
 template void fwd_tc<float>(const Params&, int64_t, int64_t, cudaStream_t);
 template void fwd_tc<bf16>(const Params&, int64_t, int64_t, cudaStream_t);

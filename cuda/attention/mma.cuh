@@ -175,6 +175,25 @@ __device__ __forceinline__ void load_tile(bf16* tile, const E* g, int64_t row0, 
   }
 }
 
+// Double-buffered streaming of key and value tiles (BC rows each; buffer b at sK + b * BC * LD,
+// likewise sV): starts copying tile j + 1 into the buffer tile j does not use, if there is a next
+// tile, then waits until tile j is in shared memory for the whole block. Returns tile j's buffer.
+template <typename E, int BC, int DH, int THREADS>
+__device__ __forceinline__ int next_kv_tile(bf16* sK, bf16* sV, const E* K, const E* V, int64_t j,
+                                            int64_t tiles, int64_t T, int64_t row_stride) {
+  const int buf = int(j & 1);
+  if (j + 1 < tiles) {
+    load_tile<E, BC, DH, THREADS>(sK + (buf ^ 1) * BC * kLd<DH>, K, (j + 1) * BC, T, row_stride);
+    load_tile<E, BC, DH, THREADS>(sV + (buf ^ 1) * BC * kLd<DH>, V, (j + 1) * BC, T, row_stride);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+  return buf;
+}
+
 // Two adjacent output elements (row t, columns c, c + 1) of an fp32 or bf16 tensor.
 template <typename E> __device__ __forceinline__ void store2(E* p, float x, float y) {
   if constexpr (sizeof(E) == 2)

@@ -10,9 +10,9 @@
 // FLOPs (the convention of FlashAttention's benchmarks, useful work only): forward
 // 4 B H T^2 dh, halved when causal; backward 2.5 x forward.
 #include <cstdio>
-#include <cstring>
 #include <functional>
 
+#include "comm.hpp"
 #include "gpu.hpp"
 #include "modes.hpp"
 #include "report.hpp"
@@ -68,18 +68,11 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       return bufs.back()->data();
     };
     auto randomize = [&](char* p, int64_t elems) {  // fp32 normals, then the storage dtype
-      std::vector<float> host(static_cast<size_t>(elems));
+      const DType t = bf16 ? DType::bf16 : DType::f32;
+      std::vector<char> host(size_t(elems) * dtype_size(t));
       Rng rng{static_cast<uint64_t>(elems)};  // never zeros: they hide unwritten outputs and time faster
-      for (auto& e : host) e = float(rng.normal());
-      if (!bf16) return be->upload_bytes(p, host.data(), host.size() * 4);
-      std::vector<uint16_t> h16(host.size());
-      for (size_t i = 0; i < host.size(); ++i) {
-        float f = round_bf16(host[i]);
-        uint32_t u;
-        std::memcpy(&u, &f, 4);
-        h16[i] = uint16_t(u >> 16);
-      }
-      be->upload_bytes(p, h16.data(), h16.size() * 2);
+      for (size_t i = 0; i < size_t(elems); ++i) store(t, host.data(), i, float(rng.normal()));
+      be->upload_bytes(p, host.data(), host.size());
     };
     if (pt.impl == "flash") {
       const size_t es = bf16 ? 2 : 4;

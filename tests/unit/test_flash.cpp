@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "backend.hpp"
+#include "comm.hpp"
 #include "gpu.hpp"
 #include "helpers.hpp"
 
@@ -79,51 +79,33 @@ double norm(const Vec& x) {
   return std::sqrt(s);
 }
 
-// Device memory holding fp32 or bf16 elements.
+// Device memory holding fp32 or bf16 elements; host images go through comm.hpp's store/load.
 struct DeviceArray {
   void* p = nullptr;
   size_t n;
-  bool bf16;
-  DeviceArray(size_t n_, bool bf16_) : n(n_), bf16(bf16_) { CUDA_CHECK(cudaMalloc(&p, bytes())); }
+  DType t;
+  DeviceArray(size_t n_, bool bf16) : n(n_), t(bf16 ? DType::bf16 : DType::f32) {
+    CUDA_CHECK(cudaMalloc(&p, bytes()));
+  }
   ~DeviceArray() { cudaFree(p); }
-  size_t bytes() const { return n * (bf16 ? 2 : 4); }
+  size_t bytes() const { return n * dtype_size(t); }
   void poison() { CUDA_CHECK(cudaMemset(p, 0xff, bytes())); }  // NaN in both formats
   // Host values into elements [offset + r * stride + c] for rows r of `width` elements.
   void put(const Vec& x, size_t width, size_t stride, size_t offset) {
-    std::vector<uint32_t> all(n);
-    CUDA_CHECK(cudaMemcpy(host(all), p, bytes(), cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < x.size(); ++i) set(all, offset + i / width * stride + i % width, x[i]);
-    CUDA_CHECK(cudaMemcpy(p, host(all), bytes(), cudaMemcpyHostToDevice));
+    std::vector<char> all = raw();
+    for (size_t i = 0; i < x.size(); ++i) store(t, all.data(), offset + i / width * stride + i % width, x[i]);
+    CUDA_CHECK(cudaMemcpy(p, all.data(), bytes(), cudaMemcpyHostToDevice));
   }
   Vec get(size_t count, size_t width, size_t stride, size_t offset) const {
-    std::vector<uint32_t> all(n);
-    CUDA_CHECK(cudaMemcpy(host(all), p, bytes(), cudaMemcpyDeviceToHost));
+    std::vector<char> all = raw();
     Vec out(count);
-    for (size_t i = 0; i < count; ++i) out[i] = value(all, offset + i / width * stride + i % width);
+    for (size_t i = 0; i < count; ++i) out[i] = load(t, all.data(), offset + i / width * stride + i % width);
     return out;
   }
-  std::vector<uint32_t> raw() const {
-    std::vector<uint32_t> all(n);
-    CUDA_CHECK(cudaMemcpy(host(all), p, bytes(), cudaMemcpyDeviceToHost));
+  std::vector<char> raw() const {
+    std::vector<char> all(bytes());
+    CUDA_CHECK(cudaMemcpy(all.data(), p, bytes(), cudaMemcpyDeviceToHost));
     return all;
-  }
-
- private:
-  // Host images: n fp32 words, or n bf16 halves packed into the first n / 2 words.
-  void* host(std::vector<uint32_t>& all) const { return all.data(); }
-  const void* host(const std::vector<uint32_t>& all) const { return all.data(); }
-  void set(std::vector<uint32_t>& all, size_t i, double x) const {
-    float f = float(x);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if (bf16) reinterpret_cast<uint16_t*>(all.data())[i] = uint16_t(u >> 16);  // x is bf16-exact
-    else all[i] = u;
-  }
-  double value(const std::vector<uint32_t>& all, size_t i) const {
-    uint32_t u = bf16 ? uint32_t(reinterpret_cast<const uint16_t*>(all.data())[i]) << 16 : all[i];
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
   }
 };
 
@@ -193,7 +175,7 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
       CHECK(std::none_of(all.begin(), all.end(), [](double x) { return std::isnan(x); }));
     }
     // Deterministic: the same backward again gives the same bits.
-    std::vector<uint32_t> first = dqkv.raw();
+    std::vector<char> first = dqkv.raw();
     cuda::flash_bwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p, dout.p,
                     static_cast<float*>(lse.p), static_cast<float*>(D.p), ptr(dqkv, off[0]),
                     ptr(dqkv, off[1]), ptr(dqkv, off[2]), nullptr);
