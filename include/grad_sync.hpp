@@ -8,8 +8,9 @@
 //   flat     one all-reduce over the whole flat buffer, after backward (no copy: it is one buffer)
 //   overlap  an async all-reduce of each group's range as soon as backward finishes the group
 //   bucketed contiguous buckets of >= ddp.bucket_mb, each launched async once complete
-//   zero1    a reduce-scatter after backward: each rank gets the sum of its own shard only, and
-//            runs the optimizer on it (zero1.hpp, which also owns the sharded optimizer)
+//   zero1    the same buckets, each reduced (not all-reduced) onto the ranks that own its
+//            elements: each rank gets the sum of its own shard only, and runs the optimizer on it
+//            (zero1.hpp, which also owns the sharded optimizer)
 #pragma once
 #include <memory>
 #include <string>
@@ -48,6 +49,31 @@ struct GradBuffer {
 // Contiguous ranges of the flat buffer in backward order, each at least bucket_bytes unless it is
 // the last; a parameter is never split, so one larger than a bucket is a bucket of its own.
 std::vector<ParamGroup> make_buckets(const ParamLayout& layout, double bucket_bytes, DType t);
+
+// The buckets of make_buckets, each launched (async) as soon as backward has finished every
+// gradient in it; finish() launches any left and waits for all. Bucketed DDP all-reduces a
+// bucket; zero1 overrides launch() to reduce-scatter it.
+class BucketedSync : public GradSync {
+ public:
+  BucketedSync(const GradBuffer& g, const ParamLayout& layout, double bucket_bytes);
+  void begin_step() override;
+  void ready(int group) override;
+  void finish() override;
+
+ protected:
+  virtual Handle launch(const ParamGroup& bucket) {
+    return g_.all_reduce_async(bucket.begin, bucket.end);
+  }
+  GradBuffer g_;
+
+ private:
+  void launch_up_to(size_t final_end);
+
+  const ParamLayout& layout_;
+  std::vector<ParamGroup> buckets_;
+  std::vector<Handle> inflight_;
+  size_t next_ = 0;  // first bucket not launched this step
+};
 
 std::unique_ptr<GradSync> make_grad_sync(const std::string& strategy, const GradBuffer& grads,
                                          const ParamLayout& layout, double bucket_mb);

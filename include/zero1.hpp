@@ -2,7 +2,11 @@
 //
 // Rank r owns elements [displacement(r), + counts[r]) of the flat parameter buffer (backward
 // order, so a shard is one range; the first total % world ranks own one element more). A step:
-//   finish()          reduce-scatter the flat gradients: each rank receives the sum of its shard
+//   backward          the gradient buckets of ddp.bucket_mb (as bucketed DDP's), each reduced as
+//                     soon as it is complete, while backward goes on: a rank receives the sums
+//                     of the bucket's elements that lie in its shard (most buckets lie in one
+//                     shard, so that is one reduce onto its owner)
+//   finish()          waits for the last buckets
 //   clip_grad_norm()  the global norm from the all-reduced squared norms of the shards
 //   step()            AdamW over this rank's shard with its own moments (1/world of them), then
 //                     all-gather the parameters in place so every rank holds them all
@@ -18,10 +22,9 @@ namespace lmt {
 // Elements per rank: contiguous, in rank order, covering [0, total) once; sizes differ by <= 1.
 Counts shard_counts(size_t total, int world);
 
-template <typename T> class Zero1 : public GradSync {
+template <typename T> class Zero1 : public BucketedSync {
  public:
-  Zero1(Backend<T>& be, const GradBuffer& grads, size_t total);
-  void finish() override;
+  Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout, double bucket_bytes);
   double clip_grad_norm(double max_norm);  // returns the global norm before clipping
   void step(T* params, double lr, const Config::Optim& o);
   AdamW<T>& optimizer() { return opt_; }  // this rank's shard of the state (checkpoints)
@@ -30,8 +33,9 @@ template <typename T> class Zero1 : public GradSync {
   const size_t begin, end;  // this rank's shard
 
  private:
+  Handle launch(const ParamGroup& bucket) override;
+
   Backend<T>& be_;
-  GradBuffer g_;
   BackendArray<T> grad_shard_;       // the reduced gradients of [begin, end)
   BackendArray<T, double> norm_sq_;  // the squared norm, all-reduced where the comm works
   AdamW<T> opt_;                     // moments of [begin, end) only

@@ -113,7 +113,7 @@ def main(argv):
     ap.add_argument("--csv", required=True, help="rows go here (lmtrain --csv)")
     ap.add_argument("--lmtrain", default="build/lmtrain")
     ap.add_argument("--np", type=int, default=1, help="ranks per run (>1: under --mpirun)")
-    ap.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun -q --oversubscribe"))
+    ap.add_argument("--mpirun", default=os.environ.get("MPIRUN", "mpirun -q --oversubscribe --bind-to none"))
     ap.add_argument("--set", action="append", default=[], metavar="K=V", help="for every point")
     ap.add_argument("--config", action="append", default=[], metavar="FILE", help="for every point")
     ap.add_argument("--points-file", help="one point per line")

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <thread>
 
+#include <sched.h>
+
 #include "check.hpp"
 #include "nvtx.hpp"
 #include "rng.hpp"
@@ -67,10 +69,22 @@ std::unique_ptr<BackendArray<T>> Model<T>::carve(std::vector<std::pair<T**, int6
   return arena;
 }
 
+namespace {
+
+// The cores this process may run on (mpirun binds each rank to one core unless told otherwise).
+size_t host_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return size_t(std::max(1, CPU_COUNT(&set)));
+}
+
+}  // namespace
+
 // Truncated normal weights (±3 std), norm gains 1. Each parameter is cut into chunks of 2^20
 // values with a random stream of their own (from the seed, the parameter's index and the chunk's),
 // drawn on all host cores: the values do not depend on the number of threads, and xl's 2 billion
-// draws take seconds instead of a minute.
+// draws take seconds instead of a minute (on as many cores as mpirun lets this rank use: with
+// one core, the minute is back; see the README on --bind-to none).
 template <typename T> void Model<T>::init_params(uint64_t seed) {
   constexpr size_t kChunk = size_t(1) << 20;
   struct Chunk { size_t param, begin, end; };
@@ -100,7 +114,7 @@ template <typename T> void Model<T>::init_params(uint64_t seed) {
       }
     }
   };
-  size_t workers = std::min<size_t>(chunks.size(), std::thread::hardware_concurrency());
+  size_t workers = std::min(chunks.size(), host_cores());
   std::vector<std::thread> threads(workers > 1 ? workers - 1 : 0);
   for (auto& t : threads) t = std::thread(work);
   work();

@@ -73,9 +73,10 @@ class NcclCommunicator : public Communicator {
         return;
       }
       NCCL_CHECK(ncclGroupStart());
-      for (int r = 0; r < size_; ++r)
-        NCCL_CHECK(ncclReduce(at(send, displacement(counts, r), t), recv, counts[size_t(r)],
-                              nccl_type(t), ncclSum, r, comm_, stream_));
+      for (int r = 0; r < size_; ++r)  // every rank skips the same empty parts
+        if (counts[size_t(r)])
+          NCCL_CHECK(ncclReduce(at(send, displacement(counts, r), t), recv, counts[size_t(r)],
+                                nccl_type(t), ncclSum, r, comm_, stream_));
       NCCL_CHECK(ncclGroupEnd());
     });
   }

@@ -16,38 +16,27 @@ std::vector<ParamGroup> make_buckets(const ParamLayout& layout, double bucket_by
   return buckets;
 }
 
-namespace {
+BucketedSync::BucketedSync(const GradBuffer& g, const ParamLayout& layout, double bucket_bytes)
+    : g_(g), layout_(layout), buckets_(make_buckets(layout, bucket_bytes, g.t)) {}
 
-class BucketedSync : public GradSync {
- public:
-  BucketedSync(const GradBuffer& g, const ParamLayout& layout, double bucket_bytes)
-      : g_(g), layout_(layout), buckets_(make_buckets(layout, bucket_bytes, g.t)) {}
-  void begin_step() override {
-    inflight_.clear();
-    next_ = 0;
-  }
-  // Groups finish in flat order, so everything below this group's end is final.
-  void ready(int group) override { launch_up_to(layout_.groups[size_t(group)].end); }
-  void finish() override {
-    launch_up_to(layout_.total);
-    for (auto& h : inflight_) h->wait();
-    inflight_.clear();
-  }
+void BucketedSync::begin_step() {
+  inflight_.clear();
+  next_ = 0;
+}
 
- private:
-  void launch_up_to(size_t final_end) {
-    for (; next_ < buckets_.size() && buckets_[next_].end <= final_end; ++next_)
-      inflight_.push_back(g_.all_reduce_async(buckets_[next_].begin, buckets_[next_].end));
-  }
+// Groups finish in flat order, so everything below this group's end is final.
+void BucketedSync::ready(int group) { launch_up_to(layout_.groups[size_t(group)].end); }
 
-  GradBuffer g_;
-  const ParamLayout& layout_;
-  std::vector<ParamGroup> buckets_;
-  std::vector<Handle> inflight_;
-  size_t next_ = 0;  // first bucket not launched this step
-};
+void BucketedSync::finish() {
+  launch_up_to(layout_.total);
+  for (auto& h : inflight_) h->wait();
+  inflight_.clear();
+}
 
-}  // namespace
+void BucketedSync::launch_up_to(size_t final_end) {
+  for (; next_ < buckets_.size() && buckets_[next_].end <= final_end; ++next_)
+    inflight_.push_back(launch(buckets_[next_]));
+}
 
 std::unique_ptr<GradSync> make_bucketed_sync(const GradBuffer& g, const ParamLayout& layout,
                                              double bucket_bytes) {

@@ -1,7 +1,8 @@
-// zero1: gradients reduce-scattered to the rank that owns their shard, AdamW over that shard
+// zero1: gradients reduced bucket by bucket onto the ranks that own them, during backward; AdamW over that shard
 // only, parameters all-gathered after the step (zero1.hpp).
 #include "zero1.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "check.hpp"
@@ -15,17 +16,28 @@ Counts shard_counts(size_t total, int world) {
 }
 
 template <typename T>
-Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, size_t total)
-    : counts(shard_counts(total, grads.comm.size())),
+Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout,
+                double bucket_bytes)
+    : BucketedSync(grads, layout, bucket_bytes),
+      counts(shard_counts(layout.total, grads.comm.size())),
       begin(displacement(counts, grads.comm.rank())),
-      end(begin + counts[size_t(grads.comm.rank())]), be_(be), g_(grads),
+      end(begin + counts[size_t(grads.comm.rank())]), be_(be),
       grad_shard_(be, end - begin, MemTag::grads), norm_sq_(be, 1, MemTag::workspace),
       opt_(be, end - begin) {
   LMT_ASSERT(grads.t == dtype_of<T>(), "zero1 shards the optimizer's own element type");
 }
 
-template <typename T> void Zero1<T>::finish() {
-  g_.comm.reduce_scatter(g_.data, grad_shard_.data(), counts, g_.t);
+// The bucket [a, b) as a reduce-scatter whose rank r part is [a, b) ∩ its shard (empty for most
+// ranks): this rank's part lands at its place in grad_shard_.
+template <typename T> Handle Zero1<T>::launch(const ParamGroup& bucket) {
+  Counts parts(counts.size());
+  for (size_t r = 0, lo = 0; r < counts.size(); lo += counts[r++]) {
+    size_t from = std::max(bucket.begin, lo), to = std::min(bucket.end, lo + counts[r]);
+    parts[r] = to > from ? to - from : 0;
+  }
+  const size_t mine = parts[size_t(g_.comm.rank())] ? std::max(bucket.begin, begin) - begin : 0;
+  return g_.comm.reduce_scatter_async(static_cast<T*>(g_.data) + bucket.begin,
+                                      grad_shard_.data() + mine, parts, g_.t);
 }
 
 template <typename T> double Zero1<T>::clip_grad_norm(double max_norm) {

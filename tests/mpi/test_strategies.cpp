@@ -56,7 +56,7 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
   std::unique_ptr<Zero1<float>> zero;
   std::unique_ptr<GradSync> sync;
   if (strategy == "zero1") {
-    zero = std::make_unique<Zero1<float>>(*be, grads, ddp.layout.total);
+    zero = std::make_unique<Zero1<float>>(*be, grads, ddp.layout, bucket_mb * (1 << 20));
     // Only this rank's shard of both moments is allocated.
     CHECK(be->memory().current[size_t(MemTag::optimizer)] ==
           2 * zero->counts[size_t(me)] * sizeof(float));
@@ -126,7 +126,8 @@ void check_every_strategy(const std::string& device) {
   SUBCASE("overlap") { check_strategy("overlap", 25, device); }
   SUBCASE("bucketed, several buckets") { check_strategy("bucketed", 0.01, device); }
   SUBCASE("bucketed, one bucket") { check_strategy("bucketed", 1000, device); }
-  SUBCASE("zero1") { check_strategy("zero1", 0, device); }
+  SUBCASE("zero1, a bucket per parameter") { check_strategy("zero1", 0, device); }
+  SUBCASE("zero1, one bucket") { check_strategy("zero1", 1000, device); }
 }
 
 }  // namespace
