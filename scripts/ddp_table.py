@@ -36,7 +36,7 @@ def main(ranks_csv, one_csv):
     print("|---|---|---|---|---|---|---|---|")
     for r in many:
         step, exposed = float(r["step_ms_median"]), float(r["exposed_ms"])
-        bucket = r["ddp.bucket_mb"] if r["ddp.strategy"] == "bucketed" else "–"
+        bucket = r["ddp.bucket_mb"] if r["ddp.strategy"] in ("bucketed", "zero1") else "–"
         scaling = f"{100 * base / step:.1f}%" if base else "–"
         print(f"| {r['ddp.strategy']} | {bucket} | {step:.2f} | {float(r['comm_ms']):.2f} | "
               f"{exposed:.2f} | {100 * exposed / step:.1f}% | {scaling} | "
