@@ -1,6 +1,9 @@
 // Shared by the kernel files: launch checks and block-wide reductions.
 #pragma once
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include <string>
 
@@ -16,6 +19,12 @@
 namespace lmt::cuda {
 
 inline int blocks_for(int64_t n, int threads) { return int((n + threads - 1) / threads); }
+
+// v stored as Out: fp32 as it is, bf16 rounded to nearest even.
+template <typename Out> __device__ inline Out stored(float v) {
+  if constexpr (std::is_same_v<Out, float>) return v;
+  else return __float2bfloat16_rn(v);
+}
 
 // Sum (or max) over the block; every thread gets the result. blockDim.x is a multiple of 32,
 // at most 1024; `scratch` is 32 floats of shared memory.

@@ -7,11 +7,12 @@
 namespace lmt::cuda {
 namespace {
 
-__global__ void swiglu_fwd_kernel(const float* a, const float* b, float* g, int64_t n) {
+template <typename Out>
+__global__ void swiglu_fwd_kernel(const float* a, const float* b, Out* g, int64_t n) {
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   float sig = 1.0f / (1.0f + expf(-a[i]));
-  g[i] = a[i] * sig * b[i];
+  g[i] = stored<Out>(a[i] * sig * b[i]);
 }
 
 __global__ void swiglu_bwd_kernel(const float* a, const float* b, const float* dg, float* da,
@@ -35,8 +36,11 @@ __global__ void scale_kernel(float* x, int64_t n, float factor) {
 
 }  // namespace
 
-void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, cudaStream_t s) {
-  swiglu_fwd_kernel<<<blocks_for(n, 256), 256, 0, s>>>(a, b, g, n);
+void swiglu_fwd(const float* a, const float* b, void* g, bool g_bf16, int64_t n, cudaStream_t s) {
+  if (g_bf16)
+    swiglu_fwd_kernel<<<blocks_for(n, 256), 256, 0, s>>>(a, b, static_cast<__nv_bfloat16*>(g), n);
+  else
+    swiglu_fwd_kernel<<<blocks_for(n, 256), 256, 0, s>>>(a, b, static_cast<float*>(g), n);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -1,4 +1,5 @@
-// RMSNorm over rows of length d: y = x * r * g, r = (mean(x^2) + eps)^(-1/2), statistics in fp32.
+// RMSNorm over rows of length d: y = x * r * g, r = (mean(x^2) + eps)^(-1/2), statistics in fp32;
+// y stored in fp32, or rounded to bf16 when only bf16 matmuls read it.
 // Backward, s = sum_j g_j dy_j x_j:  dx_i = r g_i dy_i - x_i r^3 s / d;  dg_i += sum_rows dy_i x_i r.
 // Forward and dx: one block per row. dg: a 32 x 32 block per 32 columns; each of its 32 row
 // lanes sums every 32nd row, then the lanes are added in order (deterministic, no atomics).
@@ -10,15 +11,16 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void rmsnorm_fwd_kernel(const float* x, const float* g, float* y, float* rstd,
-                                   int64_t d, float eps) {
+template <typename Out>
+__global__ void rmsnorm_fwd_kernel(const float* x, const float* g, Out* y, float* rstd, int64_t d,
+                                   float eps) {
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * d;
   float ss = 0;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += xr[i] * xr[i];
   float r = rsqrtf(block_reduce<false>(ss, scratch) / float(d) + eps);
   if (threadIdx.x == 0) rstd[blockIdx.x] = r;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) y[blockIdx.x * d + i] = xr[i] * r * g[i];
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) y[blockIdx.x * d + i] = stored<Out>(xr[i] * r * g[i]);
 }
 
 __global__ void rmsnorm_dx_kernel(const float* x, const float* g, const float* rstd,
@@ -50,9 +52,14 @@ __global__ void rmsnorm_dg_kernel(const float* x, const float* rstd, const float
 
 }  // namespace
 
-void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t d,
-                 double eps, cudaStream_t s) {
-  rmsnorm_fwd_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, g, y, rstd, d, float(eps));
+void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rstd, int64_t rows,
+                 int64_t d, double eps, cudaStream_t s) {
+  if (y_bf16)
+    rmsnorm_fwd_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, g, static_cast<__nv_bfloat16*>(y),
+                                                           rstd, d, float(eps));
+  else
+    rmsnorm_fwd_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, g, static_cast<float*>(y), rstd, d,
+                                                           float(eps));
   CUDA_LAUNCH_CHECK();
 }
 

@@ -15,14 +15,15 @@ void embedding_fwd(const int32_t* tokens, const float* table, float* out, int64_
                    cudaStream_t s);
 void embedding_bwd(const int32_t* tokens, const int32_t* order, const float* dout, float* dtable,
                    int64_t n, int64_t d, cudaStream_t s);
-void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows, int64_t d,
-                 double eps, cudaStream_t s);
+// y (and swiglu's g) are float*, or __nv_bfloat16* with y_bf16 (rounded to nearest even).
+void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rstd, int64_t rows,
+                 int64_t d, double eps, cudaStream_t s);
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
                  float* dg, int64_t rows, int64_t d, cudaStream_t s);
 // table: float2 (cos, sin) of angle t * theta^(-2i/dh) at [t * dh/2 + i], t < T.
 void rope(float* x, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,
           int64_t row_stride, bool inverse, cudaStream_t s);
-void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, cudaStream_t s);
+void swiglu_fwd(const float* a, const float* b, void* g, bool g_bf16, int64_t n, cudaStream_t s);
 void swiglu_bwd(const float* a, const float* b, const float* dg, float* da, float* db, int64_t n,
                 cudaStream_t s);
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);

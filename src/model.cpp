@@ -15,13 +15,15 @@ namespace lmt {
 template <typename T>
 Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int64_t seq_len)
     : be(backend), cfg(c), B(batch), T_(seq_len), precision(parse_precision(c.precision)),
-      attention(parse_attention(c.attention)),
+      attention(parse_attention(c.attention)), mm16(precision == Precision::bf16),
       layout(ParamLayout::build(c)), params_(be, layout.total, MemTag::params),
       grads_(be, layout.total, MemTag::grads), inputs_(be, size_t(B * seq_len), MemTag::activations),
       targets_(be, size_t(B * seq_len), MemTag::activations),
       order_(be, size_t(B * seq_len), MemTag::activations), order_host_(size_t(B * seq_len)) {
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
+  // The RMSNorms' outputs and SwiGLU's gate are read only by matmuls: under bf16, stored so.
+  const int64_t nd16 = mm16 ? be.bf16_elems(n * d) : n * d, nf16 = mm16 ? be.bf16_elems(n * f) : n * f;
   for (int64_t l = 0; l < L; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
     auto off = [&](const char* s) { return layout.get(p + s).offset; };
@@ -36,13 +38,13 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   acts_.resize(size_t(L));
   for (int64_t l = 0; l <= L; ++l) saved.push_back({&x_[size_t(l)], n * d});
   for (auto& a : acts_) {
-    for (auto [ptr, size] : {std::pair{&a.rstd1, n}, {&a.h1, n * d}, {&a.qkv, 3 * n * d},
-                             {&a.att_saved, be.attention_saved(B, T_, H, c.head_dim(), attention)}, {&a.att, n * d}, {&a.x_mid, n * d},
-                             {&a.rstd2, n}, {&a.h2, n * d}, {&a.a1, n * f}, {&a.a3, n * f},
-                             {&a.g, n * f}})
+    for (auto [ptr, size] : {std::pair{&a.rstd1, n}, {&a.h1, nd16}, {&a.qkv, 3 * n * d},
+                             {&a.att_saved, be.attention_saved(B, T_, H, c.head_dim(), attention)},
+                             {&a.att, n * d}, {&a.x_mid, n * d}, {&a.rstd2, n}, {&a.h2, nd16},
+                             {&a.a1, n * f}, {&a.a3, n * f}, {&a.g, nf16}})
       saved.push_back({ptr, size});
   }
-  for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, n * d}, {&logits_, n * V},
+  for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, nd16}, {&logits_, n * V},
                            {&dlogits_, n * V}, {&row_loss_, n}})
     saved.push_back({ptr, size});
   for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d}, {&datt_, n * d},
@@ -137,22 +139,22 @@ void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, doubl
     NvtxRange layer(strf("layer %zu", l).c_str());
     const LayerWeights& w = weights_[l];
     const LayerActs& a = acts_[l];
-    be.rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps);
-    be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision);
+    be.rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps, mm16);
+    be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision, mm16);
     be.rope(a.qkv, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, false);  // q and k: 2H heads
     be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention);
-    be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision);
+    be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision, false);
     be.add_inplace(a.x_mid, x_[l], n * d);
-    be.rmsnorm_fwd(a.x_mid, P + w.ln2, a.h2, a.rstd2, n, d, cfg.norm_eps);
-    be.linear_fwd(a.h2, P + w.w1, a.a1, n, f, d, precision);
-    be.linear_fwd(a.h2, P + w.w3, a.a3, n, f, d, precision);
-    be.swiglu_fwd(a.a1, a.a3, a.g, n * f);
-    be.linear_fwd(a.g, P + w.w2, x_[l + 1], n, d, f, precision);
+    be.rmsnorm_fwd(a.x_mid, P + w.ln2, a.h2, a.rstd2, n, d, cfg.norm_eps, mm16);
+    be.linear_fwd(a.h2, P + w.w1, a.a1, n, f, d, precision, mm16);
+    be.linear_fwd(a.h2, P + w.w3, a.a3, n, f, d, precision, mm16);
+    be.swiglu_fwd(a.a1, a.a3, a.g, n * f, mm16);
+    be.linear_fwd(a.g, P + w.w2, x_[l + 1], n, d, f, precision, mm16);
     be.add_inplace(x_[l + 1], a.x_mid, n * d);
   }
   be.rmsnorm_fwd(x_.back(), P + layout.get("ln_final.weight").offset, hf_, rstdf_, n, d,
-                   cfg.norm_eps);
-  be.linear_fwd(hf_, P + layout.get("lm_head.weight").offset, logits_, n, V, d, precision);
+                 cfg.norm_eps, mm16);
+  be.linear_fwd(hf_, P + layout.get("lm_head.weight").offset, logits_, n, V, d, precision, mm16);
   be.cross_entropy(logits_, targets_.data(), dlogits_, row_loss_, n, V,
                    1.0 / (double(n) * grad_divisor));
 }
@@ -166,24 +168,24 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
   be.zero_bytes(G, layout.total * sizeof(T));
   if (sync) sync->begin_step();
   size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
-  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision);
+  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16);
   be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d);
   if (sync) sync->ready(0);
   for (int64_t l = L - 1; l >= 0; --l) {  // dx_ holds the gradient of x_[l + 1]
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
-    be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision);
+    be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision, mm16);
     be.swiglu_bwd(a.a1, a.a3, dg_, da1_, da3_, n * f);
-    be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision);
-    be.linear_bwd(a.h2, P + w.w3, da3_, dtmp_, G + w.w3, n, f, d, precision);
+    be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision, mm16);
+    be.linear_bwd(a.h2, P + w.w3, da3_, dtmp_, G + w.w3, n, f, d, precision, mm16);
     be.add_inplace(dh_, dtmp_, n * d);
     be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dtmp_, G + w.ln2, n, d);
     be.add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_mid
-    be.linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision);
+    be.linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision, false);
     be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention);
     be.rope(dqkv_, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true);
-    be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision);
+    be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision, mm16);
     be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dtmp_, G + w.ln1, n, d);
     be.add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_[l]
     if (sync) sync->ready(ParamLayout::layer_group(L, l));

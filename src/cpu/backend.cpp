@@ -19,17 +19,19 @@ template <typename T> class CpuBackend : public Backend<T> {
   void download_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
   void zero_bytes(void* p, size_t b) override { std::memset(p, 0, b); }
 
-  void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,
-                  Precision p) override {
+  // x_bf16: x already holds bf16 values, which the bf16 policy's rounding leaves as they are.
+  void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, Precision p,
+                  bool) override {
     cpu::linear_fwd(x, w, y, M, N, K, p);
   }
   void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
-                  int64_t K, Precision p) override {
+                  int64_t K, Precision p, bool) override {
     cpu::linear_bwd(x, w, dy, dx, dw, M, N, K, p);
   }
-  void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
-                   double eps) override {
+  void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d, double eps,
+                   bool y_bf16) override {
     cpu::rmsnorm_fwd(x, g, y, rstd, rows, d, eps);
+    if (y_bf16) round_bf16(y, rows * d);
   }
   void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
                    int64_t rows, int64_t d) override {
@@ -47,7 +49,10 @@ template <typename T> class CpuBackend : public Backend<T> {
                      int64_t T_, int64_t H, int64_t dh, Precision p, AttentionImpl) override {
     cpu::attention_bwd(qkv, probs, dout, dqkv, B, T_, H, dh, p);
   }
-  void swiglu_fwd(const T* a, const T* b, T* g, int64_t n) override { cpu::swiglu_fwd(a, b, g, n); }
+  void swiglu_fwd(const T* a, const T* b, T* g, int64_t n, bool g_bf16) override {
+    cpu::swiglu_fwd(a, b, g, n);
+    if (g_bf16) round_bf16(g, n);
+  }
   void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n) override {
     cpu::swiglu_bwd(a, b, dg, da, db, n);
   }
@@ -99,6 +104,9 @@ template <typename T> class CpuBackend : public Backend<T> {
   void device_free(void* p) override { std::free(p); }
 
  private:
+  static void round_bf16(T* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] = round_to(Precision::bf16, x[i]);
+  }
   std::vector<std::chrono::steady_clock::time_point> marks_;
 };
 

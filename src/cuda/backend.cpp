@@ -1,8 +1,9 @@
 // The CUDA backend: device memory, one stream, our kernels (cuda/*.cu) and cuBLAS.
 //
-// Activations, parameters, gradients and optimizer state are fp32; the precision policy decides
-// what matmuls read: fp32, fp32 through TF32 tensor cores, or bf16 copies of both operands made
-// just before the matmul (bf16 tensor cores, fp32 accumulation). Attention is FlashAttention-2
+// Parameters, gradients and optimizer state are fp32; the precision policy decides what matmuls
+// read: fp32, fp32 through TF32 tensor cores, or bf16 (bf16 tensor cores, fp32 accumulation):
+// the weights' bf16 copy (refreshed by AdamW), activations that only matmuls read stored in bf16
+// by the kernel that makes them, and bf16 copies of other operands made just before the matmul. Attention is FlashAttention-2
 // (cuda/attention/, saving the rows' logsumexp) or the naive baseline: scores materialised by a
 // batched matmul, a causal softmax kernel, a second matmul (saving the probabilities).
 #ifdef LMTRAIN_CUDA
@@ -105,21 +106,22 @@ class CudaBackend : public Backend<float> {
   void synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   cudaStream_t stream() const { return stream_; }
 
+  int64_t bf16_elems(int64_t n) const override { return (n + 1) / 2; }
   void linear_fwd(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K,
-                  Precision p) override {
-    const void *X = operand(x, M * K, p, 0), *W = operand(w, N * K, p, 1);
+                  Precision p, bool x_bf16) override {
+    const void *X = operand(x, M * K, p, 0, x_bf16), *W = operand(w, N * K, p, 1);
     cuda::gemm(cublas_, false, true, M, N, K, 1, X, K, 0, W, K, 0, 0, y, N, 0, 1, ops(p));
   }
   void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                  int64_t M, int64_t N, int64_t K, Precision p) override {
+                  int64_t M, int64_t N, int64_t K, Precision p, bool x_bf16) override {
     const void *dY = operand(dy, M * N, p, 0), *W = operand(w, N * K, p, 1);
     cuda::gemm(cublas_, false, false, M, K, N, 1, dY, N, 0, W, K, 0, 0, dx, K, 0, 1, ops(p));
-    const void* X = operand(x, M * K, p, 1);  // stream order: the matmul above has read slot 1
+    const void* X = operand(x, M * K, p, 1, x_bf16);  // stream order: the matmul above read slot 1
     cuda::gemm(cublas_, true, false, N, K, M, 1, dY, N, 0, X, K, 0, 1, dw, K, 0, 1, ops(p));
   }
   void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows,
-                   int64_t d, double eps) override {
-    cuda::rmsnorm_fwd(x, g, y, rstd, rows, d, eps, stream_);
+                   int64_t d, double eps, bool y_bf16) override {
+    cuda::rmsnorm_fwd(x, g, y, y_bf16, rstd, rows, d, eps, stream_);
   }
   void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
                    float* dg, int64_t rows, int64_t d) override {
@@ -198,8 +200,8 @@ class CudaBackend : public Backend<float> {
       cuda::gemm(cublas_, true, false, T, dh, T, 1, DS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, ops(p));
     }
   }
-  void swiglu_fwd(const float* a, const float* b, float* g, int64_t n) override {
-    cuda::swiglu_fwd(a, b, g, n, stream_);
+  void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, bool g_bf16) override {
+    cuda::swiglu_fwd(a, b, g, g_bf16, n, stream_);
   }
   void swiglu_bwd(const float* a, const float* b, const float* dg, float* da, float* db,
                   int64_t n) override {
@@ -245,9 +247,11 @@ class CudaBackend : public Backend<float> {
            : p == Precision::tf32 ? cuda::Operands::tf32
                                   : cuda::Operands::fp32;
   }
-  // A matmul operand as policy p reads it: x itself, or (bf16) its bf16 copy in scratch `slot`.
-  const void* operand(const float* x, int64_t n, Precision p, size_t slot) {
-    if (p != Precision::bf16) return x;
+  // A matmul operand as policy p reads it: x itself (also when x already holds packed bf16,
+  // `packed`), or (bf16) its bf16 copy in scratch `slot`.
+  const void* operand(const float* x, int64_t n, Precision p, size_t slot, bool packed = false) {
+    LMT_ASSERT(!packed || p == Precision::bf16, "bf16 matmul inputs outside the bf16 policy");
+    if (p != Precision::bf16 || packed) return x;
     if (weights_ && x >= weights_ && x + n <= weights_ + weights_n_) {  // a weight: cached copy
       if (!weights16_) weights16_ = allocate(weights_n_ * 2, MemTag::params);
       if (!weights_fresh_) cuda::to_bf16(weights_, weights16_, int64_t(weights_n_), stream_);

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "backend.hpp"
+#include "comm.hpp"
 #include "gpu.hpp"
 #include "helpers.hpp"
 #include "model.hpp"
@@ -40,7 +41,31 @@ struct Pair {
     gpu.download(f.data(), p, n);
     return Vec(f.begin(), f.end());
   }
+  // n values stored packed in bf16 (Backend::bf16_elems): to the device from host values
+  // (rounded to nearest even), and back.
+  float* up16(const Vec& host) {
+    std::vector<uint16_t> h(host.size() + 1);
+    for (size_t i = 0; i < host.size(); ++i) h[i] = to_bf16(float(host[i]));
+    arrays.push_back(std::make_unique<BackendArray<float>>(gpu, size_t(gpu.bf16_elems(int64_t(host.size()))), MemTag::workspace));
+    gpu.upload_bytes(arrays.back()->data(), h.data(), host.size() * 2);
+    return arrays.back()->data();
+  }
+  float* poisoned16(size_t n) { return up16(Vec(n, std::numeric_limits<double>::quiet_NaN())); }
+  Vec down16(const float* p, size_t n) {
+    std::vector<uint16_t> h(n);
+    gpu.download_bytes(h.data(), p, n * 2);
+    Vec out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = from_bf16(h[i]);
+    return out;
+  }
 };
+
+// Each element of `packed` is the bf16 rounding (nearest even) of the same element of `full`.
+bool rounds_of(const Vec& packed, const Vec& full) {
+  for (size_t i = 0; i < full.size(); ++i)
+    if (packed[i] != double(from_bf16(to_bf16(float(full[i]))))) return false;
+  return true;
+}
 
 Vec as_float(Vec v) {  // the reference's inputs: exactly the floats the GPU gets
   for (auto& x : v) x = double(float(x));
@@ -75,11 +100,20 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doc
     cpu::linear_bwd(xr.data(), wr.data(), dyr.data(), dx.data(), dw.data(), M, N, K, Precision::fp64);
     float *gx = g.up(x), *gw = g.up(w), *gy = g.poisoned(M * N), *gdx = g.poisoned(M * K);
     float* gdw = g.up(dw0);
-    gpu->linear_fwd(gx, gw, gy, M, N, K, p);
-    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p);
+    gpu->linear_fwd(gx, gw, gy, M, N, K, p, false);
+    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p, false);
     CHECK(rel_err(g.down(gy, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx, M * K), dx) < tol(p));
     CHECK(rel_err(g.down(gdw, N * K), dw) < tol(p));  // accumulated onto dw0
+    if (p != Precision::bf16) continue;
+    // x stored in bf16 by its producer: the same results without the cast.
+    float *gx16 = g.up16(x), *gy16 = g.poisoned(M * N), *gdx16 = g.poisoned(M * K);
+    float* gdw16 = g.up(dw0);
+    gpu->linear_fwd(gx16, gw, gy16, M, N, K, p, true);
+    gpu->linear_bwd(gx16, gw, g.up(dy), gdx16, gdw16, M, N, K, p, true);
+    CHECK(rel_err(g.down(gy16, M * N), y) < tol(p));
+    CHECK(rel_err(g.down(gdx16, M * K), dx) < tol(p));
+    CHECK(rel_err(g.down(gdw16, N * K), dw) < tol(p));
   }
 }
 
@@ -96,9 +130,12 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     cpu::rmsnorm_bwd(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dg.data(), rows, d);
     float *gx = g.up(x), *gw = g.up(w), *gyv = g.poisoned(rows * d), *gr = g.poisoned(rows);
     float *gdx = g.poisoned(rows * d), *gdg = g.up(dg0);
-    gpu->rmsnorm_fwd(gx, gw, gyv, gr, rows, d, 1e-5);
+    gpu->rmsnorm_fwd(gx, gw, gyv, gr, rows, d, 1e-5, false);
     gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx, gdg, rows, d);
     CHECK(rel_err(g.down(gyv, rows * d), y) < 2e-6);
+    float* gy16 = g.poisoned16(rows * d);  // y for bf16 matmuls: the fp32 y, rounded
+    gpu->rmsnorm_fwd(gx, gw, gy16, gr, rows, d, 1e-5, true);
+    CHECK(rounds_of(g.down16(gy16, rows * d), g.down(gyv, rows * d)));
     CHECK(rel_err(g.down(gr, rows), rstd) < 2e-6);
     CHECK(rel_err(g.down(gdx, rows * d), dx) < 2e-6);
     CHECK(rel_err(g.down(gdg, d), dg) < 2e-6);
@@ -121,9 +158,12 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     cpu::swiglu_fwd(a.data(), b.data(), out.data(), n);
     cpu::swiglu_bwd(a.data(), b.data(), dgr.data(), da.data(), db.data(), n);
     float *ga = g.up(a), *gb = g.up(b), *go = g.poisoned(n), *gda = g.poisoned(n), *gdb = g.poisoned(n);
-    gpu->swiglu_fwd(ga, gb, go, n);
+    gpu->swiglu_fwd(ga, gb, go, n, false);
     gpu->swiglu_bwd(ga, gb, g.up(dgr), gda, gdb, n);
     CHECK(rel_err(g.down(go, n), out) < 2e-6);
+    float* go16 = g.poisoned16(n);
+    gpu->swiglu_fwd(ga, gb, go16, n, true);
+    CHECK(rounds_of(g.down16(go16, n), g.down(go, n)));
     CHECK(rel_err(g.down(gda, n), da) < 2e-6);
     CHECK(rel_err(g.down(gdb, n), db) < 2e-6);
     gpu->add_inplace(ga, gb, n);

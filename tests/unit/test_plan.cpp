@@ -81,6 +81,18 @@ TEST_CASE("plan: flash on the GPU saves B x H x T fp32 per layer, not B x H x T 
   CHECK(make_plan(c).activations_cuda == make_plan(c).activations);
 }
 
+TEST_CASE("plan: under bf16 the GPU stores h1, h2, g and hf packed, half their fp32 pieces") {
+  Config c = config_of(kShapes[0]);  // tiny, bf16: n = 8 x 64, d 64, d_ff 176, 2 layers
+  c.model.attention = "naive";
+  const Plan p = make_plan(c);
+  const uint64_t n = 512, d = 64, f = 176, L = 2;
+  // Every piece here is a multiple of 64 elements whole and halved: exactly half of each.
+  CHECK(p.bf16_inputs_saved == (L * (2 * n * d + n * f) + n * d) / 2 * 4);
+  CHECK(p.activations_cuda == p.activations - p.bf16_inputs_saved);
+  c.model.precision = "fp32";
+  CHECK(make_plan(c).bf16_inputs_saved == 0);
+}
+
 TEST_CASE("plan: fsdp shards params, grads and moments; zero1 shards only the moments") {
   Config c = config_of(kShapes[1]);
   const Plan one = make_plan(c);
