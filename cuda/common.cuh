@@ -26,6 +26,22 @@ template <typename Out> __device__ inline Out stored(float v) {
   else return __float2bfloat16_rn(v);
 }
 
+// Four consecutive values: one 16-byte load of fp32, one 16-byte (fp32) or 8-byte (bf16) store.
+// The pointers must be aligned to that many bytes (aligned_for checks it on the host).
+__device__ inline float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+template <typename Out> __device__ inline void store4(Out* p, float4 v) {
+  if constexpr (std::is_same_v<Out, float>) {
+    *reinterpret_cast<float4*>(p) = v;
+  } else {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(p) =
+        make_uint2(*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi));
+  }
+}
+inline bool aligned_for(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 // Sum (or max) over the block; every thread gets the result. blockDim.x is a multiple of 32,
 // at most 1024; `scratch` is 32 floats of shared memory.
 template <bool Max> __device__ inline float block_reduce(float v, float* scratch) {

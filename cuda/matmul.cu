@@ -14,13 +14,10 @@
 namespace lmt::cuda {
 namespace {
 
-// Four elements a thread: one 16-byte load, one 8-byte store (the copy is memory-bound).
-__global__ void to_bf16_x4_kernel(const float4* x, uint2* y, int64_t n4) {
+// Four elements a thread (the copy is memory-bound).
+__global__ void to_bf16_x4_kernel(const float* x, __nv_bfloat16* y, int64_t n4) {
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= n4) return;
-  float4 v = x[i];
-  __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-  y[i] = make_uint2(*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi));
+  if (i < n4) store4(y + 4 * i, load4(x + 4 * i));
 }
 
 __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
@@ -33,11 +30,9 @@ __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
 void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s) {
   auto* out = static_cast<__nv_bfloat16*>(y);
   int64_t head = 0;
-  if (reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 8 == 0) {
+  if (aligned_for(x, 16) && aligned_for(y, 8)) {
     head = n / 4 * 4;
-    if (head > 0)
-      to_bf16_x4_kernel<<<blocks_for(head / 4, 256), 256, 0, s>>>(
-          reinterpret_cast<const float4*>(x), reinterpret_cast<uint2*>(out), head / 4);
+    if (head > 0) to_bf16_x4_kernel<<<blocks_for(head / 4, 256), 256, 0, s>>>(x, out, head / 4);
   }
   if (n > head) to_bf16_kernel<<<blocks_for(n - head, 256), 256, 0, s>>>(x + head, out + head, n - head);
   CUDA_LAUNCH_CHECK();

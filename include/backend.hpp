@@ -62,9 +62,10 @@ template <typename T> class Backend {
 
   // Ops, as in cpu_ops.hpp.
   //
-  // Matmul inputs in bf16: under the bf16 policy, an activation that only matmuls read (the
-  // RMSNorms' outputs, SwiGLU's gate) is stored rounded to bf16 where it is made: rmsnorm_fwd's
-  // y_bf16 and swiglu_fwd's g_bf16 ask for that, and linear_*'s x_bf16 says x is such a tensor.
+  // Matmul inputs in bf16: under the bf16 policy, a tensor that only matmuls read (the RMSNorms'
+  // outputs, SwiGLU's gate, and in backward SwiGLU's input gradients) is stored rounded to bf16
+  // where it is made: rmsnorm_fwd's y_bf16, swiglu_fwd's g_bf16 and swiglu_bwd's d_bf16 ask for
+  // that, and linear_*'s x_bf16 and dy_bf16 say that x or dy is such a tensor.
   // The values are what the matmul would have rounded its operand to, so results do not change;
   // the GPU packs them as 2-byte bf16 (half the memory, no cast before each matmul), the CPU
   // keeps them as T. bf16_elems(n) is the number of T elements that n such values occupy.
@@ -72,7 +73,7 @@ template <typename T> class Backend {
   virtual void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,
                           Precision p, bool x_bf16) = 0;
   virtual void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M,
-                          int64_t N, int64_t K, Precision p, bool x_bf16) = 0;
+                          int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16) = 0;
   virtual void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
                            double eps, bool y_bf16) = 0;
   virtual void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
@@ -93,7 +94,8 @@ template <typename T> class Backend {
                              int64_t B, int64_t T_, int64_t H, int64_t dh, Precision p,
                              AttentionImpl a) = 0;
   virtual void swiglu_fwd(const T* a, const T* b, T* g, int64_t n, bool g_bf16) = 0;
-  virtual void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n) = 0;
+  virtual void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n,
+                          bool d_bf16) = 0;
   virtual void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n,
                              int64_t d) = 0;
   // order: cpu::token_order of tokens, in backend memory.

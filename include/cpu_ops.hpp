@@ -39,7 +39,7 @@ void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, in
 // y = x / sqrt(mean(x^2) + eps) * g over rows of length d; rstd[row] saved for backward
 template <typename T>
 void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d, double eps);
-// dx = d/dx;  dg += d/dg
+// dx += d/dx;  dg += d/dg (both accumulate: dx is where the residual stream's gradient sums)
 template <typename T>
 void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg, int64_t rows,
                  int64_t d);

@@ -24,8 +24,8 @@ void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float*
 void rope(float* x, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,
           int64_t row_stride, bool inverse, cudaStream_t s);
 void swiglu_fwd(const float* a, const float* b, void* g, bool g_bf16, int64_t n, cudaStream_t s);
-void swiglu_bwd(const float* a, const float* b, const float* dg, float* da, float* db, int64_t n,
-                cudaStream_t s);
+void swiglu_bwd(const float* a, const float* b, const float* dg, void* da, void* db, bool d_bf16,
+                int64_t n, cudaStream_t s);
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);
 void scale(float* x, int64_t n, float factor, cudaStream_t s);
 // Causal softmax over rows of scores [rows, T] (row r is query r % T), in place: P; and, if

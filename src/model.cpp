@@ -48,7 +48,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
                            {&dlogits_, n * V}, {&row_loss_, n}})
     saved.push_back({ptr, size});
   for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d}, {&datt_, n * d},
-                           {&dqkv_, 3 * n * d}, {&dg_, n * f}, {&da1_, n * f}, {&da3_, n * f}})
+                           {&dqkv_, 3 * n * d}, {&dg_, n * f}, {&da1_, nf16}, {&da3_, nf16}})
     scratch.push_back({ptr, size});
   be.set_weights(params_.data(), layout.total);
   activations_ = carve(saved, MemTag::activations);
@@ -168,26 +168,25 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
   be.zero_bytes(G, layout.total * sizeof(T));
   if (sync) sync->begin_step();
   size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
-  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16);
+  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16, false);
+  be.zero_bytes(dx_, size_t(n * d) * sizeof(T));  // rmsnorm_bwd adds into it
   be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d);
   if (sync) sync->ready(0);
   for (int64_t l = L - 1; l >= 0; --l) {  // dx_ holds the gradient of x_[l + 1]
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
-    be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision, mm16);
-    be.swiglu_bwd(a.a1, a.a3, dg_, da1_, da3_, n * f);
-    be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision, mm16);
-    be.linear_bwd(a.h2, P + w.w3, da3_, dtmp_, G + w.w3, n, f, d, precision, mm16);
+    be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision, mm16, false);
+    be.swiglu_bwd(a.a1, a.a3, dg_, da1_, da3_, n * f, mm16);
+    be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision, mm16, mm16);
+    be.linear_bwd(a.h2, P + w.w3, da3_, dtmp_, G + w.w3, n, f, d, precision, mm16, mm16);
     be.add_inplace(dh_, dtmp_, n * d);
-    be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dtmp_, G + w.ln2, n, d);
-    be.add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_mid
-    be.linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision, false);
+    be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dx_, G + w.ln2, n, d);  // dx_: x_mid's
+    be.linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision, false, false);
     be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention);
     be.rope(dqkv_, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true);
-    be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision, mm16);
-    be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dtmp_, G + w.ln1, n, d);
-    be.add_inplace(dx_, dtmp_, n * d);  // now the gradient of x_[l]
+    be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision, mm16, false);
+    be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dx_, G + w.ln1, n, d);  // x_[l]'s
     if (sync) sync->ready(ParamLayout::layer_group(L, l));
   }
   be.embedding_bwd(inputs_.data(), order_.data(), dx_,

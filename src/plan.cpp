@@ -74,9 +74,11 @@ Plan make_plan(const Config& c) {
     acts_cuda = m.attention == "flash" ? acts - p.attn_probs + p.flash_lse : acts;
     // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf)
     // packed in bf16: half of each piece.
+    // Backward's da1 and da3 (SwiGLU's input gradients) likewise, in its workspace.
     if (m.precision == "bf16") {
       auto saved = [](uint64_t e) { return piece(e) - piece(ceil_div(e, 2)); };
       p.bf16_inputs_saved = (L * (2 * saved(n * d) + saved(n * fl)) + saved(n * d)) * a;
+      p.bf16_scratch_saved = 2 * saved(n * fl) * w;
       acts_cuda -= p.bf16_inputs_saved;
     }
     p.act_per_token = acts / n;

@@ -19,13 +19,14 @@ template <typename T> class CpuBackend : public Backend<T> {
   void download_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
   void zero_bytes(void* p, size_t b) override { std::memset(p, 0, b); }
 
-  // x_bf16: x already holds bf16 values, which the bf16 policy's rounding leaves as they are.
+  // x_bf16, dy_bf16: x or dy already holds bf16 values, which the bf16 policy's rounding of
+  // matmul operands leaves as they are.
   void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, Precision p,
                   bool) override {
     cpu::linear_fwd(x, w, y, M, N, K, p);
   }
   void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
-                  int64_t K, Precision p, bool) override {
+                  int64_t K, Precision p, bool, bool) override {
     cpu::linear_bwd(x, w, dy, dx, dw, M, N, K, p);
   }
   void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d, double eps,
@@ -53,8 +54,10 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::swiglu_fwd(a, b, g, n);
     if (g_bf16) round_bf16(g, n);
   }
-  void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n) override {
+  void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n,
+                  bool d_bf16) override {
     cpu::swiglu_bwd(a, b, dg, da, db, n);
+    if (d_bf16) round_bf16(da, n), round_bf16(db, n);
   }
   void embedding_fwd(const int32_t* tok, const T* table, T* out, int64_t n, int64_t d) override {
     cpu::embedding_fwd(tok, table, out, n, d);

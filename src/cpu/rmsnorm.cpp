@@ -29,7 +29,7 @@ void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* d
     for (int64_t i = 0; i < d; ++i) s += double(g[i]) * double(dyr[i]) * double(xr[i]);
     double c = rs * rs * rs * s / double(d);
     for (int64_t i = 0; i < d; ++i) {
-      dx[r * d + i] = T(rs * double(g[i]) * double(dyr[i]) - double(xr[i]) * c);
+      dx[r * d + i] += T(rs * double(g[i]) * double(dyr[i]) - double(xr[i]) * c);
       dg[i] += T(double(dyr[i]) * double(xr[i]) * rs);
     }
   }

@@ -113,8 +113,9 @@ class CudaBackend : public Backend<float> {
     cuda::gemm(cublas_, false, true, M, N, K, 1, X, K, 0, W, K, 0, 0, y, N, 0, 1, ops(p));
   }
   void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                  int64_t M, int64_t N, int64_t K, Precision p, bool x_bf16) override {
-    const void *dY = operand(dy, M * N, p, 0), *W = operand(w, N * K, p, 1);
+                  int64_t M, int64_t N, int64_t K, Precision p, bool x_bf16,
+                  bool dy_bf16) override {
+    const void *dY = operand(dy, M * N, p, 0, dy_bf16), *W = operand(w, N * K, p, 1);
     cuda::gemm(cublas_, false, false, M, K, N, 1, dY, N, 0, W, K, 0, 0, dx, K, 0, 1, ops(p));
     const void* X = operand(x, M * K, p, 1, x_bf16);  // stream order: the matmul above read slot 1
     cuda::gemm(cublas_, true, false, N, K, M, 1, dY, N, 0, X, K, 0, 1, dw, K, 0, 1, ops(p));
@@ -204,8 +205,8 @@ class CudaBackend : public Backend<float> {
     cuda::swiglu_fwd(a, b, g, g_bf16, n, stream_);
   }
   void swiglu_bwd(const float* a, const float* b, const float* dg, float* da, float* db,
-                  int64_t n) override {
-    cuda::swiglu_bwd(a, b, dg, da, db, n, stream_);
+                  int64_t n, bool d_bf16) override {
+    cuda::swiglu_bwd(a, b, dg, da, db, d_bf16, n, stream_);
   }
   void embedding_fwd(const int32_t* tok, const float* table, float* out, int64_t n,
                      int64_t d) override {

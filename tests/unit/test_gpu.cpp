@@ -101,16 +101,16 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doc
     float *gx = g.up(x), *gw = g.up(w), *gy = g.poisoned(M * N), *gdx = g.poisoned(M * K);
     float* gdw = g.up(dw0);
     gpu->linear_fwd(gx, gw, gy, M, N, K, p, false);
-    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p, false);
+    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p, false, false);
     CHECK(rel_err(g.down(gy, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx, M * K), dx) < tol(p));
     CHECK(rel_err(g.down(gdw, N * K), dw) < tol(p));  // accumulated onto dw0
     if (p != Precision::bf16) continue;
-    // x stored in bf16 by its producer: the same results without the cast.
+    // x and dy stored in bf16 by their producers: the same results without the casts.
     float *gx16 = g.up16(x), *gy16 = g.poisoned(M * N), *gdx16 = g.poisoned(M * K);
     float* gdw16 = g.up(dw0);
     gpu->linear_fwd(gx16, gw, gy16, M, N, K, p, true);
-    gpu->linear_bwd(gx16, gw, g.up(dy), gdx16, gdw16, M, N, K, p, true);
+    gpu->linear_bwd(gx16, gw, g.up16(dy), gdx16, gdw16, M, N, K, p, true, true);
     CHECK(rel_err(g.down(gy16, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx16, M * K), dx) < tol(p));
     CHECK(rel_err(g.down(gdw16, N * K), dw) < tol(p));
@@ -125,11 +125,12 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     const int64_t rows = 33, d = 77;
     Vec x = as_float(randn<double>(rows * d)), w = as_float(randn<double>(d));
     Vec dy = as_float(randn<double>(rows * d)), dg0 = as_float(randn<double>(d));
-    Vec y(rows * d), rstd(rows), dx(rows * d), dg = dg0;
+    Vec dx0 = as_float(randn<double>(rows * d));  // both gradients accumulate
+    Vec y(rows * d), rstd(rows), dx = dx0, dg = dg0;
     cpu::rmsnorm_fwd(x.data(), w.data(), y.data(), rstd.data(), rows, d, 1e-5);
     cpu::rmsnorm_bwd(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dg.data(), rows, d);
     float *gx = g.up(x), *gw = g.up(w), *gyv = g.poisoned(rows * d), *gr = g.poisoned(rows);
-    float *gdx = g.poisoned(rows * d), *gdg = g.up(dg0);
+    float *gdx = g.up(dx0), *gdg = g.up(dg0);
     gpu->rmsnorm_fwd(gx, gw, gyv, gr, rows, d, 1e-5, false);
     gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx, gdg, rows, d);
     CHECK(rel_err(g.down(gyv, rows * d), y) < 2e-6);
@@ -159,11 +160,15 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     cpu::swiglu_bwd(a.data(), b.data(), dgr.data(), da.data(), db.data(), n);
     float *ga = g.up(a), *gb = g.up(b), *go = g.poisoned(n), *gda = g.poisoned(n), *gdb = g.poisoned(n);
     gpu->swiglu_fwd(ga, gb, go, n, false);
-    gpu->swiglu_bwd(ga, gb, g.up(dgr), gda, gdb, n);
+    gpu->swiglu_bwd(ga, gb, g.up(dgr), gda, gdb, n, false);
     CHECK(rel_err(g.down(go, n), out) < 2e-6);
     float* go16 = g.poisoned16(n);
     gpu->swiglu_fwd(ga, gb, go16, n, true);
     CHECK(rounds_of(g.down16(go16, n), g.down(go, n)));
+    float *gda16 = g.poisoned16(n), *gdb16 = g.poisoned16(n);
+    gpu->swiglu_bwd(ga, gb, g.up(dgr), gda16, gdb16, n, true);
+    CHECK(rounds_of(g.down16(gda16, n), g.down(gda, n)));
+    CHECK(rounds_of(g.down16(gdb16, n), g.down(gdb, n)));
     CHECK(rel_err(g.down(gda, n), da) < 2e-6);
     CHECK(rel_err(g.down(gdb, n), db) < 2e-6);
     gpu->add_inplace(ga, gb, n);

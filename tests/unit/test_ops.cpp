@@ -74,6 +74,10 @@ TEST_CASE("rmsnorm: dx and dg match finite differences") {
   cpu::rmsnorm_bwd(x.data(), g.data(), rstd.data(), r.data(), dx.data(), dg.data(), rows, d);
   check_grad(x, dx, loss, "dx");
   check_grad(g, dg, loss, "dg");
+  Vec dx2 = dx, dg2 = dg;  // a second call adds the same gradients again
+  cpu::rmsnorm_bwd(x.data(), g.data(), rstd.data(), r.data(), dx2.data(), dg2.data(), rows, d);
+  for (size_t i = 0; i < dx.size(); ++i) CHECK(dx2[i] == doctest::Approx(2 * dx[i]).epsilon(1e-12));
+  for (size_t i = 0; i < dg.size(); ++i) CHECK(dg2[i] == doctest::Approx(2 * dg[i]).epsilon(1e-12));
   // The forward itself against its definition.
   for (int64_t i = 0; i < rows; ++i) {
     double ms = 0;

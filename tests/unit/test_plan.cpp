@@ -89,6 +89,7 @@ TEST_CASE("plan: under bf16 the GPU stores h1, h2, g and hf packed, half their f
   // Every piece here is a multiple of 64 elements whole and halved: exactly half of each.
   CHECK(p.bf16_inputs_saved == (L * (2 * n * d + n * f) + n * d) / 2 * 4);
   CHECK(p.activations_cuda == p.activations - p.bf16_inputs_saved);
+  CHECK(p.bf16_scratch_saved == 2 * n * f / 2 * 4);
   c.model.precision = "fp32";
   CHECK(make_plan(c).bf16_inputs_saved == 0);
 }
