@@ -5,6 +5,7 @@
 """
 import csv
 import sys
+from datetime import datetime
 
 
 def rows(path):
@@ -16,23 +17,37 @@ def shape(d_model, layers, precision, context, batch):
     return (int(d_model), int(layers), precision, int(context), int(batch))
 
 
+def seconds_apart(ours, torch):
+    t = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in (ours["date_utc"], torch["date"])]
+    return abs((t[0] - t[1]).total_seconds())
+
+
+def beside(ours, candidates):
+    """The PyTorch row measured nearest in time to ours, if within 10 minutes (one call of
+    bench_vs_torch.sh, or two consecutive ones on the same machine); else None."""
+    best = min(candidates, key=lambda r: seconds_apart(ours, r), default=None)
+    return best if best is not None and seconds_apart(ours, best) < 600 else None
+
+
 def main(ours_csv, torch_csv):
     ours, torch = {}, {}
     for r in rows(ours_csv):
         key = shape(r["model.d_model"], r["model.num_layers"], r["model.precision"],
                     r["model.context_length"], r["train.batch_size"])
-        ours[key] = r
+        ours[key + (r.get("model.attention", "naive"),)] = r
     for r in rows(torch_csv):
         key = shape(r["d_model"], r["num_layers"], r["precision"], r["context_length"],
                     r["batch_size"])
-        torch.setdefault(key, {})["compile" if r["compile"] in ("True", "1", "true") else "eager"] = r
-    print("| d_model x layers | precision | B x T | device | date | lmtrain step ms | "
+        mode = "compile" if r["compile"] in ("True", "1", "true") else "eager"
+        torch.setdefault(key, {}).setdefault(mode, []).append(r)
+    print("| d_model x layers | attention | precision | B x T | device | date | lmtrain step ms | "
           "PyTorch eager ms | PyTorch compile ms | vs eager | vs compile | lmtrain fwd ms | "
           "lmtrain MFU | lmtrain memory GiB | PyTorch eager peak GiB (fwd / step) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for key in sorted(ours):
         o = ours[key]
-        t = torch.get(key, {})
+        t = {m: beside(o, rs) for m, rs in torch.get(key[:5], {}).items()}
+        t = {m: r for m, r in t.items() if r is not None}
         ms = float(o["step_ms_median"])
         eager = float(t["eager"]["step_ms_median"]) if "eager" in t else None
         comp = float(t["compile"]["step_ms_median"]) if "compile" in t else None
@@ -41,12 +56,14 @@ def main(ours_csv, torch_csv):
         torch_mem = (f"{gib(t['eager'], 'peak_mem_fwd_bytes')} / {gib(t['eager'], 'peak_mem_step_bytes')}"
                      if "eager" in t else "n/a")
         ratio = lambda x: f"{x / ms:.2f}x" if x is not None else "n/a"
-        print(f"| {key[0]} x {key[1]} | {key[2]} | {key[4]} x {key[3]} | {o['device_name']} | "
+        print(f"| {key[0]} x {key[1]} | {key[5]} | {key[2]} | {key[4]} x {key[3]} | {o['device_name']} | "
               f"{o['date_utc'][:10]} | {ms:.2f} | {fmt(eager)} | {fmt(comp)} | {ratio(eager)} | "
               f"{ratio(comp)} | {float(o['fwd_ms_median']):.2f} | {100 * float(o['mfu']):.1f}% | "
               f"{gib(o, 'mem_total_bytes')} | {torch_mem} |")
-    print("\nMedians of timed steps after warm-up (full step: forward, backward, AdamW), both "
-          "measured in the same call on the same GPU by scripts/bench_vs_torch.sh. "
+    print("\nMedians of timed steps after warm-up (full step: forward, backward, AdamW), by "
+          "scripts/bench_vs_torch.sh; each lmtrain row beside the PyTorch rows measured nearest "
+          "to it, within 10 minutes on the same machine (n/a: none). PyTorch's model "
+          "materialises the attention scores, as lmtrain's naive attention does. "
           "Ratios > 1 mean lmtrain is faster. lmtrain memory: everything its allocator holds "
           "(allocated once, fixed through the step); PyTorch: torch.cuda.max_memory_allocated "
           "over one forward and over one full step.")

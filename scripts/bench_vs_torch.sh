@@ -5,23 +5,25 @@
 # device and date); scripts/bench_table.py then writes results/bench.md from them alone.
 #   scripts/bench_vs_torch.sh [sizes...]      (default: small medium large xl)
 # Env: PRECISION (bf16), CONTEXT (512), BATCH (4), WARMUP (5), STEPS (20), PYTHON (python3),
-#      TORCH_MODES ("eager compile").
+#      ATTENTION (lmtrain's model.attention: flash; PyTorch's reference model always materialises
+#      the scores, as our naive does), TORCH_MODES ("eager compile"; empty: lmtrain only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(small medium large xl)
-prec=${PRECISION:-bf16} ctx=${CONTEXT:-512} batch=${BATCH:-4} warm=${WARMUP:-5} steps=${STEPS:-20}
+attn=${ATTENTION:-flash} prec=${PRECISION:-bf16} ctx=${CONTEXT:-512} batch=${BATCH:-4} warm=${WARMUP:-5} steps=${STEPS:-20}
 py=${PYTHON:-python3}
 mkdir -p results
 for size in "${sizes[@]}"; do
   cfg=configs/models/$size.toml
   [ -f "$cfg" ] || { echo "no config $cfg" >&2; exit 2; }
   build/lmtrain --config "$cfg" --set run.mode=bench --set model.precision="$prec" \
+    --set model.attention="$attn" \
     --set model.context_length="$ctx" --set train.batch_size="$batch" \
     --set bench.warmup="$warm" --set bench.steps="$steps" --set bench.kernels=0 \
     --csv results/bench_lmtrain.csv | grep -E "^== |^step"
   read -r d f l h v < <(awk -F' = ' '/^d_model/{d=$2}/^d_ff/{f=$2}/^num_layers/{l=$2}/^num_heads/{h=$2}/^vocab_size/{v=$2}END{print d,f,l,h,v}' "$cfg")
-  for mode in ${TORCH_MODES:-eager compile}; do
+  for mode in ${TORCH_MODES-eager compile}; do
     extra=()
     [ "$mode" = compile ] && extra=(--compile)
     "$py" scripts/torch_reference.py bench --d-model "$d" --d-ff "$f" --num-layers "$l" \
