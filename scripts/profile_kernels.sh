@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# CS336 §1.1.4 without Nsight Systems: bench mode's CUPTI kernel summary (the top kernels by GPU
+# time in one forward, one backward and one AdamW step, with call counts) for one model size,
+# saved as results/kernels_<size>_<precision>.txt.
+#   scripts/profile_kernels.sh [size]        (default: xl)
+# Env: PRECISION (bf16), ATTENTION (flash), KERNELS (14: rows per phase).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size=${1:-xl} prec=${PRECISION:-bf16} attn=${ATTENTION:-flash}
+cfg=configs/models/$size.toml
+[ -f "$cfg" ] || { echo "no config $cfg" >&2; exit 2; }
+mkdir -p results
+out=results/kernels_${size}_${prec}_${attn}.txt
+build/lmtrain --config "$cfg" --set run.mode=bench --set model.precision="$prec" \
+  --set model.attention="$attn" --set bench.warmup=3 --set bench.steps=10 \
+  --set bench.kernels="${KERNELS:-14}" | sed -n '/^== lmtrain/,$p' > "$out.tmp"
+mv "$out.tmp" "$out"
+cat "$out"
