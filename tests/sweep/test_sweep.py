@@ -2,8 +2,8 @@
 """scripts/sweep.py and scripts/plot.py on the CPU with the tiny model: rows appended once, points
 already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
 on, bad points refused before any run; the quick sweep scripts end to end (the DDP one on 2
-ranks); and
-scripts/mixed_precision.py writes its tables.
+ranks); scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
+and scripts/mixed_precision.py writes its tables.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
@@ -179,6 +179,39 @@ class Sweep(unittest.TestCase):
         self.assertEqual(table.count("\n| "), 7, table)  # the header and the six points
 
 
+class BenchTable(unittest.TestCase):
+    def write(self, path, rows):
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+    def test_each_row_is_paired_with_the_nearest_pytorch_rows_within_ten_minutes(self):
+        shape = {"d_model": "64", "num_layers": "2", "precision": "bf16", "context_length": "32",
+                 "batch_size": "4"}
+        ours = lambda attn, date, ms: {
+            **{("train." if k == "batch_size" else "model.") + k: v for k, v in shape.items()},
+            "model.attention": attn, "date_utc": date, "step_ms_median": ms, "fwd_ms_median": "1",
+            "mfu": "0.1", "mem_total_bytes": str(2**30), "device_name": "GPU"}
+        torch = lambda compiled, date, ms: {**shape, "compile": compiled, "date": date,
+                                            "step_ms_median": ms, "peak_mem_fwd_bytes": str(2**31),
+                                            "peak_mem_step_bytes": str(2**31)}
+        with tempfile.TemporaryDirectory() as d:
+            o, t = os.path.join(d, "ours.csv"), os.path.join(d, "torch.csv")
+            self.write(o, [ours("flash", "2026-01-01T10:00:00+00:00", "5.0"),
+                           ours("naive", "2026-01-01T12:00:00+00:00", "8.0")])
+            self.write(t, [torch("False", "2026-01-01T09:45:00+00:00", "40.0"),  # 15 min: too far
+                           torch("False", "2026-01-01T10:03:00+00:00", "20.0"),  # nearest
+                           torch("True", "2026-01-01T10:11:00+00:00", "10.0"),   # 11 min: too far
+                           torch("True", "2026-01-01T11:55:00+00:00", "16.0")])
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/bench_table.py"), o, t],
+                               capture_output=True, text=True, cwd=REPO)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = {l.split(" | ")[1]: l for l in r.stdout.splitlines() if l.startswith("| 64 x 2")}
+        self.assertIn("| 5.00 | 20.00 | n/a | 4.00x | n/a |", lines["flash"])
+        self.assertIn("| 8.00 | n/a | 16.00 | n/a | 2.00x |", lines["naive"])
+
+
 class MixedPrecision(unittest.TestCase):
     def test_the_experiment_runs_and_writes_every_section(self):
         with tempfile.TemporaryDirectory() as d:
@@ -201,7 +234,8 @@ class MixedPrecision(unittest.TestCase):
 if __name__ == "__main__":
     loader = unittest.defaultTestLoader
     result = unittest.TextTestRunner(verbosity=2).run(unittest.TestSuite(
-        [loader.loadTestsFromTestCase(Sweep), loader.loadTestsFromTestCase(MixedPrecision)]))
+        [loader.loadTestsFromTestCase(Sweep), loader.loadTestsFromTestCase(BenchTable),
+         loader.loadTestsFromTestCase(MixedPrecision)]))
     bad = len(result.failures) + len(result.errors)
     print(f"[doctest] test cases: {result.testsRun} | {result.testsRun - bad} passed | {bad} failed"
           f" | {len(result.skipped)} skipped")
