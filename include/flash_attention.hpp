@@ -8,7 +8,7 @@
 // One kernel computes dK and dV (each block owns a tile of keys), another dQ (each block owns a
 // tile of queries): every output element is written once, no atomics, results are deterministic.
 //
-// Layout: B batches x H heads, T positions, head dim dh in {16, 32, 64, 80, 128} (80: the 2.7b model). Row t of head h of
+// Layout: B batches x H heads, T positions, head dim dh one of kFlashHeadDims. Row t of head h of
 // batch b of Q is at q + b * qkv.batch + t * qkv.row + h * dh, likewise K, V, dQ, dK, dV (so the
 // model passes pointers into its fused [B*T, 3*H*dh] QKV buffer); O and dO use `o`'s strides.
 // L and D are [B, H, T] fp32. Strides and pointers must be 16-byte aligned for the element type.
@@ -16,6 +16,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "flash_head_dims.hpp"
 
 namespace lmt::cuda {
 

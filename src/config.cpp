@@ -12,6 +12,7 @@
 #include <toml++/toml.h>
 
 #include "check.hpp"
+#include "flash_head_dims.hpp"
 #include "hash.hpp"
 
 namespace lmt {
@@ -221,7 +222,7 @@ std::vector<ConfigField> config_fields(Config& c) {
       ints_field("attention", "seq_lens", &c.attention.seq_lens, 1, kBig,
                  "attention mode: sequence lengths"),
       ints_field("attention", "head_dims", &c.attention.head_dims, 16, 128,
-                 "attention mode: head dims (16, 32, 64, 80 or 128)"),
+                 "attention mode: head dims (those FlashAttention has kernels for)"),
       strs_field("attention", "dtypes", &c.attention.dtypes, {"bf16", "fp32"},
                  "attention mode: bf16 (tensor cores) and/or fp32"),
       strs_field("attention", "masks", &c.attention.masks, {"causal", "none"},
@@ -363,9 +364,10 @@ void validate(const Config& c) {
                             (long long)c.plan.tp, (long long)m.d_ff, at("model.d_ff").c_str()));
   }
   for (int64_t dh : c.attention.head_dims)
-    if (dh != 16 && dh != 32 && dh != 64 && dh != 80 && dh != 128)
-      throw UsageError(strf("%s: attention.head_dims has %lld: expected 16, 32, 64, 80 or 128",
-                            at("attention.head_dims").c_str(), (long long)dh));
+    if (!is_flash_head_dim(dh))
+      throw UsageError(strf("%s: attention.head_dims has %lld: expected %s",
+                            at("attention.head_dims").c_str(), (long long)dh,
+                            flash_head_dims_text().c_str()));
   const size_t elem = c.allreduce.dtype == "bf16" ? 2 : 4;
   if (c.allreduce.min_mb * double(1 << 20) < double(elem))
     throw UsageError(strf("%s: allreduce.min_mb = %g is less than one %s element",

@@ -4,9 +4,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
+#include <utility>
 
 #include "cuda_check.hpp"
+#include "flash_head_dims.hpp"
 
 namespace lmt::cuda::attn {
 
@@ -61,7 +64,7 @@ template <int DH> struct DqTraits {
 };
 #undef LMT_TILES
 
-// The head dims that have kernels (80: the 2.7b model's). dispatch(dh, f) calls f with
+// The head dims that have kernels (kFlashHeadDims). dispatch(dh, f) calls f with
 // std::integral_constant<int, dh>: the one place a run-time head dim becomes a template argument.
 template <int... Ds> struct HeadDimList {
   static constexpr bool has(int64_t dh) { return ((dh == Ds) || ...); }
@@ -70,7 +73,9 @@ template <int... Ds> struct HeadDimList {
       LMT_FATAL("flash attention: no kernel for head dim " + std::to_string(dh));
   }
 };
-using HeadDims = HeadDimList<16, 32, 64, 80, 128>;
+template <size_t... I>
+HeadDimList<int(kFlashHeadDims[I])...> head_dim_list(std::index_sequence<I...>);
+using HeadDims = decltype(head_dim_list(std::make_index_sequence<std::size(kFlashHeadDims)>{}));
 
 // Lets Kernel use `bytes` of dynamic shared memory (more than the default 48 KB). Launchers call it
 // before every launch; only the first call per kernel asks the driver.

@@ -12,8 +12,8 @@ namespace lmt::cuda {
 namespace {
 
 attn::Params params(const FlashShape& s) {
-  LMT_ASSERT(flash_supports(s.dh),
-             strf("flash attention: head dim %lld (must be 16, 32, 64, 80 or 128)", (long long)s.dh));
+  LMT_ASSERT(flash_supports(s.dh), strf("flash attention: head dim %lld (must be %s)",
+                                        (long long)s.dh, flash_head_dims_text().c_str()));
   LMT_ASSERT(s.tensor_cores || !s.bf16_storage,
              "flash attention: bf16 storage needs the tensor-core kernels");
   // Tiles are read 16 bytes at a time: every row must start 16-byte aligned.

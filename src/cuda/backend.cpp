@@ -136,9 +136,9 @@ class CudaBackend : public Backend<float> {
                           AttentionImpl a) const override {
     if (a == AttentionImpl::naive) return B * H * T * T;
     if (!cuda::flash_supports(dh))
-      throw UsageError(strf("model.attention = \"flash\" needs a head dim of 16, 32, 64, 80 or "
-                            "128 (d_model / num_heads = %lld); model.attention = \"naive\" "
-                            "takes any", (long long)dh));
+      throw UsageError(strf("model.attention = \"flash\" needs a head dim of %s (d_model / "
+                            "num_heads = %lld); model.attention = \"naive\" takes any",
+                            flash_head_dims_text().c_str(), (long long)dh));
     return B * H * T;
   }
   void attention_fwd(const float* qkv, float* out, float* saved, int64_t B, int64_t T, int64_t H,
