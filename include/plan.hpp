@@ -48,6 +48,12 @@ struct Plan {
   // attn_probs under "flash" (the default), less bf16_inputs_saved; the same as activations
   // under "naive" and fp32 or tf32.
   uint64_t activations_cuda = 0;
+  // What the CUDA backend allocates (lmtrain graph): for forward alone, the parameters, under
+  // bf16 their bf16 copy, and activations_cuda; for a full step also gradients, moments and the
+  // workspace (less bf16_scratch_saved). Not predicted: the bf16 operand copies made before other
+  // matmuls, flash backward's B x H x T scratch, the RoPE table, reduction partials, cuBLAS's
+  // own workspace and the CUDA context.
+  uint64_t forward_cuda = 0, total_cuda = 0;
   uint64_t fsdp_gather = 0;  // part of workspace
   uint64_t act_per_token = 0;  // saved activations per token of one sequence position (1 device)
   // Bytes sent per device per optimizer step.

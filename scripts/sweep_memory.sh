@@ -2,7 +2,8 @@
 # CS336 §1.1.6: peak memory per model size x context length x precision, measured (bench mode's
 # memory columns: mem_total_bytes for a full training step, mem_forward_bytes for forward alone,
 # from the tagged allocator) into results/memory.csv, and predicted by plan mode for the same
-# points into results/memory_plan.csv, then PNGs of both from the CSVs.
+# points into results/memory_plan.csv, then PNGs of both from the CSVs, and
+# results/memory_vs_plan.md: each measured point against plan mode's prediction, with the error.
 #   scripts/sweep_memory.sh                 # on a GPU: small..2.7b x 128..1024 x fp32/bf16
 #   SWEEP_QUICK=1 scripts/sweep_memory.sh   # the tiny model on the CPU (tests run this)
 # Env: SIZES, CONTEXTS, PRECISIONS, CSV, PLAN_CSV, TIMEOUT, PYTHON, LMTRAIN.
@@ -37,6 +38,9 @@ for col in mem_total_bytes mem_forward_bytes; do
     --series model.d_model,model.precision --ylabel "$col (GB, measured)" \
     --out "${csv%.csv}_${col%_bytes}.png"
 done
+if [ -s "$csv" ]; then
+  LMTRAIN="$bin" "$py" scripts/memory_vs_plan.py "$csv" > "${csv%.csv}_vs_plan.md"
+fi
 plot "$plan_csv" --x model.context_length --y total_bytes --scale-y 1e-9 --logx \
   --logy --series model.d_model,model.precision --ylabel "total (GB, plan mode)" \
   --out "${plan_csv%.csv}_total.png"

@@ -97,6 +97,11 @@ Plan make_plan(const Config& c) {
   p.activations_cuda = sharded(acts_cuda);
   p.fsdp_gather = fs > 1 ? 2 * largest_group * uint64_t(p.comm_bytes) : 0;
   p.workspace = scratch_elems * w + p.fsdp_gather;
+  if (!ffn_only) {
+    const uint64_t weights16 = m.precision == "bf16" ? p.param_count_device * 2 : 0;
+    p.forward_cuda = p.params + weights16 + p.activations_cuda;
+    p.total_cuda = p.forward_cuda + p.grads + p.optimizer + p.workspace - p.bf16_scratch_saved;
+  }
 
   const double wire = double(p.comm_bytes);
   p.comm_dp = 2 * ring_share(pc.dp) * double(p.param_count_device) * wire;

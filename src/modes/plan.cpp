@@ -14,6 +14,7 @@ CsvRow plan_columns(const Config& c) {
   for (auto name : {"date_utc", "devices", "global_batch", "param_count", "param_count_device",
                     "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
                     "workspace_bytes", "total_bytes", "attn_probs_bytes", "flash_lse_bytes",
+                    "activations_cuda_bytes", "forward_cuda_bytes", "total_cuda_bytes",
                     "comm_dp_bytes", "comm_fsdp_bytes", "comm_tp_bytes", "comm_total_bytes",
                     "fits", "min_fsdp"})
     row.add(name, "");
@@ -93,12 +94,13 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
   printf("smallest FSDP degree to fit (other degrees as set): %s; counting state and saved "
          "activations only: %s\n", smallest(min_fsdp).c_str(), smallest(min_fsdp_state).c_str());
   if (!ffn)
-    printf("\nnot predicted for the CUDA backend: under bf16 its bf16 copy of the weights (%s, "
-           "tagged params), the bf16 copies of matmul operands (workspace, as large as the largest "
-           "operand per slot), flash backward's B x H x T scratch, the RoPE table, reduction "
-           "partials, cuBLAS's own workspace and the CUDA context; the state and workspace above "
-           "and the activations on the CUDA backend are what it allocates besides.\n",
-           human_bytes(double(p.param_count_device) * 2).c_str());
+    printf("\non the CUDA backend: forward alone %s, a full step %s (the state and workspace above "
+           "with its activations%s); not predicted: the bf16 copies of other matmul operands "
+           "(workspace, as large as the largest operand per slot), flash backward's B x H x T "
+           "scratch, the RoPE table, reduction partials, cuBLAS's own workspace and the CUDA "
+           "context\n",
+           human_bytes(double(p.forward_cuda)).c_str(), human_bytes(double(p.total_cuda)).c_str(),
+           c.model.precision == "bf16" ? ", and the weights' bf16 copy (tagged params)" : "");
 
   if (!cl.csv_path.empty()) {
     CsvRow row = plan_columns(c);
@@ -112,7 +114,10 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
                            {"activations_bytes", double(p.activations)},
                            {"workspace_bytes", double(p.workspace)}, {"total_bytes", double(p.total())},
                            {"attn_probs_bytes", double(p.attn_probs)},
-                           {"flash_lse_bytes", double(p.flash_lse)}, {"comm_dp_bytes", p.comm_dp},
+                           {"flash_lse_bytes", double(p.flash_lse)},
+                           {"activations_cuda_bytes", double(p.activations_cuda)},
+                           {"forward_cuda_bytes", double(p.forward_cuda)},
+                           {"total_cuda_bytes", double(p.total_cuda)}, {"comm_dp_bytes", p.comm_dp},
                            {"comm_fsdp_bytes", p.comm_fsdp}, {"comm_tp_bytes", p.comm_tp},
                            {"comm_total_bytes", p.comm_total()}, {"min_fsdp", double(min_fsdp)}})
       row.set(name, u(v));

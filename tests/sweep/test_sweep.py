@@ -161,6 +161,11 @@ class Sweep(unittest.TestCase):
         mem, plan = rows(os.path.join(self.dir, "mem.csv")), rows(os.path.join(self.dir, "plan.csv"))
         for m, p in zip(mem, plan):  # on the CPU the plan is the measurement
             self.assertEqual(m["mem_total_bytes"], p["total_bytes"])
+        with open(os.path.join(self.dir, "mem_vs_plan.md")) as f:  # so every error is 0
+            table = [l for l in f.read().splitlines() if l.startswith("| 64 x ")]
+        self.assertEqual(len(table), 2, table)
+        for line in table:
+            self.assertEqual(line.count("| +0.00% |"), 2, line)
 
     def test_quick_ddp_sweep_tabulates_every_strategy_against_one_rank(self):
         env = dict(os.environ, SWEEP_QUICK="1", PYTHON=PY, CSV=os.path.join(self.dir, "ddp.csv"))

@@ -90,6 +90,9 @@ TEST_CASE("plan: under bf16 the GPU stores h1, h2, g and hf packed, half their f
   CHECK(p.bf16_inputs_saved == (L * (2 * n * d + n * f) + n * d) / 2 * 4);
   CHECK(p.activations_cuda == p.activations - p.bf16_inputs_saved);
   CHECK(p.bf16_scratch_saved == 2 * n * f / 2 * 4);
+  // On the GPU: the weights' bf16 copy besides; the step adds state and workspace.
+  CHECK(p.forward_cuda == p.params + p.param_count * 2 + p.activations_cuda);
+  CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace - p.bf16_scratch_saved);
   c.model.precision = "fp32";
   CHECK(make_plan(c).bf16_inputs_saved == 0);
 }
