@@ -12,8 +12,9 @@ starts a comment).
 
 Before any run every point's resolved config is read back with `lmtrain --print-config`: a bad
 point stops the sweep there (one line, exit 2). A point whose resolved config already has a row
-in the CSV (every config column equal) is skipped, so an interrupted sweep is re-run as it was
-started. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
+in the CSV (every config column equal, and world_size equal to --np where the CSV has that
+column) is skipped, so an interrupted sweep is re-run as it was started, and one CSV can hold
+the same points on several rank counts. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
 row in CSV's sibling `<stem>.failed.csv` (its config columns, status oom | timeout | failed, the
 exit code, the date and the last error line) and the sweep goes on; such points are skipped on a
 re-run too unless --retry-failed. Standard library only.
@@ -29,7 +30,7 @@ import sys
 import time
 
 OOM = re.compile(r"out of (GPU |host )?memory|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation")
-FAILED_COLUMNS = ["status", "exit_code", "date_utc", "error"]
+FAILED_COLUMNS = ["world_size", "status", "exit_code", "date_utc", "error"]
 
 
 class BadInput(Exception):
@@ -84,9 +85,12 @@ def read_rows(path):
     return rows[0], rows[1:]
 
 
-def has_row(header, rows, names, values):
+def has_row(header, rows, names, values, ranks):
+    """Whether a row has these config values, and was run on `ranks` ranks where the CSV says."""
     if header is None:
         return False
+    if "world_size" in header:
+        names, values = names + ["world_size"], values + [ranks]
     try:
         idx = [header.index(n) for n in names]
     except ValueError:
@@ -95,7 +99,7 @@ def has_row(header, rows, names, values):
     return any([row[i] if i < len(row) else None for i in idx] == want for row in rows)
 
 
-def append_failed(path, names, values, status, code, error):
+def append_failed(path, names, values, ranks, status, code, error):
     header, _ = read_rows(path)
     new_header = names + FAILED_COLUMNS
     if header is not None and header != new_header:
@@ -105,7 +109,7 @@ def append_failed(path, names, values, status, code, error):
         w = csv.writer(f, lineterminator="\n")
         if header is None:
             w.writerow(new_header)
-        w.writerow(values + [status, str(code), date, error])
+        w.writerow(values + [ranks, status, str(code), date, error])
 
 
 def main(argv):
@@ -156,12 +160,12 @@ def main(argv):
     for i, (text, args, names, values) in enumerate(points, 1):
         tag = f"[{i}/{len(points)}] {text}"
         header, rows = read_rows(a.csv)
-        if has_row(header, rows, names, values):
+        if has_row(header, rows, names, values, str(a.np)):
             print(f"{tag}: skip (row already in {a.csv})", flush=True)
             skipped += 1
             continue
         fheader, frows = read_rows(failed_path)
-        if not a.retry_failed and has_row(fheader, frows, names, values):
+        if not a.retry_failed and has_row(fheader, frows, names, values, str(a.np)):
             print(f"{tag}: skip (failed before, in {failed_path}; --retry-failed runs it)", flush=True)
             skipped += 1
             continue
@@ -184,7 +188,7 @@ def main(argv):
         status = "timeout" if code == -1 else "oom" if OOM.search(out) else "failed"
         lines = [l for l in out.strip().splitlines() if l.strip()]
         error = lines[-1] if lines else ""
-        append_failed(failed_path, names, values, status, code, error)
+        append_failed(failed_path, names, values, str(a.np), status, code, error)
         print(f"{tag}: {status.upper()} (exit {code}) after {dt:.1f} s: {error}", flush=True)
     print(f"sweep: {ran} ran, {skipped} skipped, {failed} failed in {time.time() - t_start:.0f} s; "
           f"rows in {a.csv}" + (f", failures in {failed_path}" if failed else ""), flush=True)

@@ -2,7 +2,7 @@
 """scripts/sweep.py and scripts/plot.py on the CPU with the tiny model: rows appended once, points
 already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
 on, bad points refused before any run; the quick sweep scripts end to end (the DDP one on 2
-ranks); scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
+ranks), and the all-reduce sweep on 2 and 4 ranks; scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
 and scripts/mixed_precision.py writes its tables.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
@@ -184,6 +184,30 @@ class Sweep(unittest.TestCase):
         self.assertEqual(table.count("\n| "), 7, table)  # the header and the six points
 
 
+class AllreduceSweep(unittest.TestCase):
+    def test_quick_sweep_runs_each_rank_count_once_and_tabulates_them(self):
+        with tempfile.TemporaryDirectory() as d:
+            env = dict(os.environ, SWEEP_QUICK="1", PYTHON=PY, NPS="2 4",
+                       CSV=os.path.join(d, "ar.csv"))
+            run = lambda: subprocess.run([os.path.join(REPO, "scripts", "sweep_allreduce.sh")],
+                                         capture_output=True, text=True, env=env, cwd=REPO)
+            r = run()
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            got = rows(env["CSV"])  # 1, 2 and 4 MiB on 2 ranks, then on 4
+            self.assertEqual([(x["world_size"], int(x["size_bytes"]) >> 20) for x in got],
+                             [("2", 1), ("2", 2), ("2", 4), ("4", 1), ("4", 2), ("4", 4)])
+            self.assertTrue(all(x["wrong"] == "0" for x in got))
+            r = run()  # a re-run skips both rank counts: the same point on 2 ranks is not 4's
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(r.stdout.count("skip (row already"), 2, r.stdout)
+            self.assertEqual(len(rows(env["CSV"])), 6)
+            with open(os.path.join(d, "ar.md")) as f:
+                table = f.read()
+            self.assertIn("| size | 2 ranks, mpi, fp32 | 4 ranks, mpi, fp32 |", table)
+            self.assertEqual(table.count(" MiB | "), 3, table)
+            self.assertTrue(os.path.exists(os.path.join(d, "ar_busbw.png")))
+
+
 class BenchTable(unittest.TestCase):
     def write(self, path, rows):
         with open(path, "w", newline="") as f:
@@ -239,7 +263,8 @@ class MixedPrecision(unittest.TestCase):
 if __name__ == "__main__":
     loader = unittest.defaultTestLoader
     result = unittest.TextTestRunner(verbosity=2).run(unittest.TestSuite(
-        [loader.loadTestsFromTestCase(Sweep), loader.loadTestsFromTestCase(BenchTable),
+        [loader.loadTestsFromTestCase(Sweep), loader.loadTestsFromTestCase(AllreduceSweep),
+         loader.loadTestsFromTestCase(BenchTable),
          loader.loadTestsFromTestCase(MixedPrecision)]))
     bad = len(result.failures) + len(result.errors)
     print(f"[doctest] test cases: {result.testsRun} | {result.testsRun - bad} passed | {bad} failed"
