@@ -2,7 +2,8 @@
 # Attention side by side in one call on one GPU: lmtrain's attention mode (naive, our flash) and
 # scripts/torch_reference.py attention (naive, SDPA with the flash and cuDNN backends) over the
 # same grid. Rows go to results/attention_lmtrain.csv and results/attention_torch.csv (device and
-# date in each); scripts/attention_table.py then writes results/attention.md from them alone.
+# date in each); scripts/attention_table.py then writes results/attention.md from them alone, and
+# plot.py draws lmtrain's time and peak memory against sequence length (log-log) from its CSV.
 #   scripts/attention_vs_torch.sh
 # Env: SEQ_LENS ("1024 4096 8192 16384"), HEAD_DIMS ("64 128"), MASKS (causal), DTYPES (bf16),
 #      BATCH (1), HEADS (16), WARMUP (5), ITERS (20), PYTHON (python3), TORCH_IMPLS.
@@ -30,3 +31,7 @@ build/lmtrain --set run.mode=attention --set attention.batch="$batch" --set atte
   ${TORCH_IMPLS:+--impls $TORCH_IMPLS} --csv results/attention_torch.csv
 "$py" scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md
 cat results/attention.md
+for y in fwd_bwd_ms peak_bytes; do
+  "$py" scripts/plot.py results/attention_lmtrain.csv --x seq_len --y "$y" --logx --logy \
+    --series impl,head_dim,mask,dtype --where status=ok --out "results/attention_${y%_*}.png"
+done
