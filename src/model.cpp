@@ -22,8 +22,10 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
       order_(be, size_t(B * seq_len), MemTag::activations), order_host_(size_t(B * seq_len)) {
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
-  // The RMSNorms' outputs and SwiGLU's gate are read only by matmuls: under bf16, stored so.
-  const int64_t nd16 = mm16 ? be.bf16_elems(n * d) : n * d, nf16 = mm16 ? be.bf16_elems(n * f) : n * f;
+  // The RMSNorms' outputs, SwiGLU's gate and backward's da1, da3 are read only by matmuls:
+  // under bf16, stored in bf16 (Backend::bf16_elems).
+  const int64_t nd16 = mm16 ? be.bf16_elems(n * d) : n * d;
+  const int64_t nf16 = mm16 ? be.bf16_elems(n * f) : n * f;
   for (int64_t l = 0; l < L; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
     auto off = [&](const char* s) { return layout.get(p + s).offset; };
