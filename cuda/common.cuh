@@ -3,10 +3,12 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <type_traits>
 
 #include <string>
 
+#include "check.hpp"
 #include "cuda_check.hpp"
 
 #define CUDA_LAUNCH_CHECK()                                                          \
@@ -40,6 +42,10 @@ template <typename Out> __device__ inline void store4(Out* p, float4 v) {
 }
 inline bool aligned_for(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+// Stops with `message` unless every pointer is 16-byte aligned (launchers' precondition).
+inline void check_aligned16(std::initializer_list<const void*> ptrs, const char* message) {
+  for (const void* p : ptrs) LMT_ASSERT(aligned_for(p, 16), message);
 }
 
 // Sum (or max) over the block; every thread gets the result. blockDim.x is a multiple of 32,

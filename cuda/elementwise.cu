@@ -2,9 +2,6 @@
 //   da = dg * b * sig(a) * (1 + a (1 - sig(a))),  db = dg * silu(a),
 // the residual add y += x, and x *= factor. SwiGLU's outputs are fp32, or bf16 (rounded to
 // nearest even) when only bf16 matmuls read them.
-#include <initializer_list>
-
-#include "check.hpp"
 #include "common.cuh"
 #include "cuda_kernels.hpp"
 
@@ -52,10 +49,6 @@ __global__ void swiglu_bwd_kernel(const float* a, const float* b, const float* d
   }
 }
 
-void check_aligned(std::initializer_list<const void*> ptrs) {
-  for (const void* p : ptrs)
-    LMT_ASSERT(aligned_for(p, 16), "SwiGLU's buffers must be 16-byte aligned");
-}
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -67,10 +60,12 @@ __global__ void scale_kernel(float* x, int64_t n, float factor) {
   if (i < n) x[i] *= factor;
 }
 
+constexpr const char* kUnaligned = "SwiGLU's buffers must be 16-byte aligned";
+
 }  // namespace
 
 void swiglu_fwd(const float* a, const float* b, void* g, bool g_bf16, int64_t n, cudaStream_t s) {
-  check_aligned({a, b, g});
+  check_aligned16({a, b, g}, kUnaligned);
   const int blocks = blocks_for((n + 3) / 4, 256);
   if (g_bf16)
     swiglu_fwd_kernel<<<blocks, 256, 0, s>>>(a, b, static_cast<__nv_bfloat16*>(g), n);
@@ -81,7 +76,7 @@ void swiglu_fwd(const float* a, const float* b, void* g, bool g_bf16, int64_t n,
 
 void swiglu_bwd(const float* a, const float* b, const float* dg, void* da, void* db, bool d_bf16,
                 int64_t n, cudaStream_t s) {
-  check_aligned({a, b, dg, da, db});
+  check_aligned16({a, b, dg, da, db}, kUnaligned);
   const int blocks = blocks_for((n + 3) / 4, 256);
   if (d_bf16)
     swiglu_bwd_kernel<<<blocks, 256, 0, s>>>(a, b, dg, static_cast<__nv_bfloat16*>(da),

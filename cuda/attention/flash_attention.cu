@@ -31,11 +31,7 @@ attn::Params params(const FlashShape& s) {
   return p;
 }
 
-void check_aligned(std::initializer_list<const void*> ptrs) {
-  for (const void* q : ptrs)
-    LMT_ASSERT(reinterpret_cast<uintptr_t>(q) % 16 == 0,
-               "flash attention: tensors must start 16-byte aligned");
-}
+constexpr const char* kUnaligned = "flash attention: tensors must start 16-byte aligned";
 
 }  // namespace
 
@@ -44,7 +40,7 @@ bool flash_supports(int64_t dh) { return attn::HeadDims::has(dh); }
 void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
                float* lse, cudaStream_t stream) {
   attn::Params p = params(s);
-  check_aligned({q, k, v, o});
+  check_aligned16({q, k, v, o}, kUnaligned);
   p.q = q, p.k = k, p.v = v, p.out = o, p.lse = lse;
   if (!s.tensor_cores) attn::fwd_fp32(p, s.B, s.dh, stream);
   else if (s.bf16_storage) attn::fwd_tc<__nv_bfloat16>(p, s.B, s.dh, stream);
@@ -55,7 +51,7 @@ void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v,
                const void* dout, const float* lse, float* D, void* dq, void* dk, void* dv,
                cudaStream_t stream) {
   attn::Params p = params(s);
-  check_aligned({q, k, v, o, dout, dq, dk, dv});
+  check_aligned16({q, k, v, o, dout, dq, dk, dv}, kUnaligned);
   p.q = q, p.k = k, p.v = v, p.o = o, p.dout = dout, p.lse = const_cast<float*>(lse), p.D = D;
   p.dq = dq, p.dk = dk, p.dv = dv;
   if (s.bf16_storage) {
