@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Markdown table of attention, ours vs PyTorch, from the two attention CSVs (the latest row per
-implementation and shape), with the ratio of our flash to SDPA's flash and cuDNN backends.
+implementation and shape), with the ratio of our flash to SDPA's flash and cuDNN backends. A column
+for each implementation with rows in the CSVs, in IMPLS's order.
 
     scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md
 """
 import csv
 import sys
+
+IMPLS = ["lmtrain naive", "lmtrain flash", "torch naive", "torch naive-compiled", "torch torch-flash",
+         "torch sdpa-flash", "torch sdpa-cudnn"]
 
 
 def latest(path, impl_prefix):
@@ -35,7 +39,8 @@ def ratio(ours, theirs, col):
 
 def main(ours_csv, torch_csv):
     ours, torch = latest(ours_csv, "lmtrain "), latest(torch_csv, "torch ")
-    impls = ["lmtrain naive", "lmtrain flash", "torch naive", "torch sdpa-flash", "torch sdpa-cudnn"]
+    present = {i for rows in (*ours.values(), *torch.values()) for i in rows}
+    impls = [i for i in IMPLS if i in present]
     first = next(iter(next(iter(ours.values())).values()))
     tfirst = next(iter(next(iter(torch.values())).values()))
     print(f"Attention, ours vs PyTorch {tfirst['torch']} on one {first['device_name']} "

@@ -6,7 +6,9 @@
 # plot.py draws lmtrain's time and peak memory against sequence length (log-log) from its CSV.
 #   scripts/attention_vs_torch.sh
 # Env: SEQ_LENS ("1024 4096 8192 16384"), HEAD_DIMS ("64 128"), MASKS (causal), DTYPES (bf16),
-#      BATCH (1), HEADS (16), WARMUP (5), ITERS (20), PYTHON (python3), TORCH_IMPLS.
+#      BATCH (1), HEADS (16), WARMUP (5), ITERS (20), PYTHON (python3), TORCH_IMPLS (torch_reference's
+#      --impls: naive sdpa-flash sdpa-cudnn; naive-compiled and torch-flash, FlashAttention-2 in plain
+#      PyTorch, on request; their columns join results/attention.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seq=${SEQ_LENS:-1024 4096 8192 16384} dims=${HEAD_DIMS:-64 128} masks=${MASKS:-causal}

@@ -295,19 +295,97 @@ def bench(args):
         append_csv(args.csv, row)
 
 
+class FlashAttentionTorch(torch.autograd.Function):
+    """FlashAttention-2 in plain PyTorch (CS336 §1.3.2(a)) for [..., T, dh] q, k, v: query tiles
+    of bq rows against key tiles of bk, an online softmax (running max m, running sum l, output
+    accumulator), never a T x T matrix. Work is in fp32 (fp64 for fp64 inputs); O comes back in the
+    inputs' dtype, the logsumexp L [..., T] in the work dtype. Causal: key tiles wholly above the
+    diagonal are skipped, tiles crossing it masked by index (key > query, as is_causal does).
+    The backward is tiled the same way and recomputes P from Q, K and L (FlashAttention-2's)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, bq=64, bk=64):
+        work, scale = torch.promote_types(q.dtype, torch.float32), 1.0 / math.sqrt(q.shape[-1])
+        tq, tk = q.shape[-2], k.shape[-2]
+        o = q.new_empty(q.shape[:-1] + v.shape[-1:])
+        lse = q.new_empty(q.shape[:-1], dtype=work)
+        for i in range(0, tq, bq):
+            qi = q[..., i:i + bq, :].to(work) * scale
+            rows = torch.arange(i, i + qi.shape[-2], device=q.device)[:, None]
+            m = qi.new_full(qi.shape[:-1] + (1,), float("-inf"))
+            l = torch.zeros_like(m)
+            acc = qi.new_zeros(qi.shape[:-1] + v.shape[-1:])
+            # Causal: key tiles from i + bq on are wholly above the diagonal. Tile 0 always holds
+            # key 0, so no row is fully masked and m is finite after the first tile.
+            for j in range(0, min(tk, i + bq) if causal else tk, bk):
+                s = qi @ k[..., j:j + bk, :].to(work).transpose(-2, -1)
+                if causal and j + bk > i + 1:  # some key of the tile is after some query
+                    s = s.masked_fill(torch.arange(j, j + s.shape[-1], device=q.device) > rows, float("-inf"))
+                m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+                p = torch.exp(s - m_new)
+                rescale = torch.exp(m - m_new)  # 0 on the first tile (m = -inf)
+                l = l * rescale + p.sum(-1, keepdim=True)
+                acc = acc * rescale + p @ v[..., j:j + bk, :].to(work)
+                m = m_new
+            o[..., i:i + bq, :] = acc / l
+            lse[..., i:i + bq] = (m + torch.log(l)).squeeze(-1)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.bq, ctx.bk = causal, bq, bk
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        """Per key tile j, over the query tiles i that see it: P = exp(S - L), dV_j += P^T dO_i,
+        dP = dO_i V_j^T, dS = P * (dP - D_i) with D = rowsum(dO * O), dQ_i += dS K_j scale,
+        dK_j += dS^T Q_i scale."""
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, bq, bk = ctx.causal, ctx.bq, ctx.bk
+        work, scale = lse.dtype, 1.0 / math.sqrt(q.shape[-1])
+        d = (do.to(work) * o.to(work)).sum(-1, keepdim=True)
+        dq = torch.zeros(q.shape, dtype=work, device=q.device)
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        for j in range(0, k.shape[-2], bk):
+            kj, vj = k[..., j:j + bk, :].to(work), v[..., j:j + bk, :].to(work)
+            cols = torch.arange(j, j + kj.shape[-2], device=q.device)
+            dkj, dvj = torch.zeros_like(kj), torch.zeros_like(vj)
+            # Causal: query tiles ending before key j see none of this tile.
+            for i in range(j // bq * bq if causal else 0, q.shape[-2], bq):
+                qi = q[..., i:i + bq, :].to(work) * scale
+                doi = do[..., i:i + bq, :].to(work)
+                s = qi @ kj.transpose(-2, -1)
+                if causal and j + bk > i + 1:
+                    rows = torch.arange(i, i + qi.shape[-2], device=q.device)[:, None]
+                    s = s.masked_fill(cols > rows, float("-inf"))
+                p = torch.exp(s - lse[..., i:i + bq, None])
+                dvj += p.transpose(-2, -1) @ doi
+                ds = p * (doi @ vj.transpose(-2, -1) - d[..., i:i + bq, :])
+                dq[..., i:i + bq, :] += ds @ kj * scale
+                dkj += ds.transpose(-2, -1) @ qi  # qi carries the scale
+            dk[..., j:j + bk, :], dv[..., j:j + bk, :] = dkj, dvj
+        return dq.to(q.dtype), dk, dv, None, None, None
+
+
 def attention_impl(name, causal):
     """(q, k, v) -> out for [B, H, T, dh] tensors: naive (scores materialised, as a PyTorch user
-    writes it, in the inputs' dtype) or scaled_dot_product_attention pinned to one backend."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    if name == "naive":
+    writes it, in the inputs' dtype), the same under torch.compile, FlashAttentionTorch, or
+    scaled_dot_product_attention pinned to one backend."""
+    if name in ("naive", "naive-compiled"):
         def naive(q, k, v):
             s = q @ k.transpose(-2, -1) * (1.0 / math.sqrt(q.shape[-1]))
             if causal:
                 t = q.shape[-2]
                 s = s.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
             return torch.softmax(s, dim=-1) @ v
-        return naive
+        if name == "naive":
+            return naive
+        # Every closure shares naive's code object, and dynamo's recompile limit is per code
+        # object: start afresh so each grid point gets its own static-shape compile.
+        torch._dynamo.reset()
+        return torch.compile(naive)
+    if name == "torch-flash":
+        return lambda q, k, v: FlashAttentionTorch.apply(q, k, v, causal)
+    from torch.nn.attention import SDPBackend, sdpa_kernel  # torch 2.3+
+
     backend = {"sdpa-flash": SDPBackend.FLASH_ATTENTION, "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
                "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION}[name]
 
@@ -320,6 +398,8 @@ def attention_impl(name, causal):
 def attention_bench(args):
     """The attention mode's grid in PyTorch: forward, backward, both; TFLOP/s as lmtrain counts
     them (forward 4 B H T^2 dh, halved when causal; backward 2.5x); peak memory; OOM rows kept."""
+    if "naive-compiled" in args.impls and not hasattr(torch, "compile"):
+        raise SystemExit(f"naive-compiled: torch {torch.__version__} has no torch.compile")
     dev = torch.device("cuda")
     gpu = torch.cuda.get_device_name()
     print(f"== torch {torch.__version__} attention: batch {args.batch}, heads {args.heads} on {gpu} ==")
@@ -409,7 +489,8 @@ def main():
     p_bench.add_argument("--csv", help="append one row (header first in a new file)")
     p_bench.add_argument("--json", action="store_true", help="also print the row as one JSON line")
     p_bench.set_defaults(func=bench)
-    p_att = sub.add_parser("attention", help="time naive attention and scaled_dot_product_attention")
+    p_att = sub.add_parser("attention", help="time naive attention (plain or compiled), FlashAttention-2 "
+                           "in plain PyTorch, and scaled_dot_product_attention")
     p_att.add_argument("--batch", type=int, default=1)
     p_att.add_argument("--heads", type=int, default=16)
     p_att.add_argument("--seq-lens", type=int, nargs="+", default=[256, 1024, 4096, 16384])
@@ -417,7 +498,8 @@ def main():
     p_att.add_argument("--dtypes", nargs="+", choices=("bf16", "fp32"), default=["bf16"])
     p_att.add_argument("--masks", nargs="+", choices=("causal", "none"), default=["causal"])
     p_att.add_argument("--impls", nargs="+", default=["naive", "sdpa-flash", "sdpa-cudnn"],
-                       choices=("naive", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient"))
+                       choices=("naive", "naive-compiled", "torch-flash", "sdpa-flash", "sdpa-cudnn",
+                                "sdpa-efficient"))
     p_att.add_argument("--warmup", type=int, default=5)
     p_att.add_argument("--iters", type=int, default=20)
     p_att.add_argument("--csv", help="append one row per grid point (header first in a new file)")

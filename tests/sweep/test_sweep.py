@@ -3,11 +3,14 @@
 already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
 on, bad points refused before any run; the quick sweep scripts end to end (the DDP one on 2
 ranks), and the all-reduce sweep on 2 and 4 ranks; scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
-and scripts/mixed_precision.py writes its tables.
+scripts/mixed_precision.py writes its tables; and torch_reference.py's FlashAttention-2 in plain
+PyTorch matches explicit softmax attention, forward and gradients (skipped without torch).
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
 import csv
+import importlib.util
+import math
 import os
 import shutil
 import subprocess
@@ -23,6 +26,15 @@ BASE = ["--lmtrain", os.path.join(REPO, "build/lmtrain"), "--set", "run.mode=ben
         "--set", "model.context_length=8", "--set", "model.num_layers=1"]
 A, B, C = "model.precision=fp32", "model.precision=bf16", "model.precision=fp32 train.batch_size=2"
 MISSING = "data.source=file data.path=/nonexistent/tokens.bin"
+
+try:  # torch_reference.py as a module, for its attention implementations
+    _spec = importlib.util.spec_from_file_location("torch_reference",
+                                                   os.path.join(REPO, "scripts/torch_reference.py"))
+    torch_reference = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(torch_reference)
+    import torch
+except ImportError:
+    torch = torch_reference = None
 
 
 def rows(path):
@@ -260,12 +272,63 @@ class MixedPrecision(unittest.TestCase):
         self.assertGreater(abs(row("float16", "float16") - 10), 1e-2)
 
 
+@unittest.skipUnless(torch, "torch (with numpy) is not importable")
+class TorchFlashAttention(unittest.TestCase):
+    """attention_impl("torch-flash") against explicit softmax attention in fp64, on inputs laid
+    out as attention_bench makes them ([B, T, H, dh] in memory, seen as [B, H, T, dh])."""
+
+    def inputs(self, t, dh, dtype):
+        return [torch.randn(2, t, 3, dh, dtype=dtype, generator=self.gen).transpose(1, 2).requires_grad_()
+                for _ in range(3)]
+
+    def reference(self, q, k, v, causal):
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        e = torch.exp(s - m)
+        return e / e.sum(-1, keepdim=True) @ v, (m + torch.log(e.sum(-1, keepdim=True))).squeeze(-1)
+
+    def assertClose(self, got, want, tol, what):
+        err = (got - want).abs().max().item()
+        self.assertLessEqual(err, tol * max(1.0, want.abs().max().item()), what)
+
+    def setUp(self):
+        self.gen = torch.Generator().manual_seed(0)
+
+    def test_output_logsumexp_and_gradients_match_fp64_softmax(self):
+        for t in (1, 17, 130):  # 130 = 64 + 64 + 2: a partial last tile
+            for dh in (16, 64):
+                for causal in (False, True):
+                    what = f"T={t} dh={dh} causal={causal}"
+                    q, k, v = self.inputs(t, dh, torch.float64)
+                    do = torch.randn(2, 3, t, dh, dtype=torch.float64, generator=self.gen)
+                    o = torch_reference.attention_impl("torch-flash", causal)(q, k, v)
+                    want_o, want_l = self.reference(q, k, v, causal)
+                    self.assertEqual(o.dtype, torch.float64)
+                    self.assertClose(o, want_o, 1e-10, what + " O")
+                    lse = o.grad_fn.saved_tensors[4]  # L as forward saved it for backward
+                    self.assertClose(lse, want_l, 1e-10, what + " L")
+                    got = torch.autograd.grad(o, (q, k, v), do)
+                    want = torch.autograd.grad(want_o, (q, k, v), do)
+                    for name, g, w in zip(("dQ", "dK", "dV"), got, want):
+                        self.assertClose(g, w, 1e-10, f"{what} {name}")
+
+    def test_fp32_forward_is_within_1e_5_of_fp64(self):
+        for causal in (False, True):
+            q, k, v = (x.detach() for x in self.inputs(130, 64, torch.float64))
+            o = torch_reference.attention_impl("torch-flash", causal)(q.float(), k.float(), v.float())
+            self.assertEqual(o.dtype, torch.float32)
+            self.assertClose(o.double(), self.reference(q, k, v, causal)[0], 1e-5, f"causal={causal}")
+
+
 if __name__ == "__main__":
     loader = unittest.defaultTestLoader
     result = unittest.TextTestRunner(verbosity=2).run(unittest.TestSuite(
         [loader.loadTestsFromTestCase(Sweep), loader.loadTestsFromTestCase(AllreduceSweep),
          loader.loadTestsFromTestCase(BenchTable),
-         loader.loadTestsFromTestCase(MixedPrecision)]))
+         loader.loadTestsFromTestCase(MixedPrecision),
+         loader.loadTestsFromTestCase(TorchFlashAttention)]))
     bad = len(result.failures) + len(result.errors)
     print(f"[doctest] test cases: {result.testsRun} | {result.testsRun - bad} passed | {bad} failed"
           f" | {len(result.skipped)} skipped")
