@@ -4,6 +4,7 @@
 //
 // FLOPs counted (matmuls only, attention over the full T x T it materialises):
 //   forward = 2 B T (L (4 d^2 + 3 d d_ff) + d V) + 4 L B T^2 d,   forward+backward = 3 x forward.
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -43,28 +44,29 @@ CsvRow bench_columns(const Config& c) {
   return row;
 }
 
-// The timed steps as spans (one track per phase) and the allocated memory by tag as a counter
-// (constant over a step: nothing is allocated inside one).
-template <typename T>
-void write_trace(const std::string& path, const Backend<T>& be, const std::vector<double>& starts,
-                 const std::vector<std::vector<double>>& phases) {
+// The allocator's bytes by tag, as the host saw them when it issued a phase boundary.
+using HeldBytes = std::array<size_t, size_t(MemTag::count)>;
+
+// The timed steps as spans (one track per phase) and the allocated memory by tag as a counter,
+// sampled at every phase boundary: `held` has phases + 1 samples per step, warm-up steps first.
+void write_trace(const std::string& path, const std::vector<double>& starts,
+                 const std::vector<std::vector<double>>& phases, const std::vector<HeldBytes>& held) {
   ChromeTrace trace;
   const char* names[] = {"forward", "backward", "optimizer"};
   trace.name_track(0, "step");
-  double end = 0;
+  const size_t per_step = phases.size() + 1, first = held.size() - starts.size() * per_step;
   for (size_t i = 0; i < starts.size(); ++i) {
-    double t = starts[i] * 1e3, total = 0;
-    for (size_t p = 0; p < phases.size(); ++p) {
+    double t = starts[i] * 1e3;
+    for (size_t p = 0; p < per_step; ++p) {
+      std::map<std::string, double> mib;
+      for (size_t tag = 0; tag < size_t(MemTag::count); ++tag)
+        mib[mem_tag_name(MemTag(tag))] = double(held[first + i * per_step + p][tag]) / double(1 << 20);
+      trace.counter("allocated MiB", t, mib);
+      if (p == phases.size()) break;
       trace.span(names[p], t, phases[p][i] * 1e3);
-      t += phases[p][i] * 1e3, total += phases[p][i] * 1e3;
+      t += phases[p][i] * 1e3;
     }
-    end = starts[i] * 1e3 + total;
   }
-  std::map<std::string, double> mib;
-  for (size_t t = 0; t < size_t(MemTag::count); ++t)
-    mib[mem_tag_name(MemTag(t))] = double(be.memory().current[t]) / double(1 << 20);
-  trace.counter("allocated MiB", 0, mib);
-  trace.counter("allocated MiB", end, mib);
   trace.write(path);
 }
 
@@ -117,15 +119,20 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   std::vector<std::vector<double>> phases;
   std::vector<double> starts;  // of each timed step, ms after the first
   std::vector<std::vector<std::pair<int, int>>> exposed;  // each step's waits for communication
+  std::vector<HeldBytes> held;  // at each phase boundary of each step, for the trace
   int64_t reps = 0;
   if (comm) comm->take_comm_ms();
   auto step = time_reps<T>(be, W, S, [&](std::vector<int>& marks) {
+    held.push_back(be.memory().current);
     model.forward_pass(in.data(), tg.data(), rt.world);
     marks.push_back(be.mark());
+    held.push_back(be.memory().current);
     model.backward(sync.get());
     marks.push_back(be.mark());
+    held.push_back(be.memory().current);
     NvtxRange r("optimizer");
     optimizer_step();
+    held.push_back(be.memory().current);
     if (sync) exposed.push_back(std::exchange(sync->exposed, {}));
     if (comm && ++reps == W) comm->take_comm_ms();  // count the timed steps only
   }, &phases, &starts, [&] { if (comm) comm->synchronize(); });
@@ -136,7 +143,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   }
   const double comm_ms = comm ? comm->take_comm_ms() / double(S) : 0;
   const double loss = model.loss();
-  if (!cl.trace_path.empty() && rt.is_root()) write_trace(cl.trace_path, be, starts, phases);
+  if (!cl.trace_path.empty() && rt.is_root()) write_trace(cl.trace_path, starts, phases, held);
 
   // Kernel summary per phase, in untimed repetitions (CUPTI adds overhead).
   std::vector<std::pair<const char*, std::vector<KernelStat>>> kernels;

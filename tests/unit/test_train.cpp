@@ -260,7 +260,12 @@ TEST_CASE("bench: --trace writes the timed steps' phases and a memory counter; t
   CHECK(text.rfind("{\"traceEvents\":[", 0) == 0);
   for (const char* phase : {"\"forward\"", "\"backward\"", "\"optimizer\""})
     CHECK(text.find(phase) != std::string::npos);
-  CHECK(text.find("\"allocated MiB\"") != std::string::npos);
+  // The memory counter at every phase boundary of both steps: 2 x (3 phases + 1) samples.
+  size_t samples = 0;
+  for (size_t at = text.find("\"allocated MiB\""); at != std::string::npos;
+       at = text.find("\"allocated MiB\"", at + 1))
+    ++samples;
+  CHECK(samples == 8);
   auto train = run(std::string(lmt::test::lmtrain()) + kTiny + " --trace " + path);
   CHECK(train.code == 2);
   CHECK(train.output.find("only run.mode = \"bench\" writes a trace") != std::string::npos);
