@@ -16,7 +16,7 @@ in the CSV (every config column equal, and world_size equal to --np where the CS
 column) is skipped, so an interrupted sweep is re-run as it was started, and one CSV can hold
 the same points on several rank counts. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
 row in CSV's sibling `<stem>.failed.csv` (its config columns, status oom | timeout | failed, the
-exit code, the date and the last error line) and the sweep goes on; such points are skipped on a
+exit code, the date and lmtrain's last error line) and the sweep goes on; such points are skipped on a
 re-run too unless --retry-failed. Standard library only.
 """
 import argparse
@@ -186,8 +186,10 @@ def main(argv):
             raise BadInput(out.strip().splitlines()[-1])
         failed += 1
         status = "timeout" if code == -1 else "oom" if OOM.search(out) else "failed"
+        # lmtrain's own last error line (MPI_Abort's banner follows it), else the last line.
         lines = [l for l in out.strip().splitlines() if l.strip()]
-        error = lines[-1] if lines else ""
+        own = [l for l in lines if l.startswith("lmtrain: error")]
+        error = (own or lines or [""])[-1]
         append_failed(failed_path, names, values, str(a.np), status, code, error)
         print(f"{tag}: {status.upper()} (exit {code}) after {dt:.1f} s: {error}", flush=True)
     print(f"sweep: {ran} ran, {skipped} skipped, {failed} failed in {time.time() - t_start:.0f} s; "

@@ -103,11 +103,13 @@ class Sweep(unittest.TestCase):
         self.assertEqual(len(rows(self.failed)), 2)
 
     def test_out_of_memory_is_recorded_as_oom(self):
-        # An lmtrain that resolves configs like the real one and runs out of memory on every run.
+        # An lmtrain that resolves configs like the real one and runs out of memory on every run,
+        # its error line followed by the banner MPI_Abort prints.
         fake = os.path.join(self.dir, "lmtrain-oom")
         with open(fake, "w") as f:
             f.write('#!/bin/sh\nfor a in "$@"; do [ "$a" = --print-config ] && exec %s "$@"; done\n'
-                    'echo "lmtrain: error: out of GPU memory: 512.0 MiB more needed" >&2\nexit 2\n'
+                    'echo "lmtrain: error (rank 0): out of GPU memory: 512.0 MiB more needed" >&2\n'
+                    'printf -- "-----\\nMPI_ABORT was invoked on rank 0\\n-----\\n" >&2\nexit 2\n'
                     % os.path.join(REPO, "build/lmtrain"))
         os.chmod(fake, 0o755)
         base = list(BASE)
@@ -116,6 +118,8 @@ class Sweep(unittest.TestCase):
         self.assertEqual(code, 0, out)
         self.assertIn("OOM (exit 2)", out)
         self.assertEqual([r["status"] for r in rows(self.failed)], ["oom", "oom"])
+        self.assertEqual([r["error"] for r in rows(self.failed)],
+                         ["lmtrain: error (rank 0): out of GPU memory: 512.0 MiB more needed"] * 2)
         self.assertEqual(rows(self.csv), [])
 
     def test_bad_points_stop_the_sweep_before_any_run(self):
