@@ -4,12 +4,13 @@ that lmtrain's bench mode is compared with.
 Run with an interpreter that has torch (1.13+) and numpy, e.g. Debian's /usr/bin/python3:
 
     /usr/bin/python3 scripts/torch_reference.py check --in IN.safetensors --out OUT.safetensors
-    python3 scripts/torch_reference.py bench --precision bf16 [--compile] [--csv FILE]
+    python3 scripts/torch_reference.py bench --precision bf16 [--compile] [--csv FILE] [--mem-timeline CSV]
     python3 scripts/torch_reference.py attention --seq-lens 4096 16384 --head-dims 64 128 [--csv FILE]
 
 `bench` times forward, forward+backward and the full step (fused AdamW, no clipping) of the same
 model on a GPU, as a PyTorch user would write it (autocast for bf16, naive attention); see
-`bench --help` and scripts/bench_vs_torch.sh.
+`bench --help` and scripts/bench_vs_torch.sh. `bench --mem-timeline CSV` also records the allocated
+CUDA memory over one more full step (scripts/memory_timeline.sh draws it beside lmtrain's).
 
 Exchange format: safetensors files (8-byte little-endian uint64 header length N, N bytes of
 JSON header padded with spaces, then raw little-endian data; "data_offsets" are relative to
@@ -35,6 +36,7 @@ the start of the data section). Supported dtypes: F64, F32, I32.
   final.<name>                    parameters after `steps` torch.optim.AdamW steps on the same batch
 """
 import argparse
+import bisect
 import csv
 import datetime
 import json
@@ -223,9 +225,65 @@ def append_csv(path, row):
         w.writerow(row)
 
 
+PHASES = ("forward", "backward", "optimizer")
+
+
+def allocation_timeline(entries, start_bytes, boundaries):
+    """The allocated bytes after each allocation event of a CUDA caching-allocator trace (the
+    entries of torch.cuda.memory._snapshot()["device_traces"][device], oldest first): "alloc" adds
+    its size, "free_completed" (the block is back in the cache: where torch.cuda.memory_allocated
+    drops) subtracts it; "free_requested" (a free still waiting on other streams), "segment_*"
+    (cudaMalloc/cudaFree of cache segments: reserved memory, not allocated), "snapshot", "oom" and
+    any other action change nothing and are not events. Sizes in the trace are the requested
+    sizes, so the totals can drift from memory_allocated() (rounded blocks) by the rounding.
+    start_bytes: allocated before the first entry; boundaries: the trace lengths at the end of
+    each phase but the last (entry i is in PHASES[number of boundaries <= i]).
+    Returns [(event, allocated_bytes, phase)], event counting from 0."""
+    rows, total = [], start_bytes
+    for i, e in enumerate(entries):
+        if e["action"] not in ("alloc", "free_completed"):
+            continue
+        total += e["size"] if e["action"] == "alloc" else -e["size"]
+        rows.append((len(rows), total, PHASES[bisect.bisect_right(boundaries, i)]))
+    return rows
+
+
+def record_mem_timeline(step, path, max_entries=1_000_000):
+    """Runs step(mark) once with the allocator's history on (mark() is called at the end of the
+    forward and of the backward) and writes allocation_timeline() as CSV event,allocated_bytes,phase.
+    No stack traces are kept (context=None), so the snapshots at the marks stay cheap."""
+    dev = torch.cuda.current_device()
+    trace = lambda: torch.cuda.memory._snapshot()["device_traces"][dev]
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = torch.cuda.memory_allocated()
+    ends = []
+    torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                             max_entries=max_entries)
+    try:
+        step(lambda: ends.append(len(trace())))
+        torch.cuda.synchronize()
+        entries = trace()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    if len(entries) >= max_entries:
+        raise SystemExit(f"--mem-timeline: the trace filled its {max_entries} entries; the oldest were dropped")
+    rows = allocation_timeline(entries, start, ends)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(["event", "allocated_bytes", "phase"])
+        w.writerows(rows)
+    peak = max([start] + [r[1] for r in rows])
+    print(f"memory timeline: {len(rows)} events of {len(entries)} trace entries -> {path}; peak "
+          f"{peak / 2**30:.2f} GiB (torch.cuda.max_memory_allocated over the step: "
+          f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB)")
+
+
 def bench(args):
     cuda = args.device == "cuda"
     dev = torch.device(args.device)
+    if args.mem_timeline and not cuda:
+        raise SystemExit("--mem-timeline records the CUDA caching allocator: it needs --device cuda")
     if args.compile and not hasattr(torch, "compile"):
         raise SystemExit(f"--compile: torch {torch.__version__} has no torch.compile")
     torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
@@ -253,8 +311,14 @@ def bench(args):
         opt.zero_grad(set_to_none=True)
         fn(inputs, targets).backward()
 
-    def step():
-        fwd_bwd()
+    # The timed step; mark() runs after the forward (zero_grad, freeing the last step's gradients,
+    # counts as forward) and after the backward.
+    def step(mark=lambda: None):
+        opt.zero_grad(set_to_none=True)
+        loss = fn(inputs, targets)
+        mark()
+        loss.backward()
+        mark()
         opt.step()
 
     def peak(body):
@@ -293,6 +357,8 @@ def bench(args):
         print(json.dumps(row))
     if args.csv:
         append_csv(args.csv, row)
+    if args.mem_timeline:  # after the timed steps: AdamW's state exists, as in every later step
+        record_mem_timeline(step, args.mem_timeline)
 
 
 class FlashAttentionTorch(torch.autograd.Function):
@@ -488,6 +554,8 @@ def main():
     p_bench.add_argument("--label", default="", help="free text for the CSV row")
     p_bench.add_argument("--csv", help="append one row (header first in a new file)")
     p_bench.add_argument("--json", action="store_true", help="also print the row as one JSON line")
+    p_bench.add_argument("--mem-timeline", metavar="CSV", help="record one more full step's allocated "
+                         "CUDA memory: CSV event,allocated_bytes,phase (one row per alloc or free)")
     p_bench.set_defaults(func=bench)
     p_att = sub.add_parser("attention", help="time naive attention (plain or compiled), FlashAttention-2 "
                            "in plain PyTorch, and scaled_dot_product_attention")

@@ -3,15 +3,20 @@
 already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
 on, bad points refused before any run; the quick sweep scripts end to end (the DDP one on 2
 ranks), and the all-reduce sweep on 2 and 4 ranks; scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
-scripts/mixed_precision.py writes its tables; and torch_reference.py's FlashAttention-2 in plain
-PyTorch matches explicit softmax attention, forward and gradients (skipped without torch).
+scripts/mixed_precision.py writes its tables; scripts/memory_timeline.py draws bench --trace's
+memory counter (and a PyTorch timeline CSV) and prints their peaks; and torch_reference.py's
+FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward and gradients, and
+its allocator-trace reconstruction for bench --mem-timeline gives the right running totals and
+phases (both skipped without torch).
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
 import csv
 import importlib.util
+import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -276,6 +281,111 @@ class MixedPrecision(unittest.TestCase):
         self.assertGreater(abs(row("float16", "float16") - 10), 1e-2)
 
 
+class MemoryTimeline(unittest.TestCase):
+    """scripts/memory_timeline.py on a CPU bench --trace of the tiny model, alone and beside a
+    synthetic PyTorch timeline CSV; the peaks it prints are the inputs' maxima, read here apart."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="lmtrain-memtl-test-")
+        cls.trace = os.path.join(cls.dir, "trace.json")
+        r = subprocess.run([os.path.join(REPO, "build/lmtrain"), "--config",
+                            os.path.join(REPO, "configs/models/tiny.toml"), "--set", "run.mode=bench",
+                            "--set", "run.device=cpu", "--set", "bench.warmup=0", "--set",
+                            "bench.steps=1", "--set", "bench.kernels=0", "--trace", cls.trace],
+                           capture_output=True, text=True, cwd=REPO)
+        assert r.returncode == 0, r.stdout + r.stderr
+        with open(cls.trace) as f:
+            events = json.load(f)["traceEvents"]
+        # The counter's samples are MiB per memory tag; the allocated total is their sum.
+        cls.lmtrain_peak = max(round(sum(v * 2**20 for v in e["args"].values()))
+                               for e in events if e["ph"] == "C" and e["name"] == "allocated MiB")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir)
+
+    def draw(self, *extra):
+        png = os.path.join(self.dir, "timeline.png")
+        if os.path.exists(png):
+            os.remove(png)
+        r = subprocess.run([PY, os.path.join(REPO, "scripts/memory_timeline.py"), "--lmtrain-trace",
+                            self.trace, "--out", png, *extra], capture_output=True, text=True, cwd=REPO)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(len(r.stdout.strip().splitlines()), 1, r.stdout)
+        self.assertIn(f"wrote {png}: ", r.stdout)
+        with open(png, "rb") as f:
+            head = f.read(8)
+        self.assertEqual(head, b"\x89PNG\r\n\x1a\n")
+        self.assertGreater(os.path.getsize(png), 1000)
+        return {name: int(b) for name, b in re.findall(r"(\w+) peak [0-9.]+ GiB \((\d+) bytes\)", r.stdout)}
+
+    def test_lmtrain_panel_alone_prints_the_trace_counters_peak(self):
+        self.assertGreater(self.lmtrain_peak, 0)
+        self.assertEqual(self.draw(), {"lmtrain": self.lmtrain_peak})
+
+    def test_pytorch_panel_prints_the_csvs_peak(self):
+        csv_path = os.path.join(self.dir, "torch.csv")
+        sizes = [3 << 20, 5 << 20, -(3 << 20), 7 << 20, -(5 << 20), 1 << 20, -(7 << 20)]
+        with open(csv_path, "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(["event", "allocated_bytes", "phase"])
+            total = 1 << 30
+            for i, d in enumerate(sizes):
+                total += d
+                w.writerow([i, total, "forward" if i < 2 else "backward" if i < 5 else "optimizer"])
+        peak = (1 << 30) + (12 << 20)  # after event 3
+        self.assertEqual(self.draw("--torch-csv", csv_path, "--title", "test"),
+                         {"lmtrain": self.lmtrain_peak, "PyTorch": peak})
+
+    def test_a_file_that_is_not_a_trace_is_refused_in_one_line(self):
+        bad = os.path.join(self.dir, "bad.json")
+        with open(bad, "w") as f:
+            f.write("{}")
+        r = subprocess.run([PY, os.path.join(REPO, "scripts/memory_timeline.py"), "--lmtrain-trace",
+                            bad, "--out", os.path.join(self.dir, "x.png")], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("not a Chrome trace", r.stderr)
+
+
+@unittest.skipUnless(torch_reference, "torch (with numpy) is not importable")
+class TorchMemTimeline(unittest.TestCase):
+    """torch_reference.allocation_timeline (bench --mem-timeline's reconstruction) on a
+    hand-written snapshot: alloc adds, free_completed subtracts, the rest are not events."""
+
+    def test_running_totals_and_phases_from_a_fake_snapshot(self):
+        snapshot = {"segments": [], "device_traces": [[
+            {"action": "segment_alloc", "addr": 0, "size": 20 << 20, "stream": 0},   # 0: reserved
+            {"action": "alloc", "addr": 0, "size": 4096, "stream": 0},               # 1: forward
+            {"action": "alloc", "addr": 4096, "size": 1024, "stream": 0},            # 2
+            {"action": "snapshot", "addr": 0, "size": 5120, "stream": 0},            # 3: mark
+            {"action": "free_requested", "addr": 0, "size": 4096, "stream": 0},      # 4: backward
+            {"action": "free_completed", "addr": 0, "size": 4096, "stream": 0},      # 5
+            {"action": "alloc", "addr": 8192, "size": 512, "stream": 0},             # 6
+            {"action": "snapshot", "addr": 0, "size": 1536, "stream": 0},            # 7: mark
+            {"action": "free_requested", "addr": 100, "size": 2048, "stream": 0},    # 8: optimizer
+            {"action": "free_completed", "addr": 100, "size": 2048, "stream": 0},    # 9: from before
+            {"action": "segment_free", "addr": 0, "size": 20 << 20, "stream": 0},    # 10
+            {"action": "oom", "device_free": 0, "size": 1 << 40, "stream": 0},       # 11
+        ]]}
+        entries = snapshot["device_traces"][0]
+        rows = torch_reference.allocation_timeline(entries, 10000, [4, 8])
+        self.assertEqual(rows, [(0, 14096, "forward"), (1, 15120, "forward"),
+                                (2, 11024, "backward"), (3, 11536, "backward"),
+                                (4, 9488, "optimizer")])
+        # Boundaries one entry either side of a mark (a snapshot entry) give the same rows.
+        self.assertEqual(torch_reference.allocation_timeline(entries, 10000, [3, 7]), rows)
+        self.assertEqual(torch_reference.allocation_timeline([], 10000, [0, 0]), [])
+
+    def test_mem_timeline_needs_cuda(self):
+        r = subprocess.run([PY, os.path.join(REPO, "scripts/torch_reference.py"), "bench", "--device",
+                            "cpu", "--mem-timeline", "x.csv"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.strip().splitlines(), [
+            "--mem-timeline records the CUDA caching allocator: it needs --device cuda"])
+
+
 @unittest.skipUnless(torch, "torch (with numpy) is not importable")
 class TorchFlashAttention(unittest.TestCase):
     """attention_impl("torch-flash") against explicit softmax attention in fp64, on inputs laid
@@ -332,6 +442,7 @@ if __name__ == "__main__":
         [loader.loadTestsFromTestCase(Sweep), loader.loadTestsFromTestCase(AllreduceSweep),
          loader.loadTestsFromTestCase(BenchTable),
          loader.loadTestsFromTestCase(MixedPrecision),
+         loader.loadTestsFromTestCase(MemoryTimeline), loader.loadTestsFromTestCase(TorchMemTimeline),
          loader.loadTestsFromTestCase(TorchFlashAttention)]))
     bad = len(result.failures) + len(result.errors)
     print(f"[doctest] test cases: {result.testsRun} | {result.testsRun - bad} passed | {bad} failed"

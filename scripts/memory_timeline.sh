@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# CS336 §1.1.6(a): the memory timeline of one training step as a picture, on one GPU: lmtrain's
+# bench mode with --trace (phase spans of the timed steps and the allocated-memory counter) into
+# results/memory_timeline_lmtrain.json, scripts/torch_reference.py bench --mem-timeline (the
+# caching allocator's history over one more full step: forward, backward, AdamW) into
+# results/memory_timeline_torch.csv, both on the shape scripts/bench_vs_torch.sh gives that size
+# (bf16, batch 4 x context 512), then scripts/memory_timeline.py -> results/memory_timeline.png.
+#   scripts/memory_timeline.sh
+#   SIZE=large scripts/memory_timeline.sh
+# Env: SIZE (xl), PYTHON (python3), ATTENTION (lmtrain's model.attention: flash).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size=${SIZE:-xl} attn=${ATTENTION:-flash} prec=bf16 ctx=512 batch=4
+py=${PYTHON:-python3}
+cfg=configs/models/$size.toml
+[ -f "$cfg" ] || { echo "no config $cfg" >&2; exit 2; }
+mkdir -p results
+# One timed step after one warm-up: the trace holds its three phase spans and the memory counter
+# at each phase boundary.
+build/lmtrain --config "$cfg" --set run.mode=bench --set model.precision="$prec" \
+  --set model.attention="$attn" \
+  --set model.context_length="$ctx" --set train.batch_size="$batch" \
+  --set bench.warmup=1 --set bench.steps=1 --set bench.kernels=0 \
+  --trace results/memory_timeline_lmtrain.json | grep -E "^== |^step|^memory"
+read -r d f l h v < <(awk -F' = ' '/^d_model/{d=$2}/^d_ff/{f=$2}/^num_layers/{l=$2}/^num_heads/{h=$2}/^vocab_size/{v=$2}END{print d,f,l,h,v}' "$cfg")
+"$py" scripts/torch_reference.py bench --d-model "$d" --d-ff "$f" --num-layers "$l" \
+  --num-heads "$h" --vocab-size "$v" --context-length "$ctx" --batch-size "$batch" \
+  --precision "$prec" --warmup 1 --steps 1 --label "$size-eager" \
+  --mem-timeline results/memory_timeline_torch.csv
+"$py" scripts/memory_timeline.py --lmtrain-trace results/memory_timeline_lmtrain.json \
+  --torch-csv results/memory_timeline_torch.csv --out results/memory_timeline.png \
+  --title "Allocated device memory over one training step: $size, $prec, batch $batch x context $ctx"
