@@ -4,6 +4,7 @@
 # point in results/e2e.csv (a re-run skips the points already there), then PNGs drawn from it.
 #   scripts/sweep_e2e.sh                 # on a GPU: small..2.7b x 128..1024 x fp32/bf16 x warm-up 0/5
 #   SWEEP_QUICK=1 scripts/sweep_e2e.sh   # the tiny model on the CPU, in seconds (tests run this)
+#   PLOT_ONLY=1 scripts/sweep_e2e.sh     # no runs: the PNGs from the CSV as it is
 # Env: SIZES, CONTEXTS, PRECISIONS, WARMUPS, STEPS (timed steps), CSV, TIMEOUT (s per point),
 #      PYTHON (/usr/bin/python3, the Debian one with matplotlib), LMTRAIN (build/lmtrain).
 set -euo pipefail
@@ -26,9 +27,11 @@ done; done; done; done >"$points"
 plot() {
   if [ -s "$1" ]; then "$py" scripts/plot.py "$@"; else echo "no rows in $1: nothing to plot"; fi
 }
-"$py" scripts/sweep.py --csv "$csv" --lmtrain "${LMTRAIN:-build/lmtrain}" --set run.mode=bench \
-  --set run.device="$device" --set bench.steps="$steps" --set bench.kernels=0 \
-  --timeout "${TIMEOUT:-0}" --points-file "$points"
+if [ "${PLOT_ONLY:-0}" != 1 ]; then
+  "$py" scripts/sweep.py --csv "$csv" --lmtrain "${LMTRAIN:-build/lmtrain}" --set run.mode=bench \
+    --set run.device="$device" --set bench.steps="$steps" --set bench.kernels=0 \
+    --timeout "${TIMEOUT:-0}" --points-file "$points"
+fi
 for w in $warmups; do
   for m in fwd fwd_bwd step; do
     plot "$csv" --x model.context_length --y "${m}_ms_mean" --logx --logy \

@@ -6,6 +6,9 @@
 # results/memory_vs_plan.md: each measured point against plan mode's prediction, with the error.
 #   scripts/sweep_memory.sh                 # on a GPU: small..2.7b x 128..1024 x fp32/bf16
 #   SWEEP_QUICK=1 scripts/sweep_memory.sh   # the tiny model on the CPU (tests run this)
+#   PLOT_ONLY=1 CSV=results/e2e.csv scripts/sweep_memory.sh
+#        # no bench runs: plots and the plan comparison from bench rows already measured (the
+#        # e2e sweep's rows carry the same memory columns)
 # Env: SIZES, CONTEXTS, PRECISIONS, CSV, PLAN_CSV, TIMEOUT, PYTHON, LMTRAIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,14 +27,16 @@ for s in $sizes; do for t in $contexts; do for p in $precs; do
   echo "config=configs/models/$s.toml model.context_length=$t model.precision=$p"
 done; done; done >"$points"
 bin=${LMTRAIN:-build/lmtrain}
-# One untimed-free step is enough: nothing is allocated after the first.
 # PNGs from a CSV, once it has rows (every point may have failed: see its .failed.csv).
 plot() {
   if [ -s "$1" ]; then "$py" scripts/plot.py "$@"; else echo "no rows in $1: nothing to plot"; fi
 }
-"$py" scripts/sweep.py --csv "$csv" --lmtrain "$bin" --set run.mode=bench --set run.device="$device" \
-  --set bench.warmup=0 --set bench.steps=1 --set bench.kernels=0 --timeout "${TIMEOUT:-0}" \
-  --points-file "$points"
+# One step, no warm-up: nothing is allocated after the first.
+if [ "${PLOT_ONLY:-0}" != 1 ]; then
+  "$py" scripts/sweep.py --csv "$csv" --lmtrain "$bin" --set run.mode=bench --set run.device="$device" \
+    --set bench.warmup=0 --set bench.steps=1 --set bench.kernels=0 --timeout "${TIMEOUT:-0}" \
+    --points-file "$points"
+fi
 "$py" scripts/sweep.py --csv "$plan_csv" --lmtrain "$bin" --set run.mode=plan --points-file "$points"
 for col in mem_total_bytes mem_forward_bytes; do
   plot "$csv" --x model.context_length --y "$col" --scale-y 1e-9 --logx --logy \
