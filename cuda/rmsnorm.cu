@@ -1,6 +1,6 @@
 // RMSNorm over rows of length d: y = x * r * g, r = (mean(x^2) + eps)^(-1/2), statistics in fp32;
 // y stored in fp32, or rounded to bf16 when only bf16 matmuls read it.
-// Backward, s = sum_j g_j dy_j x_j:  dx_i += r g_i dy_i - x_i r^3 s / d;  dg_i += sum_rows dy_i x_i r.
+// Backward, s = sum_j g_j dy_j x_j:  dx_i += r g_i dy_i - x_i r^3 s / d;  dg_i = sum_rows dy_i x_i r.
 // Forward and dx: one block per row. dg: a 32 x 32 block per 32 columns; each of its 32 row
 // lanes sums every 32nd row, then the lanes are added in order (deterministic, no atomics).
 #include "common.cuh"
@@ -47,7 +47,7 @@ __global__ void rmsnorm_dg_kernel(const float* x, const float* rstd, const float
   if (threadIdx.y != 0 || i >= d) return;
   float total = 0;
   for (int k = 0; k < 32; ++k) total += part[k][threadIdx.x];
-  dg[i] += total;
+  dg[i] = total;
 }
 
 }  // namespace

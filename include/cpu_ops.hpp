@@ -31,7 +31,7 @@ namespace cpu {
 // y[M,N] = x[M,K] @ w[N,K]^T  (a Linear layer; w as PyTorch stores it)
 template <typename T>
 void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, Precision p);
-// dx[M,K] = dy @ w;  dw[N,K] += dy^T @ x
+// dx[M,K] = dy @ w;  dw[N,K] = dy^T @ x (both written: every weight's gradient is made once a step)
 template <typename T>
 void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
                 int64_t K, Precision p);
@@ -39,7 +39,7 @@ void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, in
 // y = x / sqrt(mean(x^2) + eps) * g over rows of length d; rstd[row] saved for backward
 template <typename T>
 void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d, double eps);
-// dx += d/dx;  dg += d/dg (both accumulate: dx is where the residual stream's gradient sums)
+// dx += d/dx (accumulates: dx is where the residual stream's gradient sums);  dg = d/dg
 template <typename T>
 void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg, int64_t rows,
                  int64_t d);

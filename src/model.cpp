@@ -167,7 +167,10 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
   const T* P = params_.data();
   T* G = grads_.data();
   NvtxRange range("backward");
-  be.zero_bytes(G, layout.total * sizeof(T));
+  // Every weight's gradient is written once by its op (linear_bwd, rmsnorm_bwd), so only the
+  // embedding's, which embedding_bwd adds into row by token, starts from zero.
+  const ParamView& emb = layout.get("token_embeddings.weight");
+  be.zero_bytes(G + emb.offset, emb.numel * sizeof(T));
   if (sync) sync->begin_step();
   size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
   be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16, false);
@@ -191,8 +194,7 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
     be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dx_, G + w.ln1, n, d);  // x_[l]'s
     if (sync) sync->ready(ParamLayout::layer_group(L, l));
   }
-  be.embedding_bwd(inputs_.data(), order_.data(), dx_,
-                   G + layout.get("token_embeddings.weight").offset, n, d);
+  be.embedding_bwd(inputs_.data(), order_.data(), dx_, G + emb.offset, n, d);
   if (sync) {
     sync->ready(int(L + 1));
     int from = be.mark();  // backward's compute is done here: what follows is waiting for comm

@@ -2,6 +2,7 @@
 //
 // Under tf32/bf16 both operands are rounded before the product (what tensor cores see); the sum
 // and the result stay in T.
+#include <algorithm>
 #include <vector>
 
 #include "cpu_ops.hpp"
@@ -39,6 +40,7 @@ void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, in
   x = rounded(x, M * K, p, tx);
   w = rounded(w, N * K, p, tw);
   dy = rounded(dy, M * N, p, tdy);
+  std::fill(dw, dw + N * K, T(0));
   for (int64_t m = 0; m < M; ++m) {
     T* dxm = dx + m * K;
     for (int64_t k = 0; k < K; ++k) dxm[k] = 0;

@@ -1,7 +1,8 @@
 // RMSNorm: y = x * r * g with r = (mean(x^2) + eps)^(-1/2), statistics in double.
 //
 // Backward: with s = sum_j g_j dy_j x_j over the row,
-//   dx_i = r g_i dy_i - x_i r^3 s / d,   dg_i += dy_i x_i r.
+//   dx_i = r g_i dy_i - x_i r^3 s / d,   dg_i = sum over rows of dy_i x_i r.
+#include <algorithm>
 #include <cmath>
 
 #include "cpu_ops.hpp"
@@ -23,6 +24,7 @@ void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
 template <typename T>
 void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg, int64_t rows,
                  int64_t d) {
+  std::fill(dg, dg + d, T(0));
   for (int64_t r = 0; r < rows; ++r) {
     const T *xr = x + r * d, *dyr = dy + r * d;
     double rs = double(rstd[r]), s = 0;

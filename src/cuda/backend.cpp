@@ -118,7 +118,7 @@ class CudaBackend : public Backend<float> {
     const void *dY = operand(dy, M * N, p, 0, dy_bf16), *W = operand(w, N * K, p, 1);
     cuda::gemm(cublas_, false, false, M, K, N, 1, dY, N, 0, W, K, 0, 0, dx, K, 0, 1, ops(p));
     const void* X = operand(x, M * K, p, 1, x_bf16);  // stream order: the matmul above read slot 1
-    cuda::gemm(cublas_, true, false, N, K, M, 1, dY, N, 0, X, K, 0, 1, dw, K, 0, 1, ops(p));
+    cuda::gemm(cublas_, true, false, N, K, M, 1, dY, N, 0, X, K, 0, 0, dw, K, 0, 1, ops(p));
   }
   void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows,
                    int64_t d, double eps, bool y_bf16) override {

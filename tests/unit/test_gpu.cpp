@@ -99,16 +99,16 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doc
     cpu::linear_fwd(xr.data(), wr.data(), y.data(), M, N, K, Precision::fp64);
     cpu::linear_bwd(xr.data(), wr.data(), dyr.data(), dx.data(), dw.data(), M, N, K, Precision::fp64);
     float *gx = g.up(x), *gw = g.up(w), *gy = g.poisoned(M * N), *gdx = g.poisoned(M * K);
-    float* gdw = g.up(dw0);
+    float* gdw = g.poisoned(N * K);  // written, not added to: unwritten elements stay NaN
     gpu->linear_fwd(gx, gw, gy, M, N, K, p, false);
     gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p, false, false);
     CHECK(rel_err(g.down(gy, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx, M * K), dx) < tol(p));
-    CHECK(rel_err(g.down(gdw, N * K), dw) < tol(p));  // accumulated onto dw0
+    CHECK(rel_err(g.down(gdw, N * K), dw) < tol(p));
     if (p != Precision::bf16) continue;
     // x and dy stored in bf16 by their producers: the same results without the casts.
     float *gx16 = g.up16(x), *gy16 = g.poisoned(M * N), *gdx16 = g.poisoned(M * K);
-    float* gdw16 = g.up(dw0);
+    float* gdw16 = g.poisoned(N * K);
     gpu->linear_fwd(gx16, gw, gy16, M, N, K, p, true);
     gpu->linear_bwd(gx16, gw, g.up16(dy), gdx16, gdw16, M, N, K, p, true, true);
     CHECK(rel_err(g.down(gy16, M * N), y) < tol(p));
@@ -125,12 +125,12 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     const int64_t rows = 33, d = 77;
     Vec x = as_float(randn<double>(rows * d)), w = as_float(randn<double>(d));
     Vec dy = as_float(randn<double>(rows * d)), dg0 = as_float(randn<double>(d));
-    Vec dx0 = as_float(randn<double>(rows * d));  // both gradients accumulate
+    Vec dx0 = as_float(randn<double>(rows * d));  // dx accumulates; dg is written (dg0 ignored)
     Vec y(rows * d), rstd(rows), dx = dx0, dg = dg0;
     cpu::rmsnorm_fwd(x.data(), w.data(), y.data(), rstd.data(), rows, d, 1e-5);
     cpu::rmsnorm_bwd(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dg.data(), rows, d);
     float *gx = g.up(x), *gw = g.up(w), *gyv = g.poisoned(rows * d), *gr = g.poisoned(rows);
-    float *gdx = g.up(dx0), *gdg = g.up(dg0);
+    float *gdx = g.up(dx0), *gdg = g.poisoned(d);
     gpu->rmsnorm_fwd(gx, gw, gyv, gr, rows, d, 1e-5, false);
     gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx, gdg, rows, d);
     CHECK(rel_err(g.down(gyv, rows * d), y) < 2e-6);
