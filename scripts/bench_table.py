@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Markdown table of ours vs PyTorch from the two bench CSVs (the latest row per shape).
+"""Markdown table of ours vs PyTorch from the two bench CSVs: every lmtrain row (a shape measured
+again, after a change, keeps its earlier rows: oldest first), each beside its PyTorch rows.
 
     scripts/bench_table.py results/bench_lmtrain.csv results/bench_torch.csv > results/bench.md
 """
@@ -30,11 +31,11 @@ def beside(ours, candidates):
 
 
 def main(ours_csv, torch_csv):
-    ours, torch = {}, {}
+    ours, torch = [], {}
     for r in rows(ours_csv):
         key = shape(r["model.d_model"], r["model.num_layers"], r["model.precision"],
                     r["model.context_length"], r["train.batch_size"])
-        ours[key + (r.get("model.attention", "naive"),)] = r
+        ours.append((key + (r.get("model.attention", "naive"),), r["date_utc"], r))
     for r in rows(torch_csv):
         key = shape(r["d_model"], r["num_layers"], r["precision"], r["context_length"],
                     r["batch_size"])
@@ -44,8 +45,7 @@ def main(ours_csv, torch_csv):
           "PyTorch eager ms | PyTorch compile ms | vs eager | vs compile | lmtrain fwd ms | "
           "lmtrain MFU | lmtrain memory GiB | PyTorch eager peak GiB (fwd / step) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for key in sorted(ours):
-        o = ours[key]
+    for key, _, o in sorted(ours, key=lambda k: k[:2]):
         t = {m: beside(o, rs) for m, rs in torch.get(key[:5], {}).items()}
         t = {m: r for m, r in t.items() if r is not None}
         ms = float(o["step_ms_median"])
@@ -61,7 +61,8 @@ def main(ours_csv, torch_csv):
               f"{ratio(comp)} | {float(o['fwd_ms_median']):.2f} | {100 * float(o['mfu']):.1f}% | "
               f"{gib(o, 'mem_total_bytes')} | {torch_mem} |")
     print("\nMedians of timed steps after warm-up (full step: forward, backward, AdamW), by "
-          "scripts/bench_vs_torch.sh; each lmtrain row beside the PyTorch rows measured nearest "
+          "scripts/bench_vs_torch.sh; rows of one shape and attention are successive measurements "
+          "(lmtrain changing between them), oldest first; each lmtrain row beside the PyTorch rows measured nearest "
           "to it, within 10 minutes on the same machine (n/a: none). PyTorch's model "
           "materialises the attention scores, as lmtrain's naive attention does. "
           "Ratios > 1 mean lmtrain is faster. lmtrain memory: everything its allocator holds "

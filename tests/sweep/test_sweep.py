@@ -249,7 +249,8 @@ class BenchTable(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             o, t = os.path.join(d, "ours.csv"), os.path.join(d, "torch.csv")
             self.write(o, [ours("flash", "2026-01-01T10:00:00+00:00", "5.0"),
-                           ours("naive", "2026-01-01T12:00:00+00:00", "8.0")])
+                           ours("naive", "2026-01-01T12:00:00+00:00", "8.0"),
+                           ours("flash", "2026-01-01T08:00:00+00:00", "6.0")])  # earlier, kept
             self.write(t, [torch("False", "2026-01-01T09:45:00+00:00", "40.0"),  # 15 min: too far
                            torch("False", "2026-01-01T10:03:00+00:00", "20.0"),  # nearest
                            torch("True", "2026-01-01T10:11:00+00:00", "10.0"),   # 11 min: too far
@@ -257,9 +258,12 @@ class BenchTable(unittest.TestCase):
             r = subprocess.run([PY, os.path.join(REPO, "scripts/bench_table.py"), o, t],
                                capture_output=True, text=True, cwd=REPO)
         self.assertEqual(r.returncode, 0, r.stderr)
-        lines = {l.split(" | ")[1]: l for l in r.stdout.splitlines() if l.startswith("| 64 x 2")}
-        self.assertIn("| 5.00 | 20.00 | n/a | 4.00x | n/a |", lines["flash"])
-        self.assertIn("| 8.00 | n/a | 16.00 | n/a | 2.00x |", lines["naive"])
+        lines = [l for l in r.stdout.splitlines() if l.startswith("| 64 x 2")]
+        self.assertEqual(len(lines), 3)
+        self.assertIn("| flash |", lines[0])  # by attention, then oldest first
+        self.assertIn("| 6.00 | n/a | n/a | n/a | n/a |", lines[0])
+        self.assertIn("| 5.00 | 20.00 | n/a | 4.00x | n/a |", lines[1])
+        self.assertIn("| 8.00 | n/a | 16.00 | n/a | 2.00x |", lines[2])
 
 
 class MixedPrecision(unittest.TestCase):
