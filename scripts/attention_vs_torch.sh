@@ -5,13 +5,16 @@
 # date in each); scripts/attention_table.py then writes results/attention.md from them alone, and
 # plot.py draws lmtrain's time and peak memory against sequence length (log-log) from its CSV.
 #   scripts/attention_vs_torch.sh
-# Env: SEQ_LENS ("1024 4096 8192 16384"), HEAD_DIMS ("64 128"), MASKS (causal), DTYPES (bf16),
-#      BATCH (1), HEADS (16), WARMUP (5), ITERS (20), PYTHON (python3), TORCH_IMPLS (torch_reference's
-#      --impls: naive sdpa-flash sdpa-cudnn; naive-compiled and torch-flash, FlashAttention-2 in plain
-#      PyTorch, on request; their columns join results/attention.md).
+# The default grid is the study's: head dims 16..128 x T 256..32768 (naive runs out of memory at
+# the longest: such points are rows marked OOM, and the sweep goes on).
+# Env: SEQ_LENS ("256 1024 4096 8192 16384 32768"), HEAD_DIMS ("16 32 64 128"), MASKS (causal),
+#      DTYPES (bf16), BATCH (1), HEADS (16), WARMUP (5), ITERS (20), PYTHON (python3),
+#      TORCH_IMPLS (torch_reference's --impls: naive sdpa-flash sdpa-cudnn; naive-compiled and
+#      torch-flash, FlashAttention-2 in plain PyTorch, on request; their columns join
+#      results/attention.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seq=${SEQ_LENS:-1024 4096 8192 16384} dims=${HEAD_DIMS:-64 128} masks=${MASKS:-causal}
+seq=${SEQ_LENS:-256 1024 4096 8192 16384 32768} dims=${HEAD_DIMS:-16 32 64 128} masks=${MASKS:-causal}
 dtypes=${DTYPES:-bf16} batch=${BATCH:-1} heads=${HEADS:-16} warm=${WARMUP:-5} iters=${ITERS:-20}
 py=${PYTHON:-python3}
 toml_list() {  # "a b" -> [a, b]; quote=1 -> ["a", "b"]
