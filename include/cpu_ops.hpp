@@ -2,8 +2,9 @@
 //
 // Written for clarity, not speed: this is the oracle the CUDA kernels are tested against and
 // what lets CI train on machines without a GPU. Instantiated for float and double. All tensors
-// are row-major; "+=" in a comment means the op accumulates into that output (parameter
-// gradients), every other output is overwritten.
+// are row-major; "+=" in a comment means the op accumulates into that output (the residual
+// stream's gradient, the embedding's rows), every other output is overwritten (the weight
+// gradients among them: each weight's gradient is made by one op, once a step).
 #pragma once
 #include <cstdint>
 #include <string>
