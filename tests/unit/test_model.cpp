@@ -2,6 +2,10 @@
 // gradient and three AdamW steps against the independent PyTorch implementation.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "check.hpp"
 #include "helpers.hpp"
 #include "backend.hpp"
@@ -60,6 +64,29 @@ TEST_CASE("model: every parameter's gradient matches finite differences (fp64)")
       CHECK(std::abs(fd - G[i]) <= 1e-7 * (1.0 + std::abs(fd)));
     }
   }
+}
+
+TEST_CASE("model: backward writes every gradient, whatever the buffer held before") {
+  // The weight gradients are written by their ops, not added to a zeroed buffer: a backward over
+  // NaN in every element must give what a backward over zeros gives, bit for bit.
+  Config::Model m = small_model("fp64");
+  auto cpu = make_cpu_backend<double>();
+  Model<double> model(*cpu, m, 2, 5);
+  randomize(model);
+  auto in = lmt::test::rand_tokens(10, 11), tg = lmt::test::rand_tokens(10, 11);
+  double* G = model.grads();  // host memory on the CPU backend
+  std::vector<double> from_zero, from_nan;
+  for (double fill : {0.0, std::nan("")}) {
+    std::fill(G, G + model.layout.total, fill);
+    model.forward(in.data(), tg.data());
+    model.backward();
+    (fill == 0.0 ? from_zero : from_nan) = model.grads_host();
+  }
+  for (auto& p : model.layout.params)
+    for (size_t i = p.offset; i < p.offset + p.numel; ++i) {
+      INFO(p.name << "[" << i - p.offset << "]");
+      REQUIRE(from_nan[i] == from_zero[i]);
+    }
 }
 
 TEST_CASE("model: gradient groups are reported in backward order and cover the flat buffer") {
