@@ -25,6 +25,14 @@ def read(path):
         return list(csv.DictReader(f))
 
 
+def number(text):
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
 def keep(row, where):
     return all(row.get(k) == v for k, v in where)
 
@@ -64,10 +72,11 @@ def main(argv):
     import matplotlib.pyplot as plt
 
     label = lambda r: ", ".join(f"{s.split('.')[-1]}={r[s]}" for s in series) or a.y
-    lines = {}
+    lines, order = {}, {}  # order: the series values, numbers as numbers (768 before 1024)
     for r in rows:
         if not keep(r, where) or r[a.y] == "":
             continue
+        order[label(r)] = tuple((0, float(r[s]), "") if number(r[s]) else (1, 0.0, r[s]) for s in series)
         try:
             lines.setdefault(label(r), []).append((float(r[a.x]), float(r[a.y]) * a.scale_y))
         except ValueError:
@@ -80,7 +89,7 @@ def main(argv):
                 failed.append(f"{label(r)}, {a.x.split('.')[-1]}={r[a.x]}: {r['status']}")
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, pts in sorted(lines.items()):
+    for name, pts in sorted(lines.items(), key=lambda kv: order[kv[0]]):
         pts.sort()
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
     ax.set_xlabel(a.x)
@@ -92,9 +101,9 @@ def main(argv):
     ax.set_title(a.title or f"{a.y} vs {a.x}" + "".join(f", {k}={v}" for k, v in where))
     ax.grid(True, alpha=0.3)
     if lines:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside, not over, the lines
     if failed:
-        fig.text(0.01, 0.01, "not measured: " + "; ".join(failed), fontsize=7, wrap=True)
+        fig.text(0.01, 0.01, "not measured: " + "; ".join(dict.fromkeys(failed)), fontsize=7, wrap=True)
         fig.subplots_adjust(bottom=0.2)
     fig.savefig(a.out, dpi=120, bbox_inches="tight")
     print(f"plot.py: {a.out} ({sum(len(p) for p in lines.values())} points, {len(lines)} lines"
