@@ -48,11 +48,16 @@ struct Plan {
   // attn_probs under "flash" (the default), less bf16_inputs_saved; the same as activations
   // under "naive" and fp32 or tf32.
   uint64_t activations_cuda = 0;
+  // The CUDA backend's own scratch in a step (src/cuda/backend.cpp): under bf16 the bf16 copies
+  // of matmul operands that no producer stored in bf16 (slot 0: the largest of the logits'
+  // gradient and the QKV-wide tensors; slot 1: attention's output, or naive's probabilities;
+  // naive's backward adds one sequence's P and dS), and in any precision the RoPE table (T x dh
+  // fp32) and its fp32 buffer (flash backward's D, B x H x T; naive's dS for one sequence).
+  uint64_t cuda_scratch = 0;
   // What the CUDA backend allocates (lmtrain graph): for forward alone, the parameters, under
-  // bf16 their bf16 copy, and activations_cuda; for a full step also gradients, moments and the
-  // workspace (less bf16_scratch_saved). Not predicted: the bf16 operand copies made before other
-  // matmuls, flash backward's B x H x T scratch, the RoPE table, reduction partials, cuBLAS's
-  // own workspace and the CUDA context.
+  // bf16 their bf16 copy, and activations_cuda; for a full step also gradients, moments, the
+  // workspace (less bf16_scratch_saved) and cuda_scratch. Not predicted: the reductions'
+  // partial sums (8 KiB), cuBLAS's own workspace and the CUDA context.
   uint64_t forward_cuda = 0, total_cuda = 0;
   uint64_t fsdp_gather = 0;  // part of workspace
   uint64_t act_per_token = 0;  // saved activations per token of one sequence position (1 device)

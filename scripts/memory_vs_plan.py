@@ -57,8 +57,7 @@ def main(measured_csv):
               f"{gib(mt)} / {gib(total)} | {err(mt, total)} |")
     print("\nMeasured: bench mode's tagged allocator (everything lmtrain allocates, fixed after the "
           "first step). Predicted: plan mode for the same configuration. On the GPU plan mode "
-          "leaves out the bf16 copies of matmul operands made by cast kernels, flash backward's "
-          "scratch, the RoPE table and reduction partials (tens of MiB); cuBLAS's workspace and "
+          "leaves out only the reductions' partial sums (8,200 bytes); cuBLAS's workspace and "
           "the CUDA context are in neither.")
 
 

@@ -75,7 +75,12 @@ Plan make_plan(const Config& c) {
     // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf)
     // packed in bf16: half of each piece.
     // Backward's da1 and da3 (SwiGLU's input gradients) likewise, in its workspace.
+    const bool naive = m.attention == "naive";
+    p.cuda_scratch = 4 * (T * uint64_t(m.head_dim()) + (naive ? Hl * T * T : B * Hl * T));
     if (m.precision == "bf16") {
+      const uint64_t slot0 = std::max(n * Vl, 3 * n * dl);
+      const uint64_t slot1 = naive ? std::max(n * dl, B * Hl * T * T) : n * dl;
+      p.cuda_scratch += 2 * (slot0 + slot1 + (naive ? 2 * Hl * T * T : 0));
       auto saved = [](uint64_t e) { return piece(e) - piece(ceil_div(e, 2)); };
       p.bf16_inputs_saved = (L * (2 * saved(n * d) + saved(n * fl)) + saved(n * d)) * a;
       p.bf16_scratch_saved = 2 * saved(n * fl) * w;
@@ -100,7 +105,8 @@ Plan make_plan(const Config& c) {
   if (!ffn_only) {
     const uint64_t weights16 = m.precision == "bf16" ? p.param_count_device * 2 : 0;
     p.forward_cuda = p.params + weights16 + p.activations_cuda;
-    p.total_cuda = p.forward_cuda + p.grads + p.optimizer + p.workspace - p.bf16_scratch_saved;
+    p.total_cuda = p.forward_cuda + p.grads + p.optimizer + p.workspace - p.bf16_scratch_saved +
+                   p.cuda_scratch;
   }
 
   const double wire = double(p.comm_bytes);

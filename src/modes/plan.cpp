@@ -95,12 +95,14 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
          "activations only: %s\n", smallest(min_fsdp).c_str(), smallest(min_fsdp_state).c_str());
   if (!ffn)
     printf("\non the CUDA backend: forward alone %s, a full step %s (the state and workspace above "
-           "with its activations%s); not predicted: the bf16 copies of other matmul operands "
-           "(workspace, as large as the largest operand per slot), flash backward's B x H x T "
-           "scratch, the RoPE table, reduction partials, cuBLAS's own workspace and the CUDA "
-           "context\n",
+           "with its activations%s, and the backend's own scratch, %s: %sthe RoPE table and "
+           "attention's fp32 buffer); not predicted: the reductions' partial sums (8 KiB), "
+           "cuBLAS's own workspace and the CUDA context\n",
            human_bytes(double(p.forward_cuda)).c_str(), human_bytes(double(p.total_cuda)).c_str(),
-           c.model.precision == "bf16" ? ", and the weights' bf16 copy (tagged params)" : "");
+           c.model.precision == "bf16" ? ", the weights' bf16 copy (tagged params)" : "",
+           human_bytes(double(p.cuda_scratch)).c_str(),
+           c.model.precision == "bf16" ? "the bf16 copies of matmul operands no producer stored in "
+                                         "bf16, " : "");
 
   if (!cl.csv_path.empty()) {
     CsvRow row = plan_columns(c);

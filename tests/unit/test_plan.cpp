@@ -92,7 +92,13 @@ TEST_CASE("plan: under bf16 the GPU stores h1, h2, g and hf packed, half their f
   CHECK(p.bf16_scratch_saved == 2 * n * f / 2 * 4);
   // On the GPU: the weights' bf16 copy besides; the step adds state and workspace.
   CHECK(p.forward_cuda == p.params + p.param_count * 2 + p.activations_cuda);
-  CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace - p.bf16_scratch_saved);
+  // The backend's scratch: slot 0 the logits' gradient (n x V, V 256 > 3d), slot 1 the
+  // probabilities of the batch, P and dS of one sequence in bf16; the RoPE table (T x dh) and dS
+  // in fp32.
+  const uint64_t B = 8, T = 64, H = 4, V = 256, dh = d / H;
+  CHECK(p.cuda_scratch == 2 * (n * V + B * H * T * T + 2 * H * T * T) + 4 * (T * dh + H * T * T));
+  CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace -
+                            p.bf16_scratch_saved + p.cuda_scratch);
   c.model.precision = "fp32";
   CHECK(make_plan(c).bf16_inputs_saved == 0);
 }
