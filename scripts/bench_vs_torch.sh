@@ -22,14 +22,12 @@ for size in "${sizes[@]}"; do
     --set model.context_length="$ctx" --set train.batch_size="$batch" \
     --set bench.warmup="$warm" --set bench.steps="$steps" --set bench.kernels=0 \
     --csv results/bench_lmtrain.csv | grep -E "^== |^step"
-  read -r d f l h v < <(awk -F' = ' '/^d_model/{d=$2}/^d_ff/{f=$2}/^num_layers/{l=$2}/^num_heads/{h=$2}/^vocab_size/{v=$2}END{print d,f,l,h,v}' "$cfg")
   for mode in ${TORCH_MODES-eager compile}; do
     extra=()
     [ "$mode" = compile ] && extra=(--compile)
-    "$py" scripts/torch_reference.py bench --d-model "$d" --d-ff "$f" --num-layers "$l" \
-      --num-heads "$h" --vocab-size "$v" --context-length "$ctx" --batch-size "$batch" \
-      --precision "$prec" --warmup "$warm" --steps "$steps" --label "$size-$mode" \
-      --csv results/bench_torch.csv "${extra[@]}" || echo "torch $mode failed for $size (OOM?)"
+    "$py" scripts/torch_reference.py bench --config "$cfg" --context-length "$ctx" \
+      --batch-size "$batch" --precision "$prec" --warmup "$warm" --steps "$steps" \
+      --label "$size-$mode" --csv results/bench_torch.csv "${extra[@]}" || echo "torch $mode failed for $size (OOM?)"
   done
 done
 "$py" scripts/bench_table.py results/bench_lmtrain.csv results/bench_torch.csv > results/bench.md

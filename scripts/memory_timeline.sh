@@ -22,10 +22,8 @@ build/lmtrain --config "$cfg" --set run.mode=bench --set model.precision="$prec"
   --set model.context_length="$ctx" --set train.batch_size="$batch" \
   --set bench.warmup=1 --set bench.steps=1 --set bench.kernels=0 \
   --trace results/memory_timeline_lmtrain.json | grep -E "^== |^step|^memory"
-read -r d f l h v < <(awk -F' = ' '/^d_model/{d=$2}/^d_ff/{f=$2}/^num_layers/{l=$2}/^num_heads/{h=$2}/^vocab_size/{v=$2}END{print d,f,l,h,v}' "$cfg")
-"$py" scripts/torch_reference.py bench --d-model "$d" --d-ff "$f" --num-layers "$l" \
-  --num-heads "$h" --vocab-size "$v" --context-length "$ctx" --batch-size "$batch" \
-  --precision "$prec" --warmup 1 --steps 1 --label "$size-eager" \
+"$py" scripts/torch_reference.py bench --config "$cfg" --context-length "$ctx" \
+  --batch-size "$batch" --precision "$prec" --warmup 1 --steps 1 --label "$size-eager" \
   --mem-timeline results/memory_timeline_torch.csv
 "$py" scripts/memory_timeline.py --lmtrain-trace results/memory_timeline_lmtrain.json \
   --torch-csv results/memory_timeline_torch.csv --out results/memory_timeline.png \

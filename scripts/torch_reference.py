@@ -45,6 +45,7 @@ import os
 import statistics
 import struct
 import time
+import tomllib
 
 import numpy as np
 import torch
@@ -279,7 +280,24 @@ def record_mem_timeline(step, path, max_entries=1_000_000):
           f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB)")
 
 
+# The model's shape flags of `bench` and their defaults (lmtrain's small model).
+SHAPE_DEFAULTS = {"d_model": 768, "d_ff": 3072, "num_layers": 12, "num_heads": 12, "vocab_size": 10000}
+
+
+def resolve_shape(args):
+    """Each shape flag not given: from the [model] table of --config (an lmtrain TOML file), else
+    its default. Flags given explicitly win over the file."""
+    model = {}
+    if args.config:
+        with open(args.config, "rb") as f:
+            model = tomllib.load(f).get("model", {})
+    for key, default in SHAPE_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, int(model.get(key, default)))
+
+
 def bench(args):
+    resolve_shape(args)
     cuda = args.device == "cuda"
     dev = torch.device(args.device)
     if args.mem_timeline and not cuda:
@@ -544,9 +562,12 @@ def main():
     p_check.add_argument("--out", required=True, help="output .safetensors")
     p_check.set_defaults(func=check)
     p_bench = sub.add_parser("bench", help="time forward, forward+backward and the training step")
-    for name, default in (("d-model", 768), ("d-ff", 3072), ("num-layers", 12), ("num-heads", 12),
-                          ("vocab-size", 10000), ("context-length", 512), ("batch-size", 4),
-                          ("warmup", 5), ("steps", 20), ("seed", 0)):
+    p_bench.add_argument("--config", metavar="TOML", help="the model shape (d_model, d_ff, "
+                         "num_layers, num_heads, vocab_size) from an lmtrain config's [model] table")
+    for key in SHAPE_DEFAULTS:  # resolve_shape fills those not given
+        p_bench.add_argument("--" + key.replace("_", "-"), type=int)
+    for name, default in (("context-length", 512), ("batch-size", 4), ("warmup", 5), ("steps", 20),
+                          ("seed", 0)):
         p_bench.add_argument(f"--{name}", type=int, default=default)
     p_bench.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="bf16")
     p_bench.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")

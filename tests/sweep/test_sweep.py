@@ -11,6 +11,7 @@ phases (both skipped without torch).
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
+import argparse
 import csv
 import importlib.util
 import json
@@ -388,6 +389,22 @@ class TorchMemTimeline(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertEqual(r.stderr.strip().splitlines(), [
             "--mem-timeline records the CUDA caching allocator: it needs --device cuda"])
+
+
+@unittest.skipUnless(torch_reference, "torch (with numpy) is not importable")
+class TorchBenchShape(unittest.TestCase):
+    """bench's model shape: flags given win, then --config's [model] table, then the defaults."""
+
+    def test_flags_then_config_then_defaults(self):
+        with tempfile.TemporaryDirectory() as d:
+            cfg = os.path.join(d, "m.toml")
+            with open(cfg, "w") as f:
+                f.write("[model]\nd_model = 1600\nd_ff = 6400\nnum_layers = 48\n[train]\nbatch_size = 4\n")
+            args = argparse.Namespace(config=cfg, d_model=None, d_ff=None, num_layers=7,
+                                      num_heads=None, vocab_size=None)
+            torch_reference.resolve_shape(args)
+        self.assertEqual((args.d_model, args.d_ff, args.num_layers, args.num_heads, args.vocab_size),
+                         (1600, 6400, 7, 12, 10000))
 
 
 @unittest.skipUnless(torch, "torch (with numpy) is not importable")
