@@ -24,7 +24,8 @@ Counts shard_counts(size_t total, int world);
 
 template <typename T> class Zero1 : public BucketedSync {
  public:
-  Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout, double bucket_bytes);
+  // bucket_mb: ddp.bucket_mb, as make_grad_sync takes it.
+  Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout, double bucket_mb);
   double clip_grad_norm(double max_norm);  // returns the global norm before clipping
   void step(T* params, double lr, const Config::Optim& o);
   AdamW<T>& optimizer() { return opt_; }  // this rank's shard of the state (checkpoints)

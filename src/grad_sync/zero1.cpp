@@ -17,8 +17,8 @@ Counts shard_counts(size_t total, int world) {
 
 template <typename T>
 Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout,
-                double bucket_bytes)
-    : BucketedSync(grads, layout, bucket_bytes),
+                double bucket_mb)
+    : BucketedSync(grads, layout, bucket_mb * (1 << 20)),
       counts(shard_counts(layout.total, grads.comm.size())),
       begin(displacement(counts, grads.comm.rank())),
       end(begin + counts[size_t(grads.comm.rank())]), be_(be),

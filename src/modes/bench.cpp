@@ -94,7 +94,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     comm = make_communicator(be.name(), rt, be);
     GradBuffer grads{*comm, model.grads(), dtype_of<T>()};
     if (zero1) {
-      auto z = std::make_unique<Zero1<T>>(be, grads, model.layout, c.ddp.bucket_mb * (1 << 20));
+      auto z = std::make_unique<Zero1<T>>(be, grads, model.layout, c.ddp.bucket_mb);
       zero = z.get();
       sync = std::move(z);
     } else {

@@ -123,7 +123,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     source = make_token_source(c);
     if (zero1) {
       auto z = std::make_unique<Zero1<T>>(*backend, GradBuffer{*comm, model.grads(), dtype_of<T>()},
-                                          model.layout, c.ddp.bucket_mb * (1 << 20));
+                                          model.layout, c.ddp.bucket_mb);
       zero = z.get();
       sync = std::move(z);
     } else {

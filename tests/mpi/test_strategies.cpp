@@ -56,7 +56,7 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
   std::unique_ptr<Zero1<float>> zero;
   std::unique_ptr<GradSync> sync;
   if (strategy == "zero1") {
-    zero = std::make_unique<Zero1<float>>(*be, grads, ddp.layout, bucket_mb * (1 << 20));
+    zero = std::make_unique<Zero1<float>>(*be, grads, ddp.layout, bucket_mb);
     // Only this rank's shard of both moments is allocated.
     CHECK(be->memory().current[size_t(MemTag::optimizer)] ==
           2 * zero->counts[size_t(me)] * sizeof(float));
