@@ -3,9 +3,10 @@
 // Parameters, gradients and optimizer state are fp32; the precision policy decides what matmuls
 // read: fp32, fp32 through TF32 tensor cores, or bf16 (bf16 tensor cores, fp32 accumulation):
 // the weights' bf16 copy (refreshed by AdamW), activations that only matmuls read stored in bf16
-// by the kernel that makes them, and bf16 copies of other operands made just before the matmul. Attention is FlashAttention-2
-// (cuda/attention/, saving the rows' logsumexp) or the naive baseline: scores materialised by a
-// batched matmul, a causal softmax kernel, a second matmul (saving the probabilities).
+// by the kernel that makes them, and bf16 copies of other operands made just before the matmul.
+// Attention is FlashAttention-2 (cuda/attention/, saving the rows' logsumexp) or the naive
+// baseline: scores materialised by a batched matmul, a causal softmax kernel, a second matmul
+// (saving the probabilities).
 #ifdef LMTRAIN_CUDA
 #include <cublas_v2.h>
 

@@ -1,5 +1,5 @@
-// zero1: gradients reduced bucket by bucket onto the ranks that own them, during backward; AdamW over that shard
-// only, parameters all-gathered after the step (zero1.hpp).
+// zero1: gradients reduced bucket by bucket onto the ranks that own them, during backward; AdamW
+// over this rank's shard only, parameters all-gathered after the step (zero1.hpp).
 #include "zero1.hpp"
 
 #include <algorithm>
