@@ -458,13 +458,9 @@ class TorchFlashAttention(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    loader = unittest.defaultTestLoader
-    result = unittest.TextTestRunner(verbosity=2).run(unittest.TestSuite(
-        [loader.loadTestsFromTestCase(Sweep), loader.loadTestsFromTestCase(AllreduceSweep),
-         loader.loadTestsFromTestCase(BenchTable),
-         loader.loadTestsFromTestCase(MixedPrecision),
-         loader.loadTestsFromTestCase(MemoryTimeline), loader.loadTestsFromTestCase(TorchMemTimeline),
-         loader.loadTestsFromTestCase(TorchFlashAttention)]))
+    # Every TestCase class of this file (a list by hand forgot one).
+    suite = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
+    result = unittest.TextTestRunner(verbosity=2).run(suite)
     bad = len(result.failures) + len(result.errors)
     print(f"[doctest] test cases: {result.testsRun} | {result.testsRun - bad} passed | {bad} failed"
           f" | {len(result.skipped)} skipped")
