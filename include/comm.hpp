@@ -3,7 +3,8 @@
 // All reductions are sums, in place where the collective allows. Each collective has an async
 // form returning a handle; the blocking form is the async one waited on. reduce_scatter and
 // all_gather take a count per rank (ZeRO-1's shards of a buffer that the world size need not
-// divide); the equal-count forms are shorthands for them. Implementations: MPI on host buffers
+// divide), all_gatherv a place per rank too (ZeRO-1 gathers its shards piece by piece); the
+// equal-count and end-to-end forms are shorthands for them. Implementations: MPI on host buffers
 // (the CPU backend, and the host-staged baseline of the all-reduce benchmark), NCCL on device
 // buffers (nccl_comm.cpp, with CUDA).
 #pragma once
@@ -33,6 +34,7 @@ template <> constexpr DType dtype_of<double>() { return DType::f64; }
 // Elements per rank of a buffer laid out in rank order: rank r's part starts at displacement(r).
 using Counts = std::vector<size_t>;
 size_t displacement(const Counts& counts, int rank);
+Counts displacements(const Counts& counts);  // displacement(r) for every rank
 
 class CommHandle {
  public:
@@ -51,10 +53,10 @@ class Communicator {
   // recv[0..counts[rank]) = sum over ranks of send[displacement(rank) ..][0..counts[rank])
   virtual Handle reduce_scatter_async(const void* send, void* recv, const Counts& counts,
                                       DType t) = 0;
-  // recv[displacement(r) ..][0..counts[r]) = send[0..counts[r]) of rank r; in place when
-  // send == recv + displacement(rank) elements.
-  virtual Handle all_gather_async(const void* send, void* recv, const Counts& counts,
-                                  DType t) = 0;
+  // recv[displs[r] ..][0..counts[r]) = send[0..counts[r]) of rank r (the parts must not
+  // overlap); in place when send == recv + displs[rank] elements.
+  virtual Handle all_gatherv_async(const void* send, void* recv, const Counts& counts,
+                                   const Counts& displs, DType t) = 0;
   // buf[0..count) = buf of rank root
   virtual Handle broadcast_async(void* buf, size_t count, DType t, int root) = 0;
 
@@ -72,6 +74,10 @@ class Communicator {
   void all_reduce(void* buf, size_t count, DType t) { all_reduce_async(buf, count, t)->wait(); }
   void reduce_scatter(const void* send, void* recv, const Counts& counts, DType t) {
     reduce_scatter_async(send, recv, counts, t)->wait();
+  }
+  // all_gatherv with the parts end to end in rank order, at displacement(r).
+  Handle all_gather_async(const void* send, void* recv, const Counts& counts, DType t) {
+    return all_gatherv_async(send, recv, counts, displacements(counts), t);
   }
   void all_gather(const void* send, void* recv, const Counts& counts, DType t) {
     all_gather_async(send, recv, counts, t)->wait();

@@ -64,6 +64,7 @@ class BucketedSync : public GradSync {
   virtual Handle launch(const ParamGroup& bucket) {
     return g_.all_reduce_async(bucket.begin, bucket.end);
   }
+  size_t bucket_count() const { return buckets_.size(); }
   GradBuffer g_;
 
  private:

@@ -26,8 +26,16 @@ template <typename T> struct AdamW {
   AdamW(Backend<T>& be, size_t n)
       : m(be, n, MemTag::optimizer), v(be, n, MemTag::optimizer), be_(be) {}
   void step(T* params, const T* grads, double lr, const Config::Optim& o) {
-    be_.adamw(params, grads, m.data(), v.data(), m.size(),
-              AdamWStep{lr, o.beta1, o.beta2, o.eps, o.weight_decay, ++t});
+    update(params, grads, 0, m.size(), next_step(lr, o));
+  }
+  // A step in pieces (ZeRO-1 gathers each piece while the next is updated): next_step() once,
+  // then update() over pieces that cover [0, size) once. params and grads point at element 0.
+  AdamWStep next_step(double lr, const Config::Optim& o) {
+    return AdamWStep{lr, o.beta1, o.beta2, o.eps, o.weight_decay, ++t};
+  }
+  void update(T* params, const T* grads, size_t from, size_t n, const AdamWStep& s) {
+    if (n)
+      be_.adamw(params + from, grads + from, m.data() + from, v.data() + from, n, s);
   }
   // Host copies of the moments this AdamW holds, and its steps.
   OptimizerState<T> state() const {

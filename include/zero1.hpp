@@ -8,8 +8,12 @@
 //                     shard, so that is one reduce onto its owner)
 //   finish()          waits for the last buckets
 //   clip_grad_norm()  the global norm from the all-reduced squared norms of the shards
-//   step()            AdamW over this rank's shard with its own moments (1/world of them), then
-//                     all-gather the parameters in place so every rank holds them all
+//   step()            AdamW over this rank's shard with its own moments (1/world of them), and
+//                     the parameters all-gathered in place so that every rank holds them all:
+//                     each shard is cut into `pieces` parts, and the all-gather of every rank's
+//                     part k runs (on the GPU, on the comm stream) while AdamW updates part k + 1;
+//                     only what is left of the all-gathers after the last part is exposed
+// There are about as many pieces per shard as buckets per shard, so a piece is about a bucket.
 // The parameters themselves are the fp32 master weights and stay whole on every rank (forward
 // needs them); only the moments and the reduced gradient are sharded.
 #pragma once
@@ -32,6 +36,7 @@ template <typename T> class Zero1 : public BucketedSync {
 
   const Counts counts;
   const size_t begin, end;  // this rank's shard
+  const size_t pieces;      // parts per shard in step()'s pipelined all-gather
 
  private:
   Handle launch(const ParamGroup& bucket) override;

@@ -62,4 +62,10 @@ size_t displacement(const Counts& counts, int rank) {
   return d;
 }
 
+Counts displacements(const Counts& counts) {
+  Counts d(counts.size());
+  for (size_t r = 1; r < counts.size(); ++r) d[r] = d[r - 1] + counts[r - 1];
+  return d;
+}
+
 }  // namespace lmt

@@ -86,9 +86,10 @@ class MpiCommunicator : public Communicator {
                                   &h->req));
     return h;
   }
-  Handle all_gather_async(const void* send, void* recv, const Counts& counts, DType t) override {
+  Handle all_gatherv_async(const void* send, void* recv, const Counts& counts,
+                           const Counts& displs, DType t) override {
     Timed timed(&comm_ms_);
-    auto h = with_counts(counts);
+    auto h = with_counts(counts, displs);
     const bool in_place = send == static_cast<const char*>(recv) +
                                       size_t(h->displs[size_t(rank_)]) * dtype_size(t);
     MPI_CHECK(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, h->counts[size_t(rank_)],
@@ -107,12 +108,15 @@ class MpiCommunicator : public Communicator {
 
  private:
   MPI_Op sum(DType t) const { return t == DType::bf16 ? bf16_sum_ : MPI_SUM; }
-  std::unique_ptr<MpiHandle> with_counts(const Counts& counts) {
-    LMT_ASSERT(counts.size() == size_t(size_), "one count per rank");
+  // A handle holding counts and displs (end to end in rank order if not given) as MPI's ints.
+  std::unique_ptr<MpiHandle> with_counts(const Counts& counts, const Counts& displs = {}) {
+    LMT_ASSERT(counts.size() == size_t(size_) && (displs.empty() || displs.size() == counts.size()),
+               "one count (and displacement) per rank");
     auto h = std::make_unique<MpiHandle>(&comm_ms_);
+    const Counts at = displs.empty() ? displacements(counts) : displs;
     for (int r = 0; r < size_; ++r) {
       h->counts.push_back(mpi_count(counts[size_t(r)]));
-      h->displs.push_back(mpi_count(displacement(counts, r)));
+      h->displs.push_back(mpi_count(at[size_t(r)]));
     }
     return h;
   }

@@ -80,16 +80,19 @@ class NcclCommunicator : public Communicator {
       NCCL_CHECK(ncclGroupEnd());
     });
   }
-  // Equal counts use NCCL's all-gather; uneven ones a group of one broadcast per root.
-  Handle all_gather_async(const void* send, void* recv, const Counts& counts, DType t) override {
+  // Equal counts end to end use NCCL's all-gather; anything else a group of one broadcast per
+  // root, to the root's place.
+  Handle all_gatherv_async(const void* send, void* recv, const Counts& counts,
+                           const Counts& displs, DType t) override {
     return launch([&] {
-      if (all_equal(counts)) {
+      if (all_equal(counts) && displs == displacements(counts)) {
         NCCL_CHECK(ncclAllGather(send, recv, counts[0], nccl_type(t), comm_, stream_));
         return;
       }
       NCCL_CHECK(ncclGroupStart());
-      for (int r = 0; r < size_; ++r) {
-        void* part = at(recv, displacement(counts, r), t);
+      for (int r = 0; r < size_; ++r) {  // every rank skips the same empty parts
+        if (!counts[size_t(r)]) continue;
+        void* part = at(recv, displs[size_t(r)], t);
         NCCL_CHECK(ncclBroadcast(r == rank_ ? send : part, part, counts[size_t(r)], nccl_type(t),
                                  r, comm_, stream_));
       }

@@ -1,5 +1,6 @@
 // zero1: gradients reduced bucket by bucket onto the ranks that own them, during backward; AdamW
-// over this rank's shard only, parameters all-gathered after the step (zero1.hpp).
+// over this rank's shard only, piece by piece, each piece's parameters all-gathered while AdamW
+// updates the next (zero1.hpp).
 #include "zero1.hpp"
 
 #include <algorithm>
@@ -21,7 +22,8 @@ Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layo
     : BucketedSync(grads, layout, bucket_mb * (1 << 20)),
       counts(shard_counts(layout.total, grads.comm.size())),
       begin(displacement(counts, grads.comm.rank())),
-      end(begin + counts[size_t(grads.comm.rank())]), be_(be),
+      end(begin + counts[size_t(grads.comm.rank())]),
+      pieces(std::max<size_t>(1, (bucket_count() + counts.size() - 1) / counts.size())), be_(be),
       grad_shard_(be, end - begin, MemTag::grads), norm_sq_(be, 1, MemTag::workspace),
       opt_(be, end - begin) {
   LMT_ASSERT(grads.t == dtype_of<T>(), "zero1 shards the optimizer's own element type");
@@ -54,9 +56,23 @@ template <typename T> double Zero1<T>::clip_grad_norm(double max_norm) {
 }
 
 template <typename T> void Zero1<T>::step(T* params, double lr, const Config::Optim& o) {
-  opt_.step(params + begin, grad_shard_.data(), lr, o);
-  int from = be_.mark();  // the all-gather is exposed: nothing overlaps it
-  g_.comm.all_gather(params + begin, params, counts, g_.t);
+  const AdamWStep s = opt_.next_step(lr, o);
+  const size_t R = counts.size(), me = size_t(g_.comm.rank());
+  std::vector<Counts> part(R), part_at(R);  // rank r's shard in pieces: sizes, offsets in it
+  for (size_t r = 0; r < R; ++r) {
+    part[r] = shard_counts(counts[r], int(pieces));
+    part_at[r] = displacements(part[r]);
+  }
+  std::vector<Handle> gathers;
+  Counts n(R), at(R);  // piece k of every rank: sizes, places in the flat buffer
+  for (size_t k = 0; k < pieces; ++k) {
+    for (size_t r = 0; r < R; ++r)
+      n[r] = part[r][k], at[r] = displacement(counts, int(r)) + part_at[r][k];
+    opt_.update(params + begin, grad_shard_.data(), part_at[me][k], n[me], s);
+    gathers.push_back(g_.comm.all_gatherv_async(params + at[me], params, n, at, g_.t));
+  }
+  int from = be_.mark();  // exposed: what the last AdamW piece left of the all-gathers
+  for (Handle& h : gathers) h->wait();
   exposed.push_back({from, be_.mark()});
 }
 

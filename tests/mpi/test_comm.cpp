@@ -98,6 +98,35 @@ TEST_CASE("mpi communicator: uneven reduce_scatter and in-place all_gather cover
     }
 }
 
+TEST_CASE("mpi communicator: all_gatherv puts each rank's part at its place, gaps untouched") {
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD);
+  const int R = comm->size(), me = comm->rank();
+  // Parts in reverse rank order with a gap before each, one rank's part empty: only the parts'
+  // elements may change.
+  Counts counts, displs = Counts(size_t(R));
+  for (int r = 0; r < R; ++r) counts.push_back(size_t(5 * r + 2 + (r % 3)));
+  counts[size_t(R - 1)] = 0;
+  size_t end = 0;
+  for (int r = R - 1; r >= 0; --r) displs[size_t(r)] = end + 3, end += 3 + counts[size_t(r)];
+  auto part_of = [&](size_t j) {  // the rank whose part holds element j, or -1
+    for (int r = 0; r < R; ++r)
+      if (j >= displs[size_t(r)] && j < displs[size_t(r)] + counts[size_t(r)]) return r;
+    return -1;
+  };
+  for (bool in_place : {false, true}) {
+    INFO("in place: ", in_place);
+    std::vector<double> buf(end + 4, -1.0), mine(counts[size_t(me)]);
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = value(me, displs[size_t(me)] + i);
+    if (in_place) std::copy(mine.begin(), mine.end(), buf.begin() + long(displs[size_t(me)]));
+    comm->all_gatherv_async(in_place ? buf.data() + displs[size_t(me)] : mine.data(), buf.data(),
+                            counts, displs, DType::f64)->wait();
+    for (size_t j = 0; j < buf.size(); ++j) {
+      const int r = part_of(j);
+      REQUIRE(buf[j] == (r < 0 ? -1.0 : value(r, j)));
+    }
+  }
+}
+
 TEST_CASE("mpi communicator: bf16 all_reduce sums exactly representable values exactly") {
   auto comm = make_mpi_communicator(MPI_COMM_WORLD);
   const int R = comm->size(), me = comm->rank();

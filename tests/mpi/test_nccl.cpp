@@ -97,6 +97,21 @@ void check_collectives(Gpu& g, DType t, bool uneven) {
   got = g.host(inplace, total * es);
   for (size_t j = 0; j < total; ++j) REQUIRE(load(t, got.data(), j) == expect[j]);
 
+  // all_gatherv in place, the parts in reverse rank order with a gap of 3 before each: the gaps
+  // keep their -7
+  Counts displs = Counts(size_t(R));
+  size_t end = 0;
+  for (int r = R - 1; r >= 0; --r) displs[size_t(r)] = end + 3, end += 3 + counts[size_t(r)];
+  std::vector<double> placed(end, -7.0), want(end, -7.0);
+  for (int r = 0; r < R; ++r)
+    for (size_t i = 0; i < counts[size_t(r)]; ++i)
+      want[displs[size_t(r)] + i] = value(r, displs[size_t(r)] + i);
+  for (size_t i = 0; i < mine; ++i) placed[displs[size_t(me)] + i] = want[displs[size_t(me)] + i];
+  char* gv = g.device(encode(placed, t));
+  g.comm->all_gatherv_async(gv + displs[size_t(me)] * es, gv, counts, displs, t)->wait();
+  got = g.host(gv, end * es);
+  for (size_t j = 0; j < end; ++j) REQUIRE(load(t, got.data(), j) == want[j]);
+
   // broadcast from the last rank
   char* b = g.device(encode(pattern(me, total), t));
   g.comm->broadcast_async(b, total, t, R - 1)->wait();

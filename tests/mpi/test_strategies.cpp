@@ -61,6 +61,8 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
     CHECK(be->memory().current[size_t(MemTag::optimizer)] ==
           2 * zero->counts[size_t(me)] * sizeof(float));
     CHECK(zero->counts[size_t(me)] <= ddp.layout.total / size_t(R) + 1);
+    // A bucket per parameter: the all-gather goes in pieces, pipelined with AdamW.
+    CHECK((zero->pieces > 1) == (bucket_mb == 0));
   } else {
     opt = std::make_unique<AdamW<float>>(*be, ddp.layout.total);
     sync = make_grad_sync(strategy, grads, ddp.layout, bucket_mb);
