@@ -52,6 +52,7 @@ struct Config {
   struct Ddp {
     std::string strategy = "flat";  // naive | flat | overlap | bucketed | zero1
     double bucket_mb = 25.0;
+    int64_t comm_ctas = 0;  // NCCL's maxCTAs; 0: NCCL's choice
   } ddp;
   struct Plan {  // plan mode: the parallel layout whose memory and communication it computes
     int64_t dp = 1, zero = 0, fsdp = 1, tp = 1;

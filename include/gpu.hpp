@@ -30,8 +30,9 @@ int select_gpu(const Runtime& rt);
 
 #ifdef LMTRAIN_CUDA
 // One NCCL communicator over MPI_COMM_WORLD on each rank's current GPU: rank 0 makes the unique
-// id, MPI broadcasts it, every rank joins. Collective: every rank must call it.
-ncclComm_t nccl_bootstrap(const Runtime& rt);
+// id, MPI broadcasts it, every rank joins. max_ctas > 0 caps the thread blocks (so SMs) each
+// collective occupies (ddp.comm_ctas); 0 leaves it to NCCL. Collective: every rank must call it.
+ncclComm_t nccl_bootstrap(const Runtime& rt, int max_ctas = 0);
 
 // The stream the CUDA backend runs its work on, in order; `be` must be the CUDA backend.
 cudaStream_t cuda_stream(Backend<float>& be);
@@ -39,7 +40,8 @@ cudaStream_t cuda_stream(Backend<float>& be);
 // A Communicator over NCCL on device buffers (nccl_comm.cpp), bootstrapped as above. Collectives
 // run on its own stream, after the work enqueued on `compute` so far; a handle's wait() makes
 // `compute` wait for the collective (no host blocking). Collective: every rank must call it.
-std::unique_ptr<Communicator> make_nccl_communicator(const Runtime& rt, cudaStream_t compute);
+std::unique_ptr<Communicator> make_nccl_communicator(const Runtime& rt, cudaStream_t compute,
+                                                     int max_ctas = 0);
 #endif
 
 }  // namespace lmt

@@ -24,9 +24,9 @@ template <typename T>
 std::unique_ptr<Backend<T>> make_backend(const std::string& device, const Runtime& rt);
 
 // The communicator on that backend's buffers: NCCL on "cuda" (ordered after the backend's
-// stream), MPI on "cpu". Collective.
+// stream; nccl_ctas: ddp.comm_ctas), MPI on "cpu". Collective.
 template <typename T>
 std::unique_ptr<Communicator> make_communicator(const std::string& device, const Runtime& rt,
-                                               Backend<T>& be);
+                                               Backend<T>& be, int64_t nccl_ctas = 0);
 
 }  // namespace lmt

@@ -5,7 +5,8 @@
         --series model.d_model,model.precision --where bench.warmup=5 --logy --out results/e2e.png
 
 One line per distinct value of the --series columns, y against x (both numeric, sorted by x);
---where keeps only rows whose column has that value (repeatable). Points that failed (out of
+--where keeps only rows whose column has that value, or one of several given as A|B
+(repeatable). Points that failed (out of
 memory, timeout) are listed under the plot with their status, so a missing point says why.
 Needs matplotlib (Debian: python3-matplotlib).
 """
@@ -34,7 +35,7 @@ def number(text):
 
 
 def keep(row, where):
-    return all(row.get(k) == v for k, v in where)
+    return all(row.get(k) in v.split("|") for k, v in where)
 
 
 def main(argv):
@@ -43,7 +44,7 @@ def main(argv):
     ap.add_argument("--x", required=True)
     ap.add_argument("--y", required=True)
     ap.add_argument("--series", default="", help="comma-separated columns; one line per value")
-    ap.add_argument("--where", action="append", default=[], metavar="COL=VAL")
+    ap.add_argument("--where", action="append", default=[], metavar="COL=VAL[|VAL...]")
     ap.add_argument("--scale-y", type=float, default=1.0, help="multiply y (e.g. 1e-9 for GB)")
     ap.add_argument("--ylabel", default="")
     ap.add_argument("--title", default="")

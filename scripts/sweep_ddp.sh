@@ -1,29 +1,39 @@
 #!/usr/bin/env bash
 # CS336 §2.2-2.3 and ZeRO-1 on GPUs: bench mode on one model with N ranks for every gradient
-# strategy (naive, flat, overlap, bucketed over bucket sizes, zero1), and the same model on one
-# rank as the baseline; rows in results/ddp.csv and results/ddp_1rank.csv (a re-run skips points
-# already there), then results/ddp.md (step time, communication, exposed share, scaling against
-# one rank, optimizer bytes per rank) and a PNG of step time against bucket size.
+# strategy (naive, flat, overlap; bucketed and zero1 over bucket sizes; both again with NCCL held
+# to a few thread blocks, ddp.comm_ctas), and the same model on one rank as the baseline; rows in
+# results/ddp.csv and results/ddp_1rank.csv (a re-run skips points already there), then
+# results/ddp.md (step time, communication, exposed share, scaling against one rank, optimizer
+# bytes per rank) and a PNG of step time against bucket size.
 #   scripts/sweep_ddp.sh                 # on 2 GPUs: xl, batch 4 x 512 per GPU, bf16
 #   SWEEP_QUICK=1 scripts/sweep_ddp.sh   # the tiny model on 2 CPU ranks, in seconds (tests run this)
-# Env: MODEL (config file), NP (2), BUCKETS_MB, STEPS, CSV, TIMEOUT (s per point), PYTHON, LMTRAIN.
+# Env: MODEL (config file), NP (2), BUCKETS_MB, CTAS (comm_ctas values, each at CTAS_BUCKET_MB),
+# STEPS, CSV, TIMEOUT (s per point), PYTHON, LMTRAIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-/usr/bin/python3}
 if [ "${SWEEP_QUICK:-0}" = 1 ]; then
   model=${MODEL:-configs/models/tiny.toml} buckets=${BUCKETS_MB:-0.01 0.1} steps=${STEPS:-2}
-  device=cpu csv=${CSV:-results/ddp_quick.csv} extra="model.precision=fp32"
+  device=cpu csv=${CSV:-results/ddp_quick.csv} extra="model.precision=fp32" ctas=${CTAS:-}
 else
   model=${MODEL:-configs/models/xl.toml} buckets=${BUCKETS_MB:-1 10 100 1000} steps=${STEPS:-10}
-  device=cuda csv=${CSV:-results/ddp.csv} extra="model.precision=bf16"
+  device=cuda csv=${CSV:-results/ddp.csv} extra="model.precision=bf16" ctas=${CTAS:-4 8 16}
 fi
+ctas_bucket=${CTAS_BUCKET_MB:-100}
 np=${NP:-2}
 one=${csv%.csv}_1rank.csv
 points=$(mktemp)
 trap 'rm -f "$points"' EXIT
 {
-  for s in naive flat overlap zero1; do echo "config=$model $extra ddp.strategy=$s"; done
-  for b in $buckets; do echo "config=$model $extra ddp.strategy=bucketed ddp.bucket_mb=$b"; done
+  for s in naive flat overlap; do echo "config=$model $extra ddp.strategy=$s"; done
+  for b in $buckets; do
+    for s in bucketed zero1; do echo "config=$model $extra ddp.strategy=$s ddp.bucket_mb=$b"; done
+  done
+  for c in $ctas; do
+    for s in bucketed zero1; do
+      echo "config=$model $extra ddp.strategy=$s ddp.bucket_mb=$ctas_bucket ddp.comm_ctas=$c"
+    done
+  done
 } >"$points"
 common=(--lmtrain "${LMTRAIN:-build/lmtrain}" --set run.mode=bench --set run.device="$device"
         --set bench.steps="$steps" --set bench.kernels=0 --timeout "${TIMEOUT:-0}")
@@ -33,6 +43,7 @@ common=(--lmtrain "${LMTRAIN:-build/lmtrain}" --set run.mode=bench --set run.dev
 cat "${csv%.csv}.md"
 if [ -s "$csv" ]; then
   "$py" scripts/plot.py "$csv" --x ddp.bucket_mb --y step_ms_median --logx \
-    --where ddp.strategy=bucketed --series world_size --ylabel "step, median ms" \
+    --where "ddp.strategy=bucketed|zero1" --where ddp.comm_ctas=0 --series ddp.strategy \
+    --ylabel "step, median ms (NCCL's own thread blocks)" \
     --out "${csv%.csv}_buckets.png"
 fi

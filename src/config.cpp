@@ -209,7 +209,10 @@ std::vector<ConfigField> config_fields(Config& c) {
       str_field("ddp", "strategy", &c.ddp.strategy, {"naive", "flat", "overlap", "bucketed", "zero1"},
                 "gradient synchronisation across ranks (grad_sync.hpp); zero1 also shards AdamW"),
       real_field("ddp", "bucket_mb", &c.ddp.bucket_mb, 0, true, kBig,
-                 "smallest bucket of the bucketed strategy, MiB"),
+                 "smallest gradient bucket of bucketed and zero1, MiB (zero1.hpp: also its "
+                 "parameter all-gather's piece)"),
+      int_field("ddp", "comm_ctas", &c.ddp.comm_ctas, 0,
+                "most thread blocks (SMs) an NCCL collective may use; 0: NCCL's choice", 64),
       int_field("bench", "warmup", &c.bench.warmup, 0,
                 "untimed repetitions before timing (0 shows what warm-up hides)"),
       int_field("bench", "steps", &c.bench.steps, 1, "timed repetitions of each measurement"),

@@ -23,12 +23,14 @@ int select_gpu(const Runtime& rt) {
   return rt.local_rank;
 }
 
-ncclComm_t nccl_bootstrap(const Runtime& rt) {
+ncclComm_t nccl_bootstrap(const Runtime& rt, int max_ctas) {
   ncclUniqueId id;
   if (rt.is_root()) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  if (max_ctas > 0) config.minCTAs = 1, config.maxCTAs = max_ctas;
   ncclComm_t comm;
-  NCCL_CHECK(ncclCommInitRank(&comm, rt.world, id, rt.rank));
+  NCCL_CHECK(ncclCommInitRankConfig(&comm, rt.world, id, rt.rank, &config));
   return comm;
 }
 

@@ -43,8 +43,8 @@ class NcclHandle : public CommHandle {
 
 class NcclCommunicator : public Communicator {
  public:
-  NcclCommunicator(const Runtime& rt, cudaStream_t compute)
-      : comm_(nccl_bootstrap(rt)), compute_(compute), rank_(rt.rank), size_(rt.world) {
+  NcclCommunicator(const Runtime& rt, cudaStream_t compute, int max_ctas)
+      : comm_(nccl_bootstrap(rt, max_ctas)), compute_(compute), rank_(rt.rank), size_(rt.world) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   }
@@ -177,8 +177,9 @@ class NcclCommunicator : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(const Runtime& rt, cudaStream_t compute) {
-  return std::make_unique<NcclCommunicator>(rt, compute);
+std::unique_ptr<Communicator> make_nccl_communicator(const Runtime& rt, cudaStream_t compute,
+                                                     int max_ctas) {
+  return std::make_unique<NcclCommunicator>(rt, compute, max_ctas);
 }
 
 }  // namespace lmt

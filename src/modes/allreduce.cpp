@@ -126,7 +126,8 @@ int run_allreduce(const CommandLine& cl, const Runtime& rt) {
   be = make_backend<float>(nccl ? "cuda" : "cpu", rt);
   std::unique_ptr<BackendArray<float, char>> buf;
   agree(rt, [&] { buf = std::make_unique<BackendArray<float, char>>(*be, sizes.back(), MemTag::workspace); });
-  std::unique_ptr<Communicator> comm = make_communicator<float>(nccl ? "cuda" : "cpu", rt, *be);
+  std::unique_ptr<Communicator> comm = make_communicator<float>(nccl ? "cuda" : "cpu", rt, *be,
+                                                                c.ddp.comm_ctas);
   AllreduceBench bench(c, rt, *be, *comm);
 
   const char* type = t == DType::bf16 ? "bfloat16" : "float";

@@ -26,12 +26,12 @@ std::unique_ptr<Backend<T>> make_backend(const std::string& device, const Runtim
 
 template <typename T>
 std::unique_ptr<Communicator> make_communicator(const std::string& device, const Runtime& rt,
-                                               Backend<T>& be) {
+                                               Backend<T>& be, int64_t nccl_ctas) {
 #ifdef LMTRAIN_CUDA
   if constexpr (std::is_same_v<T, float>)
-    if (device == "cuda") return make_nccl_communicator(rt, cuda_stream(be));
+    if (device == "cuda") return make_nccl_communicator(rt, cuda_stream(be), int(nccl_ctas));
 #endif
-  (void)be, (void)rt;
+  (void)be, (void)rt, (void)nccl_ctas;
   LMT_ASSERT(device == "cpu", "no communicator for device " + device);
   return make_mpi_communicator(MPI_COMM_WORLD);
 }
@@ -40,8 +40,8 @@ template std::unique_ptr<Backend<float>> make_backend(const std::string&, const 
 template std::unique_ptr<Backend<double>> make_backend(const std::string&, const Runtime&);
 
 template std::unique_ptr<Communicator> make_communicator(const std::string&, const Runtime&,
-                                                        Backend<float>&);
+                                                        Backend<float>&, int64_t);
 template std::unique_ptr<Communicator> make_communicator(const std::string&, const Runtime&,
-                                                        Backend<double>&);
+                                                        Backend<double>&, int64_t);
 
 }  // namespace lmt

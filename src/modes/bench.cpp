@@ -91,7 +91,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   std::unique_ptr<GradSync> sync;
   Zero1<T>* zero = nullptr;
   if (rt.world > 1) {
-    comm = make_communicator(be.name(), rt, be);
+    comm = make_communicator(be.name(), rt, be, c.ddp.comm_ctas);
     GradBuffer grads{*comm, model.grads(), dtype_of<T>()};
     if (zero1) {
       auto z = std::make_unique<Zero1<T>>(be, grads, model.layout, c.ddp.bucket_mb);

@@ -104,7 +104,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   std::unique_ptr<Backend<T>> backend = make_backend<T>(device, rt);
   const bool zero1 = c.ddp.strategy == "zero1";
   std::unique_ptr<Communicator> comm;  // one rank has nothing to synchronise, unless zero1
-  if (rt.world > 1 || zero1) comm = make_communicator(device, rt, *backend);
+  if (rt.world > 1 || zero1) comm = make_communicator(device, rt, *backend, c.ddp.comm_ctas);
   std::unique_ptr<Model<T>> model_ptr;
   agree(rt, [&] { model_ptr = std::make_unique<Model<T>>(*backend, c.model, B, T_); });
   Model<T>& model = *model_ptr;

@@ -190,20 +190,25 @@ class Sweep(unittest.TestCase):
             self.assertEqual(line.count("| +0.00% |"), 2, line)
 
     def test_quick_ddp_sweep_tabulates_every_strategy_against_one_rank(self):
-        env = dict(os.environ, SWEEP_QUICK="1", PYTHON=PY, CSV=os.path.join(self.dir, "ddp.csv"))
+        env = dict(os.environ, SWEEP_QUICK="1", PYTHON=PY, CSV=os.path.join(self.dir, "ddp.csv"),
+                   CTAS="2")
         r = subprocess.run([os.path.join(REPO, "scripts", "sweep_ddp.sh")], capture_output=True,
                            text=True, env=env, cwd=REPO)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         many, one = rows(env["CSV"]), rows(os.path.join(self.dir, "ddp_1rank.csv"))
         self.assertEqual([x["ddp.strategy"] for x in many],
-                         ["naive", "flat", "overlap", "zero1", "bucketed", "bucketed"])
-        self.assertEqual([x["world_size"] for x in many + one], ["2"] * 6 + ["1"])
+                         ["naive", "flat", "overlap"] + ["bucketed", "zero1"] * 3)
+        self.assertEqual([x["ddp.bucket_mb"] for x in many[3:]],
+                         ["0.01", "0.01", "0.1", "0.1", "100.0", "100.0"])
+        self.assertEqual([x["ddp.comm_ctas"] for x in many], ["0"] * 7 + ["2"] * 2)
+        self.assertEqual([x["world_size"] for x in many + one], ["2"] * 9 + ["1"])
         opt = {x["ddp.strategy"]: int(x["optimizer_bytes"]) for x in many}
         self.assertEqual(opt["flat"], int(one[0]["optimizer_bytes"]))
         self.assertLess(opt["zero1"], opt["flat"] * 0.6)  # half the moments, one shard's worth
         with open(os.path.join(self.dir, "ddp.md")) as f:
             table = f.read()
-        self.assertEqual(table.count("\n| "), 7, table)  # the header and the six points
+        self.assertEqual(table.count("\n| "), 10, table)  # the header and the nine points
+        self.assertEqual(table.count(" | auto | "), 7, table)
 
 
 class AllreduceSweep(unittest.TestCase):
