@@ -1,6 +1,7 @@
 // AdamW over flat buffers, one thread per element (optimizer.hpp has the update rule), optionally
-// also writing the new parameters rounded to bf16 (the copy bf16 matmuls read):
-//   p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+// also writing the new parameters rounded to bf16 (the copy bf16 matmuls read); g is read scaled
+// by gradient clipping's factor:
+//   g *= grad_scale;  p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
 // And the deterministic sum used for the loss and the global gradient norm: a fixed grid of
 // kSumPartials blocks writes partial sums (fp64), one block adds them in order.
@@ -15,11 +16,11 @@ namespace lmt::cuda {
 namespace {
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, __nv_bfloat16* p16,
-                             size_t n, float b1, float b2, float decay, float step_size,
-                             float bc2_sqrt, float eps) {
+                             size_t n, float grad_scale, float b1, float b2, float decay,
+                             float step_size, float bc2_sqrt, float eps) {
   size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
-  float gi = g[i], pi = p[i] * decay;
+  float gi = g[i] * grad_scale, pi = p[i] * decay;
   float mi = b1 * m[i] + (1.0f - b1) * gi, vi = b2 * v[i] + (1.0f - b2) * gi * gi;
   m[i] = mi, v[i] = vi;
   pi -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
@@ -61,8 +62,9 @@ void adamw(float* p, const float* g, float* m, float* v, void* p_bf16, size_t n,
            const AdamWStep& s, cudaStream_t stream) {
   const double bc1 = 1.0 - std::pow(s.beta1, double(s.t)), bc2 = 1.0 - std::pow(s.beta2, double(s.t));
   adamw_kernel<<<blocks_for(int64_t(n), 256), 256, 0, stream>>>(
-      p, g, m, v, static_cast<__nv_bfloat16*>(p_bf16), n, float(s.beta1), float(s.beta2), float(1.0 - s.lr * s.weight_decay),
-      float(s.lr / bc1), float(std::sqrt(bc2)), float(s.eps));
+      p, g, m, v, static_cast<__nv_bfloat16*>(p_bf16), n, float(s.grad_scale), float(s.beta1),
+      float(s.beta2), float(1.0 - s.lr * s.weight_decay), float(s.lr / bc1), float(std::sqrt(bc2)),
+      float(s.eps));
   CUDA_LAUNCH_CHECK();
 }
 

@@ -1,6 +1,6 @@
 // Elementwise kernels: SwiGLU's gate g = silu(a) * b and its backward
 //   da = dg * b * sig(a) * (1 + a (1 - sig(a))),  db = dg * silu(a),
-// the residual add y += x, and x *= factor. SwiGLU's outputs are fp32, or bf16 (rounded to
+// and the residual add y += x. SwiGLU's outputs are fp32, or bf16 (rounded to
 // nearest even) when only bf16 matmuls read them.
 #include "common.cuh"
 #include "cuda_kernels.hpp"
@@ -55,11 +55,6 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
   if (i < n) y[i] += x[i];
 }
 
-__global__ void scale_kernel(float* x, int64_t n, float factor) {
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i < n) x[i] *= factor;
-}
-
 constexpr const char* kUnaligned = "SwiGLU's buffers must be 16-byte aligned";
 
 }  // namespace
@@ -89,11 +84,6 @@ void swiglu_bwd(const float* a, const float* b, const float* dg, void* da, void*
 
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s) {
   add_kernel<<<blocks_for(n, 256), 256, 0, s>>>(y, x, n);
-  CUDA_LAUNCH_CHECK();
-}
-
-void scale(float* x, int64_t n, float factor, cudaStream_t s) {
-  scale_kernel<<<blocks_for(n, 256), 256, 0, s>>>(x, n, factor);
   CUDA_LAUNCH_CHECK();
 }
 

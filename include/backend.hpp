@@ -109,7 +109,6 @@ template <typename T> class Backend {
   // Reductions return to the host (a synchronisation on a device backend), summed in double.
   virtual double sum(const T* x, size_t n) = 0;
   virtual double sum_squares(const T* x, size_t n) = 0;
-  virtual void scale(T* x, size_t n, double s) = 0;
   virtual void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s) = 0;
 
   // Timing: mark() records a point in the backend's work (a CUDA event, or the host clock on

@@ -24,7 +24,8 @@ template <typename T> T round_to(Precision p, T x);
 // One AdamW step's scalars (the update rule is in optimizer.hpp).
 struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
-  int64_t t;  // 1-based step count, for bias correction
+  int64_t t;                // 1-based step count, for bias correction
+  double grad_scale = 1.0;  // g is read as g * grad_scale (gradient clipping's factor)
 };
 
 namespace cpu {

@@ -27,7 +27,6 @@ void swiglu_fwd(const float* a, const float* b, void* g, bool g_bf16, int64_t n,
 void swiglu_bwd(const float* a, const float* b, const float* dg, void* da, void* db, bool d_bf16,
                 int64_t n, cudaStream_t s);
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);
-void scale(float* x, int64_t n, float factor, cudaStream_t s);
 // Causal softmax over rows of scores [rows, T] (row r is query r % T), in place: P; and, if
 // probs_bf16 is not null, P rounded to bf16 there.
 void softmax_causal_fwd(float* scores, void* probs_bf16, int64_t rows, int64_t T, cudaStream_t s);

@@ -25,13 +25,14 @@ template <typename T> struct AdamW {
 
   AdamW(Backend<T>& be, size_t n)
       : m(be, n, MemTag::optimizer), v(be, n, MemTag::optimizer), be_(be) {}
-  void step(T* params, const T* grads, double lr, const Config::Optim& o) {
-    update(params, grads, 0, m.size(), next_step(lr, o));
+  // grad_scale: clip_grad_norm's factor, applied as the gradients are read.
+  void step(T* params, const T* grads, double lr, const Config::Optim& o, double grad_scale = 1) {
+    update(params, grads, 0, m.size(), next_step(lr, o, grad_scale));
   }
   // A step in pieces (ZeRO-1 gathers each piece while the next is updated): next_step() once,
   // then update() over pieces that cover [0, size) once. params and grads point at element 0.
-  AdamWStep next_step(double lr, const Config::Optim& o) {
-    return AdamWStep{lr, o.beta1, o.beta2, o.eps, o.weight_decay, ++t};
+  AdamWStep next_step(double lr, const Config::Optim& o, double grad_scale = 1) {
+    return AdamWStep{lr, o.beta1, o.beta2, o.eps, o.weight_decay, ++t, grad_scale};
   }
   void update(T* params, const T* grads, size_t from, size_t n, const AdamWStep& s) {
     if (n)
@@ -55,9 +56,16 @@ template <typename T> struct AdamW {
   Backend<T>& be_;
 };
 
-// Scales grads so that their global L2 norm is at most max_norm (0: never); returns the norm
-// before clipping.
-template <typename T> double clip_grad_norm(Backend<T>& be, T* grads, size_t n, double max_norm);
+// Gradient clipping: the global L2 norm of the gradients, and the factor that brings it down to
+// max_norm: max_norm / (norm + 1e-6) as torch.nn.utils.clip_grad_norm_, when norm > max_norm > 0;
+// else 1. The gradients are not rescaled here: AdamW reads them times the factor (its step's
+// grad_scale), which saves a pass that reads and writes every gradient.
+struct GradClip {
+  double norm, scale;
+};
+GradClip grad_clip(double norm, double max_norm);
+template <typename T>
+GradClip clip_grad_norm(Backend<T>& be, const T* grads, size_t n, double max_norm);
 
 // Learning rate for step `step` (0-based) of `total`: linear warm-up over warmup_steps to lr,
 // then constant, or cosine from lr down to min_lr at the last step.

@@ -7,7 +7,8 @@
 //                     of the bucket's elements that lie in its shard (most buckets lie in one
 //                     shard, so that is one reduce onto its owner)
 //   finish()          waits for the last buckets
-//   clip_grad_norm()  the global norm from the all-reduced squared norms of the shards
+//   clip_grad_norm()  the global norm from the all-reduced squared norms of the shards, and the
+//                     clipping factor step() applies
 //   step()            AdamW over this rank's shard with its own moments (1/world of them), and
 //                     the parameters all-gathered in place so that every rank holds them all:
 //                     each shard is cut into `pieces` parts, and the all-gather of every rank's
@@ -30,8 +31,8 @@ template <typename T> class Zero1 : public BucketedSync {
  public:
   // bucket_mb: ddp.bucket_mb, as make_grad_sync takes it.
   Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout, double bucket_mb);
-  double clip_grad_norm(double max_norm);  // returns the global norm before clipping
-  void step(T* params, double lr, const Config::Optim& o);
+  GradClip clip_grad_norm(double max_norm);  // as the unsharded clip_grad_norm
+  void step(T* params, double lr, const Config::Optim& o, double grad_scale = 1);
   AdamW<T>& optimizer() { return opt_; }  // this rank's shard of the state (checkpoints)
 
   const Counts counts;

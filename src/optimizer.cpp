@@ -4,10 +4,13 @@
 
 namespace lmt {
 
-template <typename T> double clip_grad_norm(Backend<T>& be, T* grads, size_t n, double max_norm) {
-  double norm = std::sqrt(be.sum_squares(grads, n));
-  if (max_norm > 0 && norm > max_norm) be.scale(grads, n, max_norm / (norm + 1e-6));
-  return norm;
+GradClip grad_clip(double norm, double max_norm) {
+  return {norm, max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0};
+}
+
+template <typename T>
+GradClip clip_grad_norm(Backend<T>& be, const T* grads, size_t n, double max_norm) {
+  return grad_clip(std::sqrt(be.sum_squares(grads, n)), max_norm);
 }
 
 double learning_rate(const Config::Optim& o, int64_t step, int64_t total) {
@@ -19,7 +22,7 @@ double learning_rate(const Config::Optim& o, int64_t step, int64_t total) {
   return o.min_lr + 0.5 * (1.0 + std::cos(M_PI * progress)) * (o.lr - o.min_lr);
 }
 
-template double clip_grad_norm(Backend<float>&, float*, size_t, double);
-template double clip_grad_norm(Backend<double>&, double*, size_t, double);
+template GradClip clip_grad_norm(Backend<float>&, const float*, size_t, double);
+template GradClip clip_grad_norm(Backend<double>&, const double*, size_t, double);
 
 }  // namespace lmt

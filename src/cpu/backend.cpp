@@ -82,9 +82,6 @@ template <typename T> class CpuBackend : public Backend<T> {
     for (size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
     return s;
   }
-  void scale(T* x, size_t n, double s) override {
-    for (size_t i = 0; i < n; ++i) x[i] *= T(s);
-  }
   void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s) override {
     cpu::adamw(p, g, m, v, n, s);
   }

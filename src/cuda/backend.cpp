@@ -226,7 +226,6 @@ class CudaBackend : public Backend<float> {
   }
   double sum(const float* x, size_t n) override { return reduce(x, n, false); }
   double sum_squares(const float* x, size_t n) override { return reduce(x, n, true); }
-  void scale(float* x, size_t n, double s) override { cuda::scale(x, int64_t(n), float(s), stream_); }
   void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s) override {
     // Updating all the weights refreshes their bf16 copy in the same pass; anything else stales it.
     bool whole = p == weights_ && n == weights_n_ && weights16_;

@@ -42,21 +42,18 @@ template <typename T> Handle Zero1<T>::launch(const ParamGroup& bucket) {
                                       grad_shard_.data() + mine, parts, g_.t);
 }
 
-template <typename T> double Zero1<T>::clip_grad_norm(double max_norm) {
+template <typename T> GradClip Zero1<T>::clip_grad_norm(double max_norm) {
   double sq = be_.sum_squares(grad_shard_.data(), grad_shard_.size());
   be_.upload_bytes(norm_sq_.data(), &sq, sizeof sq);
   g_.comm.all_reduce(norm_sq_.data(), 1, DType::f64);
   g_.comm.synchronize();  // the host is about to block on it: a failed peer must abort, not hang
   be_.download_bytes(&sq, norm_sq_.data(), sizeof sq);
-  const double norm = std::sqrt(sq);
-  // The same scale as the unsharded clip_grad_norm, so that zero1 follows the same curve.
-  if (max_norm > 0 && norm > max_norm)
-    be_.scale(grad_shard_.data(), grad_shard_.size(), max_norm / (norm + 1e-6));
-  return norm;
+  return grad_clip(std::sqrt(sq), max_norm);  // the unsharded factor: zero1 follows the same curve
 }
 
-template <typename T> void Zero1<T>::step(T* params, double lr, const Config::Optim& o) {
-  const AdamWStep s = opt_.next_step(lr, o);
+template <typename T>
+void Zero1<T>::step(T* params, double lr, const Config::Optim& o, double grad_scale) {
+  const AdamWStep s = opt_.next_step(lr, o, grad_scale);
   const size_t R = counts.size(), me = size_t(g_.comm.rank());
   std::vector<Counts> part(R), part_at(R);  // rank r's shard in pieces: sizes, offsets in it
   for (size_t r = 0; r < R; ++r) {

@@ -185,11 +185,14 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       const bool first = zero1 && step == first_step;
       if (first) print_optimizer_memory(rt, *backend, "before step 1", "");
       if (zero) {
-        gnorm = zero->clip_grad_norm(c.optim.grad_clip);
-        zero->step(model.params(), lr, c.optim);
+        const GradClip clip = zero->clip_grad_norm(c.optim.grad_clip);
+        zero->step(model.params(), lr, c.optim, clip.scale);
+        gnorm = clip.norm;
       } else {
-        gnorm = clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
-        opt->step(model.params(), model.grads(), lr, c.optim);
+        const GradClip clip =
+            clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
+        opt->step(model.params(), model.grads(), lr, c.optim, clip.scale);
+        gnorm = clip.norm;
       }
       if (first) print_optimizer_memory(rt, *backend, "after step 1", "");
     }

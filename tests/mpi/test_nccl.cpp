@@ -154,14 +154,15 @@ TEST_CASE("nccl communicator: collectives wait for the compute stream and the co
   const size_t n = size_t(1) << 24;  // large: a missing dependency shows as a race
   std::vector<float> ones(n, 1.0f);
   auto* x = reinterpret_cast<float*>(g.device(encode(std::vector<double>(n, 1.0), DType::f32)));
+  auto* rank = reinterpret_cast<float*>(g.device(encode(std::vector<double>(n, me), DType::f32)));
   for (int rep = 0; rep < 3; ++rep) {
-    // compute stream: x = 1 * (me + 1); comm: sum; compute stream: x *= 2, all enqueued at once
+    // compute stream: x = 1 + me; comm: sum; compute stream: x += x, all enqueued at once
     g.be->upload(x, ones.data(), n);
-    g.be->scale(x, n, double(me + 1));
+    g.be->add_inplace(x, rank, int64_t(n));
     g.comm->all_reduce_async(x, n, DType::f32)->wait();
-    g.be->scale(x, n, 2.0);
+    g.be->add_inplace(x, x, int64_t(n));
     std::vector<float> out(n);
-    g.be->download(out.data(), x, n);  // the compute stream: after the scale after the wait
+    g.be->download(out.data(), x, n);  // the compute stream: after the add after the wait
     const float want = float(R * (R + 1));  // 2 * sum of (r + 1)
     size_t wrong = 0;
     for (float v : out) wrong += v != want;

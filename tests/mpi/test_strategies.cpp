@@ -75,15 +75,17 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
     ddp.forward(in.data(), tg.data(), R);
     if (zero) {
       ddp.backward(zero.get());
-      norms.push_back(zero->clip_grad_norm(o.grad_clip));
-      zero->step(ddp.params(), o.lr, o);
+      const GradClip clip = zero->clip_grad_norm(o.grad_clip);
+      norms.push_back(clip.norm);
+      zero->step(ddp.params(), o.lr, o, clip.scale);
       // Exposed communication is marked twice: the reduce-scatter after backward, the all-gather.
       CHECK(std::exchange(zero->exposed, {}).size() == 2);
     } else {
       ddp.backward(sync.get());
       comm->synchronize();
-      norms.push_back(clip_grad_norm(*be, ddp.grads(), ddp.layout.total, o.grad_clip));
-      opt->step(ddp.params(), ddp.grads(), o.lr, o);
+      const GradClip clip = clip_grad_norm(*be, ddp.grads(), ddp.layout.total, o.grad_clip);
+      norms.push_back(clip.norm);
+      opt->step(ddp.params(), ddp.grads(), o.lr, o, clip.scale);
       CHECK(std::exchange(sync->exposed, {}).size() == 1);  // around finish()
     }
   }
@@ -108,10 +110,10 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
       source->sample(rngs[size_t(r)], B, T, gin.data() + r * B * T, gtg.data() + r * B * T);
     single.forward(gin.data(), gtg.data());
     single.backward();
-    double norm = clip_grad_norm(*be, single.grads(), single.layout.total, o.grad_clip);
-    CHECK(norm > o.grad_clip);  // clipping was exercised
-    CHECK(norms[size_t(s)] == doctest::Approx(norm).epsilon(1e-5));
-    opt1.step(single.params(), single.grads(), o.lr, o);
+    const GradClip clip = clip_grad_norm(*be, single.grads(), single.layout.total, o.grad_clip);
+    CHECK(clip.norm > o.grad_clip);  // clipping was exercised
+    CHECK(norms[size_t(s)] == doctest::Approx(clip.norm).epsilon(1e-5));
+    opt1.step(single.params(), single.grads(), o.lr, o, clip.scale);
   }
   const std::vector<float> ref = single.params_host();
   double num = 0, den = 0;

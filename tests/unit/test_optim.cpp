@@ -23,19 +23,39 @@ TEST_CASE("schedule: linear warm-up, then cosine from lr to min_lr at the last s
   CHECK(learning_rate(o, 19, 20) == doctest::Approx(1e-3));
 }
 
-TEST_CASE("clip_grad_norm: scales to the max norm, leaves small gradients alone") {
+TEST_CASE("clip_grad_norm: the factor to the max norm, 1 for small gradients or no clipping") {
   auto g = lmt::test::randn<double>(101, 3.0);
   double norm = 0;
   for (double x : g) norm += x * x;
   norm = std::sqrt(norm);
-  auto small = g;
   auto cpu = make_cpu_backend<double>();
-  CHECK(clip_grad_norm(*cpu, small.data(), small.size(), norm * 2) == doctest::Approx(norm));
-  CHECK(small == g);
-  clip_grad_norm(*cpu, g.data(), g.size(), 1.0);
+  for (double max : {norm * 2, 0.0}) {
+    const GradClip c = clip_grad_norm(*cpu, g.data(), g.size(), max);
+    CHECK(c.norm == doctest::Approx(norm));
+    CHECK(c.scale == 1.0);
+  }
+  const GradClip c = clip_grad_norm(*cpu, g.data(), g.size(), 1.0);
+  CHECK(c.norm == doctest::Approx(norm));
   double after = 0;
-  for (double x : g) after += x * x;
+  for (double x : g) after += (x * c.scale) * (x * c.scale);
   CHECK(std::sqrt(after) == doctest::Approx(1.0).epsilon(1e-5));
+}
+
+TEST_CASE("adamw: a step with grad_scale s is the step on the gradients times s, bit for bit") {
+  Config::Optim o;
+  o.weight_decay = 0.1;
+  auto cpu = make_cpu_backend<float>();
+  const size_t n = 37;
+  auto p = lmt::test::randn<float>(n), g = lmt::test::randn<float>(n, 5.0), p0 = p, q = p, gs = g;
+  const double s = 0.3;
+  for (float& x : gs) x *= float(s);
+  AdamW<float> a(*cpu, n), b(*cpu, n);
+  for (int step = 0; step < 3; ++step) {  // the moments carry the scaled gradients too
+    a.step(p.data(), g.data(), 1e-2, o, s);
+    b.step(q.data(), gs.data(), 1e-2, o);
+  }
+  CHECK(p == q);
+  CHECK(p != p0);
 }
 
 TEST_CASE("adamw: the first step moves each weight by lr * sign(g), after decoupled decay") {
