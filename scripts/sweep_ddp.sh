@@ -17,7 +17,7 @@ if [ "${SWEEP_QUICK:-0}" = 1 ]; then
   device=cpu csv=${CSV:-results/ddp_quick.csv} extra="model.precision=fp32" ctas=${CTAS:-}
 else
   model=${MODEL:-configs/models/xl.toml} buckets=${BUCKETS_MB:-1 10 100 1000} steps=${STEPS:-10}
-  device=cuda csv=${CSV:-results/ddp.csv} extra="model.precision=bf16" ctas=${CTAS:-4 8 16}
+  device=cuda csv=${CSV:-results/ddp.csv} extra="model.precision=bf16" ctas=${CTAS:-8 16}
 fi
 ctas_bucket=${CTAS_BUCKET_MB:-100}
 np=${NP:-2}
