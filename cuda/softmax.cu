@@ -3,7 +3,8 @@
 // Forward, in place: P[r, j] = exp(S[r, j] - max) / sum for j <= q, 0 above the diagonal.
 // Backward, in place over dP: dS = P * (dP - sum_j P dP) * scale (scale: the 1/sqrt(dh) that the
 // scores were multiplied by, folded in here). One block per row, statistics in fp32. Either may
-// also write its result rounded to bf16 (for a bf16 matmul next), saving a separate pass.
+// also write its result rounded to bf16 (for a bf16 matmul next), saving a separate pass; the
+// backward also P, which it reads anyway, for the matmul of dV.
 #include <cuda_bf16.h>
 
 #include "common.cuh"
@@ -31,8 +32,8 @@ __global__ void softmax_fwd_kernel(float* S, __nv_bfloat16* P16, int64_t T) {
   }
 }
 
-__global__ void softmax_bwd_kernel(const float* P, float* dP, __nv_bfloat16* dS16, int64_t T,
-                                   float scale) {
+__global__ void softmax_bwd_kernel(const float* P, float* dP, __nv_bfloat16* dS16,
+                                   __nv_bfloat16* P16, int64_t T, float scale) {
   __shared__ float scratch[32];
   const float* p = P + blockIdx.x * T;
   float* dp = dP + blockIdx.x * T;
@@ -41,9 +42,10 @@ __global__ void softmax_bwd_kernel(const float* P, float* dP, __nv_bfloat16* dS1
   for (int64_t j = threadIdx.x; j <= q; j += blockDim.x) dot += p[j] * dp[j];
   dot = block_reduce<false>(dot, scratch);
   for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
-    float ds = j <= q ? p[j] * (dp[j] - dot) * scale : 0.0f;
+    const float pj = p[j], ds = j <= q ? pj * (dp[j] - dot) * scale : 0.0f;
     dp[j] = ds;
     if (dS16) dS16[blockIdx.x * T + j] = __float2bfloat16_rn(ds);
+    if (P16) P16[blockIdx.x * T + j] = __float2bfloat16_rn(pj);
   }
 }
 
@@ -55,10 +57,10 @@ void softmax_causal_fwd(float* scores, void* probs_bf16, int64_t rows, int64_t T
   CUDA_LAUNCH_CHECK();
 }
 
-void softmax_causal_bwd(const float* P, float* dP, void* dS_bf16, int64_t rows, int64_t T,
-                        float scale, cudaStream_t s) {
+void softmax_causal_bwd(const float* P, float* dP, void* dS_bf16, void* P_bf16, int64_t rows,
+                        int64_t T, float scale, cudaStream_t s) {
   softmax_bwd_kernel<<<unsigned(rows), kThreads, 0, s>>>(
-      P, dP, static_cast<__nv_bfloat16*>(dS_bf16), T, scale);
+      P, dP, static_cast<__nv_bfloat16*>(dS_bf16), static_cast<__nv_bfloat16*>(P_bf16), T, scale);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -30,9 +30,10 @@ void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);
 // Causal softmax over rows of scores [rows, T] (row r is query r % T), in place: P; and, if
 // probs_bf16 is not null, P rounded to bf16 there.
 void softmax_causal_fwd(float* scores, void* probs_bf16, int64_t rows, int64_t T, cudaStream_t s);
-// dS = P * (dP - rowsum(P * dP)) * scale, in place over dP (and rounded to bf16 into dS_bf16).
-void softmax_causal_bwd(const float* P, float* dP, void* dS_bf16, int64_t rows, int64_t T,
-                        float scale, cudaStream_t s);
+// dS = P * (dP - rowsum(P * dP)) * scale, in place over dP (and rounded to bf16 into dS_bf16);
+// and, if P_bf16 is not null, P rounded to bf16 there (read anyway: dV's matmul takes it).
+void softmax_causal_bwd(const float* P, float* dP, void* dS_bf16, void* P_bf16, int64_t rows,
+                        int64_t T, float scale, cudaStream_t s);
 void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss,
                    int64_t n, int64_t V, double grad_scale, cudaStream_t s);
 // p_bf16: if not null, receives the updated p rounded to bf16.

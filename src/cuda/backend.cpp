@@ -192,12 +192,14 @@ class CudaBackend : public Backend<float> {
       const void *v = at(QKV, b * T * ld + 2 * d, p), *dO = at(DO, b * T * d, p);
       const float* Pf = probs + b * H * T * T;
       float *dq = dqkv + b * T * ld, *dk = dq + d, *dv = dq + 2 * d;
-      const void* P = operand(Pf, H * T * T, p, 2);
       cuda::gemm(cublas_, false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H, ops(p));
+      // Under bf16 the softmax's backward also writes dS and P in bf16 for the matmuls after it.
+      const bool b16 = p == Precision::bf16;
+      void* dS16 = b16 ? bf16_scratch(3, H * T * T) : nullptr;
+      void* P16 = b16 ? bf16_scratch(2, H * T * T) : nullptr;
+      cuda::softmax_causal_bwd(Pf, dS, dS16, P16, H * T, T, scale, stream_);
+      const void *P = b16 ? P16 : Pf, *DS = b16 ? dS16 : dS;
       cuda::gemm(cublas_, true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H, ops(p));
-      void* dS16 = p == Precision::bf16 ? bf16_scratch(3, H * T * T) : nullptr;
-      cuda::softmax_causal_bwd(Pf, dS, dS16, H * T, T, scale, stream_);
-      const void* DS = dS16 ? dS16 : dS;
       cuda::gemm(cublas_, false, false, T, dh, T, 1, DS, T, T * T, k, ld, dh, 0, dq, ld, dh, H, ops(p));
       cuda::gemm(cublas_, true, false, T, dh, T, 1, DS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, ops(p));
     }
