@@ -56,9 +56,11 @@ template <typename T> class Backend {
   virtual void zero_bytes(void* p, size_t bytes) = 0;
 
   // The model's parameters: a backend may keep a low-precision copy of this range for matmuls
-  // (refreshed whenever the range is written through the backend).
+  // (refreshed whenever the range is written through the backend; weights_written() says that
+  // part of it was written outside, by a collective, and refreshes that part in stream order).
   virtual void set_weights(const T* params, size_t n) { (void)params, (void)n; }
   virtual void forget_weights(const T* params) { (void)params; }  // before they are freed
+  virtual void weights_written(const T* p, size_t n) { (void)p, (void)n; }
 
   // Ops, as in cpu_ops.hpp.
   //

@@ -13,7 +13,9 @@
 //                     the parameters all-gathered in place so that every rank holds them all:
 //                     each shard is cut into `pieces` parts, and the all-gather of every rank's
 //                     part k runs (on the GPU, on the comm stream) while AdamW updates part k + 1;
-//                     only what is left of the all-gathers after the last part is exposed
+//                     only what is left of the all-gathers after the last part is exposed (one
+//                     span per piece); as each piece arrives the backend refreshes its bf16 copy
+//                     of the other ranks' parts (AdamW wrote this rank's in its own pass)
 // There are about as many pieces per shard as buckets per shard, so a piece is about a bucket.
 // The parameters themselves are the fp32 master weights and stay whole on every rank (forward
 // needs them); only the moments and the reduced gradient are sharded.

@@ -2,7 +2,8 @@
 //
 // Parameters, gradients and optimizer state are fp32; the precision policy decides what matmuls
 // read: fp32, fp32 through TF32 tensor cores, or bf16 (bf16 tensor cores, fp32 accumulation):
-// the weights' bf16 copy (refreshed by AdamW), activations that only matmuls read stored in bf16
+// the weights' bf16 copy (written by AdamW in the same pass, whether it updates all the weights or
+// a ZeRO-1 piece; cast after a collective wrote them), activations that only matmuls read stored in bf16
 // by the kernel that makes them, and bf16 copies of other operands made just before the matmul.
 // Attention is FlashAttention-2 (cuda/attention/, saving the rows' logsumexp) or the naive
 // baseline: scores materialised by a batched matmul, a causal softmax kernel, a second matmul
@@ -91,6 +92,14 @@ class CudaBackend : public Backend<float> {
   }
   void forget_weights(const float* params) override {
     if (params == weights_) set_weights(nullptr, 0);
+  }
+  void weights_written(const float* p, size_t n) override {
+    if (void* p16 = weights16_for(p, n)) {
+      cuda::to_bf16(p, p16, int64_t(n), stream_);
+      weights_fresh_ = true;
+    } else {
+      touched(p, n * sizeof(float));
+    }
   }
   void upload_bytes(void* dst, const void* src, size_t b) override {
     touched(dst, b);
@@ -229,11 +238,12 @@ class CudaBackend : public Backend<float> {
   double sum(const float* x, size_t n) override { return reduce(x, n, false); }
   double sum_squares(const float* x, size_t n) override { return reduce(x, n, true); }
   void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s) override {
-    // Updating all the weights refreshes their bf16 copy in the same pass; anything else stales it.
-    bool whole = p == weights_ && n == weights_n_ && weights16_;
-    if (!whole) touched(p, n * sizeof(float));
-    cuda::adamw(p, g, m, v, whole ? weights16_ : nullptr, n, s, stream_);
-    if (whole) weights_fresh_ = true;
+    // Updating weights writes their part of the bf16 copy in the same pass where that keeps it
+    // whole; anything else stales it.
+    void* p16 = weights16_for(p, n);
+    if (p16) weights_fresh_ = true;
+    else touched(p, n * sizeof(float));
+    cuda::adamw(p, g, m, v, p16, n, s, stream_);
   }
 
  private:
@@ -276,6 +286,13 @@ class CudaBackend : public Backend<float> {
       size = size_t(n);
     }
     return ptr;
+  }
+  // Where [p, p + n) of the weights sits in their bf16 copy, if writing it there leaves the whole
+  // copy matching the weights (the range is all of them, or the rest is fresh); else null.
+  void* weights16_for(const float* p, size_t n) const {
+    if (!weights16_ || p < weights_ || p + n > weights_ + weights_n_) return nullptr;
+    if (!weights_fresh_ && !(p == weights_ && n == weights_n_)) return nullptr;
+    return static_cast<char*>(weights16_) + (p - weights_) * 2;
   }
   // A write to [p, p + bytes) makes the weights' bf16 copy stale if it overlaps them.
   void touched(const void* p, size_t bytes) {

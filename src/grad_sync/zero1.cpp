@@ -61,16 +61,23 @@ void Zero1<T>::step(T* params, double lr, const Config::Optim& o, double grad_sc
     part_at[r] = displacements(part[r]);
   }
   std::vector<Handle> gathers;
-  Counts n(R), at(R);  // piece k of every rank: sizes, places in the flat buffer
-  for (size_t k = 0; k < pieces; ++k) {
+  std::vector<Counts> n(pieces, Counts(R)), at(pieces, Counts(R));  // piece k of every rank:
+  for (size_t k = 0; k < pieces; ++k) {                              // sizes, flat-buffer places
     for (size_t r = 0; r < R; ++r)
-      n[r] = part[r][k], at[r] = displacement(counts, int(r)) + part_at[r][k];
-    opt_.update(params + begin, grad_shard_.data(), part_at[me][k], n[me], s);
-    gathers.push_back(g_.comm.all_gatherv_async(params + at[me], params, n, at, g_.t));
+      n[k][r] = part[r][k], at[k][r] = displacement(counts, int(r)) + part_at[r][k];
+    opt_.update(params + begin, grad_shard_.data(), part_at[me][k], n[k][me], s);
+    gathers.push_back(g_.comm.all_gatherv_async(params + at[k][me], params, n[k], at[k], g_.t));
   }
-  int from = be_.mark();  // exposed: what the last AdamW piece left of the all-gathers
-  for (Handle& h : gathers) h->wait();
-  exposed.push_back({from, be_.mark()});
+  // AdamW is all enqueued: each wait now is the gather outlasting it (exposed). The other ranks'
+  // parts of a piece were written by the collective: the backend refreshes its copy of them (the
+  // bf16 weights; AdamW wrote this rank's) while the next pieces are still gathered.
+  for (size_t k = 0; k < pieces; ++k) {
+    const int from = be_.mark();
+    gathers[k]->wait();
+    exposed.push_back({from, be_.mark()});
+    for (size_t r = 0; r < R; ++r)
+      if (r != me) be_.weights_written(params + at[k][r], n[k][r]);
+  }
 }
 
 template class Zero1<float>;

@@ -149,6 +149,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   else rng.set_state(rngs[size_t(rt.rank)]);
   if (comm) {
     comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
+    backend->weights_written(model.params(), model.layout.total);
     comm->take_comm_ms();  // the steps' communication is counted from here
   }
 

@@ -246,7 +246,7 @@ TEST_CASE("gpu adamw and reductions match the CPU" * doctest::skip(gpu_count() =
   for (auto& e : v) e = double(float(std::abs(randn<double>(1)[0]) * 0.01));
   std::vector<float> pf(pv.begin(), pv.end()), gf(gv.begin(), gv.end()), mf(m.begin(), m.end()), vf(v.begin(), v.end());
   float *gp = g.up(pv), *gm = g.up(m), *gvv = g.up(v), *gg = g.up(gv);
-  AdamWStep s{1e-3, 0.9, 0.95, 1e-8, 0.1, 7};
+  AdamWStep s{1e-3, 0.9, 0.95, 1e-8, 0.1, 7, 0.37};  // gradients read times a clipping factor
   cpu::adamw(pf.data(), gf.data(), mf.data(), vf.data(), n, s);
   gpu->adamw(gp, gg, gm, gvv, n, s);
   CHECK(rel_err(g.down(gp, n), pf) < 1e-6);
@@ -257,6 +257,47 @@ TEST_CASE("gpu adamw and reductions match the CPU" * doctest::skip(gpu_count() =
   CHECK(gpu->sum(gg, n) == doctest::Approx(sum).epsilon(1e-12));
   CHECK(gpu->sum_squares(gg, n) == doctest::Approx(sq).epsilon(1e-12));
   CHECK(gpu->sum(gg, n) == gpu->sum(gg, n));  // deterministic
+}
+
+TEST_CASE("gpu weights' bf16 copy: AdamW over a part of the weights and weights_written keep it "
+          "matching them" * doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  Pair g{*gpu, {}};
+  const int64_t M = 7, N = 29, K = 53, off = 50, n = off + N * K + 101;  // the matmul's: [off, +N*K)
+  Vec w = as_float(randn<double>(size_t(n))), x = as_float(randn<double>(size_t(M * K)));
+  float *gw = g.up(w), *gx = g.up(x), *gy = g.poisoned(size_t(M * N));
+  gpu->set_weights(gw, size_t(n));
+  // y = x W^T under bf16 on the GPU (through its copy of the weights) against the reference on
+  // the weights as they are.
+  auto matches = [&](const Vec& now) {
+    Vec wr(now.begin() + off, now.begin() + off + N * K), xr = x, y(size_t(M * N));
+    for (auto* v : {&wr, &xr})
+      for (auto& e : *v) e = round_to(Precision::bf16, e);
+    cpu::linear_fwd(xr.data(), wr.data(), y.data(), M, N, K, Precision::fp64);
+    gpu->linear_fwd(gx, gw + off, gy, M, N, K, Precision::bf16, false);
+    return rel_err(g.down(gy, size_t(M * N)), y) < tol(Precision::bf16);
+  };
+  CHECK(matches(w));  // the copy is made on first use
+  // AdamW over a part of the weights (as a ZeRO-1 piece) that overlaps the matmul's.
+  const int64_t a = 30, b = 900;
+  float *gg = g.up(as_float(randn<double>(size_t(b - a)))), *gm = g.up(Vec(size_t(b - a)));
+  float* gv = g.up(Vec(size_t(b - a)));
+  gpu->adamw(gw + a, gg, gm, gv, size_t(b - a), AdamWStep{1e-2, 0.9, 0.95, 1e-8, 0.0, 1});
+  const Vec w1 = g.down(gw, size_t(n));
+  CHECK(w1 != w);
+  CHECK(matches(w1));
+  // Written outside the backend (as a collective writes), then announced.
+  const int64_t c = 700, e = 1500;
+  Vec w2 = w1;
+  const Vec part = as_float(randn<double>(size_t(e - c)));
+  std::copy(part.begin(), part.end(), w2.begin() + c);
+  const std::vector<float> pf(part.begin(), part.end());
+  CUDA_CHECK(cudaMemcpyAsync(gw + c, pf.data(), pf.size() * sizeof(float), cudaMemcpyHostToDevice,
+                             cuda_stream(*gpu)));
+  CHECK(!matches(w2));  // not announced: the copy still holds the old values
+  gpu->weights_written(gw + c, size_t(e - c));
+  CHECK(matches(w2));
+  gpu->forget_weights(gw);
 }
 
 TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training tracks the CPU" *
