@@ -42,7 +42,7 @@ __global__ void softmax_bwd_kernel(const float* P, float* dP, __nv_bfloat16* dS1
   for (int64_t j = threadIdx.x; j <= q; j += blockDim.x) dot += p[j] * dp[j];
   dot = block_reduce<false>(dot, scratch);
   for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
-    const float pj = p[j], ds = j <= q ? pj * (dp[j] - dot) * scale : 0.0f;
+    const float pj = j <= q ? p[j] : 0.0f, ds = j <= q ? pj * (dp[j] - dot) * scale : 0.0f;
     dp[j] = ds;
     if (dS16) dS16[blockIdx.x * T + j] = __float2bfloat16_rn(ds);
     if (P16) P16[blockIdx.x * T + j] = __float2bfloat16_rn(pj);

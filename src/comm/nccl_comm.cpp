@@ -84,6 +84,8 @@ class NcclCommunicator : public Communicator {
   // root, to the root's place.
   Handle all_gatherv_async(const void* send, void* recv, const Counts& counts,
                            const Counts& displs, DType t) override {
+    LMT_ASSERT(counts.size() == size_t(size_) && displs.size() == counts.size(),
+               "one count and displacement per rank");
     return launch([&] {
       if (all_equal(counts) && displs == displacements(counts)) {
         NCCL_CHECK(ncclAllGather(send, recv, counts[0], nccl_type(t), comm_, stream_));

@@ -97,20 +97,28 @@ void check_collectives(Gpu& g, DType t, bool uneven) {
   got = g.host(inplace, total * es);
   for (size_t j = 0; j < total; ++j) REQUIRE(load(t, got.data(), j) == expect[j]);
 
-  // all_gatherv in place, the parts in reverse rank order with a gap of 3 before each: the gaps
-  // keep their -7
-  Counts displs = Counts(size_t(R));
+  // all_gatherv, in place and out of place, the parts in reverse rank order with a gap of 3
+  // before each (the gaps keep their -7) and, with several ranks, the last rank's part empty
+  Counts vc = counts, displs = Counts(size_t(R));
+  if (R > 1) vc[size_t(R - 1)] = 0;
   size_t end = 0;
-  for (int r = R - 1; r >= 0; --r) displs[size_t(r)] = end + 3, end += 3 + counts[size_t(r)];
+  for (int r = R - 1; r >= 0; --r) displs[size_t(r)] = end + 3, end += 3 + vc[size_t(r)];
   std::vector<double> placed(end, -7.0), want(end, -7.0);
   for (int r = 0; r < R; ++r)
-    for (size_t i = 0; i < counts[size_t(r)]; ++i)
+    for (size_t i = 0; i < vc[size_t(r)]; ++i)
       want[displs[size_t(r)] + i] = value(r, displs[size_t(r)] + i);
-  for (size_t i = 0; i < mine; ++i) placed[displs[size_t(me)] + i] = want[displs[size_t(me)] + i];
-  char* gv = g.device(encode(placed, t));
-  g.comm->all_gatherv_async(gv + displs[size_t(me)] * es, gv, counts, displs, t)->wait();
-  got = g.host(gv, end * es);
-  for (size_t j = 0; j < end; ++j) REQUIRE(load(t, got.data(), j) == want[j]);
+  const size_t vmine = vc[size_t(me)], vat = displs[size_t(me)];
+  for (size_t i = 0; i < vmine; ++i) placed[vat + i] = want[vat + i];
+  for (bool in_place : {true, false}) {
+    INFO("all_gatherv in place: ", in_place);
+    char* gv = g.device(encode(in_place ? placed : std::vector<double>(end, -7.0), t));
+    char* send = in_place ? gv + vat * es
+                          : g.device(encode(std::vector<double>(want.begin() + long(vat),
+                                                                want.begin() + long(vat + vmine)), t));
+    g.comm->all_gatherv_async(send, gv, vc, displs, t)->wait();
+    got = g.host(gv, end * es);
+    for (size_t j = 0; j < end; ++j) REQUIRE(load(t, got.data(), j) == want[j]);
+  }
 
   // broadcast from the last rank
   char* b = g.device(encode(pattern(me, total), t));
