@@ -2,7 +2,8 @@
 // leading dimension ld is the column-major X^T: so row-major C = op(A) op(B) is computed as the
 // column-major C^T = op(B)^T op(A)^T, i.e. cublasGemm(opB, opA, N, M, K, B, A, C).
 // Accumulation and C are fp32. Operands are fp32 (compute fp32, or TF32 tensor cores under the
-// tf32 policy) or bf16 (bf16 tensor cores; to_bf16 rounds fp32 to nearest even first).
+// tf32 policy) or bf16 (bf16 tensor cores; to_bf16 rounds fp32 to nearest even first, and
+// from_bf16 widens bf16 back to fp32, exactly).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -25,6 +26,11 @@ __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
   if (i < n) y[i] = __float2bfloat16_rn(x[i]);
 }
 
+__global__ void from_bf16_kernel(const __nv_bfloat16* x, float* y, int64_t n) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = __bfloat162float(x[i]);
+}
+
 }  // namespace
 
 void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s) {
@@ -35,6 +41,12 @@ void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s) {
     if (head > 0) to_bf16_x4_kernel<<<blocks_for(head / 4, 256), 256, 0, s>>>(x, out, head / 4);
   }
   if (n > head) to_bf16_kernel<<<blocks_for(n - head, 256), 256, 0, s>>>(x + head, out + head, n - head);
+  CUDA_LAUNCH_CHECK();
+}
+
+void from_bf16(const void* x, float* y, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  from_bf16_kernel<<<blocks_for(n, 256), 256, 0, s>>>(static_cast<const __nv_bfloat16*>(x), y, n);
   CUDA_LAUNCH_CHECK();
 }
 

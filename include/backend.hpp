@@ -54,6 +54,9 @@ template <typename T> class Backend {
   virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero_bytes(void* p, size_t bytes) = 0;
+  // Backend memory to backend memory. Unlike the others it leaves the weights' low-precision copy
+  // alone: a caller that writes weights with it says so with weights_written().
+  virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
 
   // The model's parameters: a backend may keep a low-precision copy of this range for matmuls
   // (refreshed whenever the range is written through the backend; weights_written() says that
@@ -61,6 +64,15 @@ template <typename T> class Backend {
   virtual void set_weights(const T* params, size_t n) { (void)params, (void)n; }
   virtual void forget_weights(const T* params) { (void)params; }  // before they are freed
   virtual void weights_written(const T* p, size_t n) { (void)p, (void)n; }
+  // ZeRO-1 under bf16 all-gathers the weights as their bf16 copy (zero1.hpp). weights_bf16() is
+  // that copy of all the set_weights() weights, 2-byte elements in the same order (the GPU's own,
+  // made current if it is not; the CPU backend, whose matmuls round fp32 themselves, keeps one
+  // for this alone); weights_to_bf16(p, n) makes [p, p + n)'s part current (nothing to do where
+  // AdamW wrote it); weights_from_bf16(p, n) sets the weights [p, p + n) to their copy there
+  // (after a collective wrote it).
+  virtual void* weights_bf16() = 0;
+  virtual void weights_to_bf16(const T* p, size_t n) = 0;
+  virtual void weights_from_bf16(T* p, size_t n) = 0;
 
   // Ops, as in cpu_ops.hpp.
   //

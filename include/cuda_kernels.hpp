@@ -54,5 +54,6 @@ void gemm(cublasHandle_t h, bool transA, bool transB, int64_t M, int64_t N, int6
           Operands ops);
 // y[0..n) = x rounded to bf16 (nearest even).
 void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s);
+void from_bf16(const void* x, float* y, int64_t n, cudaStream_t s);  // exact
 
 }  // namespace lmt::cuda

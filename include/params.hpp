@@ -18,6 +18,7 @@ struct ParamView {
   std::string name;  // PyTorch-style, e.g. "layers.3.ffn.w1.weight"
   std::vector<int64_t> shape;
   size_t offset = 0, numel = 0;
+  bool matmul = false;  // read only by matmuls (so, under bf16, only as its bf16 rounding)
 };
 
 // Gradients that become final at the same point of backward: group 0 is the LM head and final

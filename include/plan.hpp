@@ -12,7 +12,9 @@
 //   dp    replicas; gradients all-reduced (ring: 2(n-1)/n x gradient bytes sent per device).
 //   zero  1: ZeRO-1 over the dp ranks: each keeps AdamW's m and v for its contiguous 1/dp of the
 //         flat buffer; gradients reduce-scattered, updated parameters all-gathered (the same
-//         bytes as the all-reduce, in two halves). Parameters and full gradients stay replicated.
+//         bytes as the all-reduce, in two halves; under bf16 the all-gather moves the weights
+//         only matmuls read in bf16, and stages the rest, the RMSNorm gains and the embedding, in
+//         workspace: zero1.hpp). Parameters and full gradients stay allocated on every rank.
 //   fsdp  ZeRO-3: parameters, gradients and moments sharded 1/fsdp; the parameters of one
 //         backward group (a layer, or the head, or the embedding) are all-gathered before use in
 //         forward and again in backward, its gradients reduce-scattered: 3(n-1)/n x parameter

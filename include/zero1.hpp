@@ -10,16 +10,25 @@
 //   clip_grad_norm()  the global norm from the all-reduced squared norms of the shards, and the
 //                     clipping factor step() applies
 //   step()            AdamW over this rank's shard with its own moments (1/world of them), and
-//                     the parameters all-gathered in place so that every rank holds them all:
+//                     the parameters all-gathered in place so that every rank can run forward:
 //                     each shard is cut into `pieces` parts, and the all-gather of every rank's
 //                     part k runs (on the GPU, on the comm stream) while AdamW updates part k + 1;
 //                     only what is left of the all-gathers after the last part is exposed (one
-//                     span per piece); as each piece arrives the backend refreshes its bf16 copy
-//                     of the other ranks' parts (AdamW wrote this rank's in its own pass)
+//                     span per wait)
 // There are about as many pieces per shard as buckets per shard, so a piece is about a bucket.
-// The parameters themselves are the fp32 master weights and stay whole on every rank (forward
-// needs them); only the moments and the reduced gradient are sharded.
+// What travels depends on the precision. fp32 and tf32: the fp32 parameters, and the backend is
+// told (weights_written). bf16: forward reads a weight that only matmuls use as its bf16
+// rounding, so the pieces travel as the weights' bf16 copy (half the bytes; AdamW wrote this
+// rank's part of it in its own pass), each rank widens the other ranks' parts into its fp32
+// parameters, and the few parameters read in fp32 (the RMSNorm gains, the embedding) follow, exact,
+// in one more all-gather. Every rank then computes the same forward, but outside its shard its
+// fp32 parameters hold bf16 roundings of the masters: the masters are sharded in content (each
+// exists on its owner only), though every rank still allocates the whole buffer.
+// gather_master() puts the exact masters back on every rank (for checkpoints).
 #pragma once
+#include <memory>
+#include <vector>
+
 #include "backend.hpp"
 #include "grad_sync.hpp"
 #include "optimizer.hpp"
@@ -31,18 +40,29 @@ Counts shard_counts(size_t total, int world);
 
 template <typename T> class Zero1 : public BucketedSync {
  public:
-  // bucket_mb: ddp.bucket_mb, as make_grad_sync takes it.
-  Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout, double bucket_mb);
+  // bucket_mb: ddp.bucket_mb, as make_grad_sync takes it; bf16: the model's precision is bf16
+  // (the all-gather above moves bf16).
+  Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout, double bucket_mb,
+        bool bf16);
   GradClip clip_grad_norm(double max_norm);  // as the unsharded clip_grad_norm
   void step(T* params, double lr, const Config::Optim& o, double grad_scale = 1);
+  void gather_master(T* params);  // collective
   AdamW<T>& optimizer() { return opt_; }  // this rank's shard of the state (checkpoints)
 
   const Counts counts;
   const size_t begin, end;  // this rank's shard
   const size_t pieces;      // parts per shard in step()'s pipelined all-gather
+  const bool bf16;          // step() gathers the weights' bf16 copy
 
  private:
   Handle launch(const ParamGroup& bucket) override;
+
+  struct Range {
+    size_t at, n;
+  };
+  std::vector<std::vector<Range>> exact_;  // bf16: per rank, its shard's parameters read in fp32
+  Counts exact_counts_;                    // ... their elements per rank
+  std::unique_ptr<BackendArray<T>> exact_all_;  // ... and all of them, packed in rank order
 
   Backend<T>& be_;
   BackendArray<T> grad_shard_;       // the reduced gradients of [begin, end)

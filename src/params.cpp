@@ -6,10 +6,10 @@ namespace lmt {
 
 ParamLayout ParamLayout::build(const Config::Model& m) {
   ParamLayout out;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
+  auto add = [&](std::string name, std::vector<int64_t> shape, bool matmul) {
     size_t n = 1;
     for (auto s : shape) n *= size_t(s);
-    out.params.push_back({std::move(name), std::move(shape), out.total, n});
+    out.params.push_back({std::move(name), std::move(shape), out.total, n, matmul});
     out.total += n;
   };
   auto group = [&](auto&& body) {
@@ -19,21 +19,21 @@ ParamLayout ParamLayout::build(const Config::Model& m) {
   };
   const int64_t d = m.d_model, f = m.d_ff, V = m.vocab_size;
   group([&] {
-    add("lm_head.weight", {V, d});
-    add("ln_final.weight", {d});
+    add("lm_head.weight", {V, d}, true);
+    add("ln_final.weight", {d}, false);
   });
   for (int64_t l = m.num_layers - 1; l >= 0; --l)
     group([&] {
       std::string p = "layers." + std::to_string(l) + ".";
-      add(p + "ffn.w2.weight", {d, f});
-      add(p + "ffn.w3.weight", {f, d});
-      add(p + "ffn.w1.weight", {f, d});
-      add(p + "ln2.weight", {d});
-      add(p + "attn.output_proj.weight", {d, d});
-      add(p + "attn.qkv_proj.weight", {3 * d, d});
-      add(p + "ln1.weight", {d});
+      add(p + "ffn.w2.weight", {d, f}, true);
+      add(p + "ffn.w3.weight", {f, d}, true);
+      add(p + "ffn.w1.weight", {f, d}, true);
+      add(p + "ln2.weight", {d}, false);
+      add(p + "attn.output_proj.weight", {d, d}, true);
+      add(p + "attn.qkv_proj.weight", {3 * d, d}, true);
+      add(p + "ln1.weight", {d}, false);
     });
-  group([&] { add("token_embeddings.weight", {V, d}); });
+  group([&] { add("token_embeddings.weight", {V, d}, false); });
   return out;
 }
 

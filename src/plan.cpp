@@ -101,7 +101,12 @@ Plan make_plan(const Config& c) {
   p.activations = sharded(acts);
   p.activations_cuda = sharded(acts_cuda);
   p.fsdp_gather = fs > 1 ? 2 * largest_group * uint64_t(p.comm_bytes) : 0;
-  p.workspace = scratch_elems * w + p.fsdp_gather;
+  // ZeRO-1 under bf16 (zero1.hpp): parameters that are not matmul-only (the RMSNorm gains, the
+  // embedding) go exact, all ranks' packed in workspace; the rest as bf16.
+  const bool zero_bf16 = pc.zero && !ffn_only && m.precision == "bf16";
+  const uint64_t exact =
+      zero_bf16 ? ceil_div((2 * L + 1) * d + Vl * d, fs) : 0;
+  p.workspace = scratch_elems * w + p.fsdp_gather + exact * w;
   if (!ffn_only) {
     const uint64_t weights16 = m.precision == "bf16" ? p.param_count_device * 2 : 0;
     p.forward_cuda = p.params + weights16 + p.activations_cuda;
@@ -110,7 +115,9 @@ Plan make_plan(const Config& c) {
   }
 
   const double wire = double(p.comm_bytes);
-  p.comm_dp = 2 * ring_share(pc.dp) * double(p.param_count_device) * wire;
+  const double gather_bytes = zero_bf16 ? 2.0 * double(p.param_count_device - exact) + 4.0 * double(exact)
+                                       : double(p.param_count_device) * wire;
+  p.comm_dp = ring_share(pc.dp) * (double(p.param_count_device) * wire + gather_bytes);
   p.comm_fsdp = 3 * ring_share(pc.fsdp) * double(params_tp) * wire;
   const double tp_values = ffn_only ? double(2 * L * n * d)
                                     : double((4 * L + 2) * n * d + 3 * n);

@@ -6,6 +6,7 @@
 
 #include "backend.hpp"
 #include "check.hpp"
+#include "comm.hpp"
 
 #include <vector>
 
@@ -14,10 +15,37 @@ namespace {
 
 template <typename T> class CpuBackend : public Backend<T> {
  public:
+  ~CpuBackend() override { this->release(weights16_); }
   const char* name() const override { return "cpu"; }
   void upload_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
   void download_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
   void zero_bytes(void* p, size_t b) override { std::memset(p, 0, b); }
+  void copy_bytes(void* d, const void* s, size_t b) override { std::memmove(d, s, b); }
+
+  // The weights' bf16 copy exists only for ZeRO-1's bf16 all-gather; it is made current part by
+  // part (weights_to_bf16), as the matmuls never read it.
+  void set_weights(const T* params, size_t n) override {
+    this->release(weights16_);
+    weights_ = params, weights_n_ = n, weights16_ = nullptr;
+  }
+  void forget_weights(const T* params) override {
+    if (params == weights_) set_weights(nullptr, 0);
+  }
+  void* weights_bf16() override {
+    if (!weights16_) {
+      weights16_ = static_cast<uint16_t*>(this->allocate(weights_n_ * 2, MemTag::params));
+      weights_to_bf16(weights_, weights_n_);
+    }
+    return weights16_;
+  }
+  void weights_to_bf16(const T* p, size_t n) override {
+    uint16_t* c = static_cast<uint16_t*>(weights_bf16()) + in_weights(p, n);
+    for (size_t i = 0; i < n; ++i) c[i] = to_bf16(float(p[i]));
+  }
+  void weights_from_bf16(T* p, size_t n) override {
+    const uint16_t* c = static_cast<uint16_t*>(weights_bf16()) + in_weights(p, n);
+    for (size_t i = 0; i < n; ++i) p[i] = T(from_bf16(c[i]));
+  }
 
   // x_bf16, dy_bf16: x or dy already holds bf16 values, which the bf16 policy's rounding of
   // matmul operands leaves as they are.
@@ -104,10 +132,18 @@ template <typename T> class CpuBackend : public Backend<T> {
   void device_free(void* p) override { std::free(p); }
 
  private:
+  size_t in_weights(const T* p, size_t n) const {  // offset of [p, p + n) in the weights
+    LMT_ASSERT(weights_ && p >= weights_ && p + n <= weights_ + weights_n_,
+               "a range outside the weights given to set_weights");
+    return size_t(p - weights_);
+  }
   static void round_bf16(T* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] = round_to(Precision::bf16, x[i]);
   }
   std::vector<std::chrono::steady_clock::time_point> marks_;
+  const T* weights_ = nullptr;
+  size_t weights_n_ = 0;
+  uint16_t* weights16_ = nullptr;
 };
 
 }  // namespace

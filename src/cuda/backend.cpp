@@ -93,6 +93,14 @@ class CudaBackend : public Backend<float> {
   void forget_weights(const float* params) override {
     if (params == weights_) set_weights(nullptr, 0);
   }
+  void* weights_bf16() override { return fresh_weights16(); }
+  void weights_to_bf16(const float* p, size_t n) override {
+    // A fresh copy stays fresh through AdamW, which writes its part.
+    if (!weights_fresh_) cuda::to_bf16(p, weights16_at(p, n), int64_t(n), stream_);
+  }
+  void weights_from_bf16(float* p, size_t n) override {
+    cuda::from_bf16(weights16_at(p, n), p, int64_t(n), stream_);
+  }
   void weights_written(const float* p, size_t n) override {
     if (void* p16 = weights16_for(p, n)) {
       cuda::to_bf16(p, p16, int64_t(n), stream_);
@@ -112,6 +120,9 @@ class CudaBackend : public Backend<float> {
   void zero_bytes(void* p, size_t b) override {
     touched(p, b);
     CUDA_CHECK(cudaMemsetAsync(p, 0, b, stream_));
+  }
+  void copy_bytes(void* d, const void* s, size_t b) override {
+    CUDA_CHECK(cudaMemcpyAsync(d, s, b, cudaMemcpyDeviceToDevice, stream_));
   }
   void synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   cudaStream_t stream() const { return stream_; }
@@ -265,12 +276,8 @@ class CudaBackend : public Backend<float> {
   const void* operand(const float* x, int64_t n, Precision p, size_t slot, bool packed = false) {
     LMT_ASSERT(!packed || p == Precision::bf16, "bf16 matmul inputs outside the bf16 policy");
     if (p != Precision::bf16 || packed) return x;
-    if (weights_ && x >= weights_ && x + n <= weights_ + weights_n_) {  // a weight: cached copy
-      if (!weights16_) weights16_ = allocate(weights_n_ * 2, MemTag::params);
-      if (!weights_fresh_) cuda::to_bf16(weights_, weights16_, int64_t(weights_n_), stream_);
-      weights_fresh_ = true;
-      return at(weights16_, x - weights_, p);
-    }
+    if (weights_ && x >= weights_ && x + n <= weights_ + weights_n_)  // a weight: cached copy
+      return at(fresh_weights16(), x - weights_, p);
     void* y = bf16_scratch(slot, n);
     cuda::to_bf16(x, y, n, stream_);
     return y;
@@ -287,12 +294,25 @@ class CudaBackend : public Backend<float> {
     }
     return ptr;
   }
+  // The weights' bf16 copy, made on first use and brought up to date if it is stale.
+  void* fresh_weights16() {
+    if (!weights16_) weights16_ = allocate(weights_n_ * 2, MemTag::params);
+    if (!weights_fresh_) cuda::to_bf16(weights_, weights16_, int64_t(weights_n_), stream_);
+    weights_fresh_ = true;
+    return weights16_;
+  }
+  // Where [p, p + n) of the weights sits in their (existing) bf16 copy.
+  void* weights16_at(const float* p, size_t n) const {
+    LMT_ASSERT(weights16_ && p >= weights_ && p + n <= weights_ + weights_n_,
+               "a range outside the weights' bf16 copy");
+    return static_cast<char*>(weights16_) + (p - weights_) * 2;
+  }
   // Where [p, p + n) of the weights sits in their bf16 copy, if writing it there leaves the whole
   // copy matching the weights (the range is all of them, or the rest is fresh); else null.
   void* weights16_for(const float* p, size_t n) const {
     if (!weights16_ || p < weights_ || p + n > weights_ + weights_n_) return nullptr;
     if (!weights_fresh_ && !(p == weights_ && n == weights_n_)) return nullptr;
-    return static_cast<char*>(weights16_) + (p - weights_) * 2;
+    return weights16_at(p, n);
   }
   // A write to [p, p + bytes) makes the weights' bf16 copy stale if it overlaps them.
   void touched(const void* p, size_t bytes) {

@@ -1,6 +1,6 @@
 // zero1: gradients reduced bucket by bucket onto the ranks that own them, during backward; AdamW
-// over this rank's shard only, piece by piece, each piece's parameters all-gathered while AdamW
-// updates the next (zero1.hpp).
+// over this rank's shard only, piece by piece, each piece's parameters all-gathered (in bf16 under
+// bf16) while AdamW updates the next (zero1.hpp).
 #include "zero1.hpp"
 
 #include <algorithm>
@@ -18,15 +18,27 @@ Counts shard_counts(size_t total, int world) {
 
 template <typename T>
 Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout,
-                double bucket_mb)
+                double bucket_mb, bool bf16_)
     : BucketedSync(grads, layout, bucket_mb * (1 << 20)),
       counts(shard_counts(layout.total, grads.comm.size())),
       begin(displacement(counts, grads.comm.rank())),
       end(begin + counts[size_t(grads.comm.rank())]),
-      pieces(std::max<size_t>(1, (bucket_count() + counts.size() - 1) / counts.size())), be_(be),
-      grad_shard_(be, end - begin, MemTag::grads), norm_sq_(be, 1, MemTag::workspace),
-      opt_(be, end - begin) {
+      pieces(std::max<size_t>(1, (bucket_count() + counts.size() - 1) / counts.size())),
+      bf16(bf16_), be_(be), grad_shard_(be, end - begin, MemTag::grads),
+      norm_sq_(be, 1, MemTag::workspace), opt_(be, end - begin) {
   LMT_ASSERT(grads.t == dtype_of<T>(), "zero1 shards the optimizer's own element type");
+  if (!bf16) return;
+  exact_.resize(counts.size());
+  exact_counts_.assign(counts.size(), 0);
+  for (const ParamView& p : layout.params) {
+    if (p.matmul) continue;
+    for (size_t r = 0, lo = 0; r < counts.size(); lo += counts[r++]) {
+      const size_t from = std::max(p.offset, lo), to = std::min(p.offset + p.numel, lo + counts[r]);
+      if (to > from) exact_[r].push_back({from, to - from}), exact_counts_[r] += to - from;
+    }
+  }
+  exact_all_ = std::make_unique<BackendArray<T>>(be, displacement(exact_counts_, int(counts.size())),
+                                                 MemTag::workspace);
 }
 
 // The bucket [a, b) as a reduce-scatter whose rank r part is [a, b) ∩ its shard (empty for most
@@ -60,24 +72,63 @@ void Zero1<T>::step(T* params, double lr, const Config::Optim& o, double grad_sc
     part[r] = shard_counts(counts[r], int(pieces));
     part_at[r] = displacements(part[r]);
   }
+  char* w16 = bf16 ? static_cast<char*>(be_.weights_bf16()) : nullptr;  // 2-byte elements
   std::vector<Handle> gathers;
   std::vector<Counts> n(pieces, Counts(R)), at(pieces, Counts(R));  // piece k of every rank:
   for (size_t k = 0; k < pieces; ++k) {                              // sizes, flat-buffer places
     for (size_t r = 0; r < R; ++r)
       n[k][r] = part[r][k], at[k][r] = displacement(counts, int(r)) + part_at[r][k];
     opt_.update(params + begin, grad_shard_.data(), part_at[me][k], n[k][me], s);
-    gathers.push_back(g_.comm.all_gatherv_async(params + at[k][me], params, n[k], at[k], g_.t));
+    if (bf16) {
+      be_.weights_to_bf16(params + at[k][me], n[k][me]);
+      gathers.push_back(
+          g_.comm.all_gatherv_async(w16 + 2 * at[k][me], w16, n[k], at[k], DType::bf16));
+    } else {
+      gathers.push_back(g_.comm.all_gatherv_async(params + at[k][me], params, n[k], at[k], g_.t));
+    }
   }
-  // AdamW is all enqueued: each wait now is the gather outlasting it (exposed). The other ranks'
-  // parts of a piece were written by the collective: the backend refreshes its copy of them (the
-  // bf16 weights; AdamW wrote this rank's) while the next pieces are still gathered.
+  Handle exact;  // bf16: the parameters read in fp32, exact, packed in rank order
+  T* all = bf16 ? exact_all_->data() : nullptr;
+  if (bf16) {
+    T* mine = all + displacement(exact_counts_, int(me));
+    for (const Range& x : exact_[me]) be_.copy_bytes(mine, params + x.at, x.n * sizeof(T)), mine += x.n;
+    exact = g_.comm.all_gather_async(all + displacement(exact_counts_, int(me)), all,
+                                     exact_counts_, g_.t);
+  }
+  // AdamW is all enqueued: each wait now is the gathers outlasting it (exposed). The backend is
+  // told what the collectives wrote (bf16: it widens the other ranks' parts from its bf16 copy;
+  // else it refreshes its copy, if any, from them), while the next pieces are still gathered.
   for (size_t k = 0; k < pieces; ++k) {
     const int from = be_.mark();
     gathers[k]->wait();
     exposed.push_back({from, be_.mark()});
-    for (size_t r = 0; r < R; ++r)
-      if (r != me) be_.weights_written(params + at[k][r], n[k][r]);
+    for (size_t r = 0; r < R; ++r) {
+      if (r == me) continue;
+      if (bf16) be_.weights_from_bf16(params + at[k][r], n[k][r]);
+      else be_.weights_written(params + at[k][r], n[k][r]);
+    }
   }
+  if (!bf16) return;
+  const int from = be_.mark();
+  exact->wait();
+  exposed.push_back({from, be_.mark()});
+  for (size_t r = 0; r < R; ++r) {  // over the bf16 roundings just widened there
+    if (r == me) continue;
+    const T* theirs = all + displacement(exact_counts_, int(r));
+    for (const Range& x : exact_[r]) {
+      be_.copy_bytes(params + x.at, theirs, x.n * sizeof(T));
+      be_.weights_written(params + x.at, x.n);
+      theirs += x.n;
+    }
+  }
+}
+
+template <typename T> void Zero1<T>::gather_master(T* params) {
+  if (!bf16) return;  // every rank holds the masters already
+  g_.comm.all_gather(params + begin, params, counts, g_.t);
+  g_.comm.synchronize();
+  be_.weights_written(params, begin);
+  be_.weights_written(params + end, displacement(counts, int(counts.size())) - end);
 }
 
 template class Zero1<float>;

@@ -94,7 +94,8 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     comm = make_communicator(be.name(), rt, be, c.ddp.comm_ctas);
     GradBuffer grads{*comm, model.grads(), dtype_of<T>()};
     if (zero1) {
-      auto z = std::make_unique<Zero1<T>>(be, grads, model.layout, c.ddp.bucket_mb);
+      auto z = std::make_unique<Zero1<T>>(be, grads, model.layout, c.ddp.bucket_mb,
+                                          c.model.precision == "bf16");
       zero = z.get();
       sync = std::move(z);
     } else {

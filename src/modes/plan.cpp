@@ -80,7 +80,10 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
   }
   printf("\ncommunication per step per device (bytes sent, ring collectives)\n");
   if (pc.zero)
-    line("dp (zero1)", p.comm_dp, "(reduce-scatter of gradients + all-gather of parameters, half each)");
+    line("dp (zero1)", p.comm_dp,
+         c.model.precision == "bf16" && !ffn
+             ? "(reduce-scatter of gradients + all-gather of parameters, matmul-only ones in bf16)"
+             : "(reduce-scatter of gradients + all-gather of parameters, half each)");
   else
     line("dp", p.comm_dp, "(all-reduce of gradients: 2(n-1)/n x gradient bytes)");
   line("fsdp", p.comm_fsdp, "(all-gather forward + all-gather backward + reduce-scatter: 3(n-1)/n)");

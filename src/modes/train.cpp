@@ -123,7 +123,8 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     source = make_token_source(c);
     if (zero1) {
       auto z = std::make_unique<Zero1<T>>(*backend, GradBuffer{*comm, model.grads(), dtype_of<T>()},
-                                          model.layout, c.ddp.bucket_mb);
+                                          model.layout, c.ddp.bucket_mb,
+                                          c.model.precision == "bf16");
       zero = z.get();
       sync = std::move(z);
     } else {
@@ -228,6 +229,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       std::vector<RngState> all(static_cast<size_t>(rt.world));
       MPI_CHECK(MPI_Gather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
                            MPI_COMM_WORLD));
+      if (zero) zero->gather_master(model.params());  // rank 0 writes every exact master
       OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);
       if (rt.is_root()) {
         std::string path = checkpoint_path(c.train.checkpoint_dir, step + 1);

@@ -132,6 +132,15 @@ TEST_CASE("plan: fsdp shards params, grads and moments; zero1 shards only the mo
   CHECK(d.comm_dp == doctest::Approx(2.0 * 3.0 / 4.0 * double(P) * 4));
   CHECK(z.comm_dp == doctest::Approx(d.comm_dp));
   CHECK(one.comm_total() == 0);  // one device sends nothing
+  // Under bf16 zero1's all-gather sends the matmul-only weights in bf16 and stages the others
+  // (exact, fp32) in workspace: E of them, counted from the model's own layout.
+  c.plan.zero = 1, c.model.precision = "bf16";
+  const Plan zb = make_plan(c);
+  uint64_t E = 0;
+  for (const ParamView& v : ParamLayout::build(c.model).params) E += v.matmul ? 0 : v.numel;
+  CHECK(E > 0);
+  CHECK(zb.comm_dp == doctest::Approx(3.0 / 4.0 * (4.0 * double(P) + 2.0 * double(P - E) + 4.0 * double(E))));
+  CHECK(zb.workspace == z.workspace + 4 * E);
 }
 
 TEST_CASE("plan: tp splits the attention and FFN weights and activations, not the rest") {
