@@ -3,10 +3,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <initializer_list>
-#include <type_traits>
-
 #include <string>
+#include <type_traits>
 
 #include "check.hpp"
 #include "cuda_check.hpp"

@@ -35,8 +35,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 //
 // The table: chosen per head dim by scripts/tune_flash.py on one H100 (bf16, causal, B 1, H 16,
 // T 8192 and 16384; rows in results/flash_tuning.csv, 2026-11-23; that sweep shared the GPU with
-// a test run, so its margins of 5-10% are indicative). Forward: (4, 2, 64) from the hand
-// comparison in the commit log (2 row tiles: 3.87 -> 3.47 ms at d 64, T 16384). A build with
+// a test run, so its margins of 5-10% are indicative). Forward: (4, 2, 64), best of seven in the
+// same script's sweep (H100, 2026-11-23: 2.91 ms summed over T 8192 and 16384 at d 64, 4.85 at
+// d 128; the next, (8, 2, 64), 3.09 and 4.93), though it spills registers at d 128. A build with
 // EXTRA_NVCCFLAGS="-DLMT_FLASH_DQ_WARPS=w -DLMT_FLASH_DQ_MTILES=m -DLMT_FLASH_DQ_TILE=t" (likewise
 // FWD, DKDV) replaces one kernel's entry for every head dim: that is how the script tries
 // candidates (three macros: nvcc splits a -D value at commas).
