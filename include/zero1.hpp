@@ -56,6 +56,11 @@ template <typename T> class Zero1 : public BucketedSync {
 
  private:
   Handle launch(const ParamGroup& bucket) override;
+  void wait_exposed(CommHandle& h);  // waits, marking the span as exposed communication
+  Handle send_exact(const T* params);
+  void take_exact(T* params);
+
+  std::vector<Counts> piece_n_, piece_at_;  // [k][r]: rank r's piece k, size and flat-buffer place
 
   struct Range {
     size_t at, n;

@@ -27,6 +27,14 @@ Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layo
       bf16(bf16_), be_(be), grad_shard_(be, end - begin, MemTag::grads),
       norm_sq_(be, 1, MemTag::workspace), opt_(be, end - begin) {
   LMT_ASSERT(grads.t == dtype_of<T>(), "zero1 shards the optimizer's own element type");
+  // Piece k of every rank: rank r's shard cut into `pieces` parts, part k's size and place.
+  piece_n_.assign(pieces, Counts(counts.size()));
+  piece_at_.assign(pieces, Counts(counts.size()));
+  for (size_t r = 0; r < counts.size(); ++r) {
+    const Counts part = shard_counts(counts[r], int(pieces)), part_at = displacements(part);
+    for (size_t k = 0; k < pieces; ++k)
+      piece_n_[k][r] = part[k], piece_at_[k][r] = displacement(counts, int(r)) + part_at[k];
+  }
   if (!bf16) return;
   exact_.resize(counts.size());
   exact_counts_.assign(counts.size(), 0);
@@ -66,59 +74,61 @@ template <typename T> GradClip Zero1<T>::clip_grad_norm(double max_norm) {
 template <typename T>
 void Zero1<T>::step(T* params, double lr, const Config::Optim& o, double grad_scale) {
   const AdamWStep s = opt_.next_step(lr, o, grad_scale);
-  const size_t R = counts.size(), me = size_t(g_.comm.rank());
-  std::vector<Counts> part(R), part_at(R);  // rank r's shard in pieces: sizes, offsets in it
-  for (size_t r = 0; r < R; ++r) {
-    part[r] = shard_counts(counts[r], int(pieces));
-    part_at[r] = displacements(part[r]);
-  }
+  const size_t me = size_t(g_.comm.rank());
   char* w16 = bf16 ? static_cast<char*>(be_.weights_bf16()) : nullptr;  // 2-byte elements
   std::vector<Handle> gathers;
-  std::vector<Counts> n(pieces, Counts(R)), at(pieces, Counts(R));  // piece k of every rank:
-  for (size_t k = 0; k < pieces; ++k) {                              // sizes, flat-buffer places
-    for (size_t r = 0; r < R; ++r)
-      n[k][r] = part[r][k], at[k][r] = displacement(counts, int(r)) + part_at[r][k];
-    opt_.update(params + begin, grad_shard_.data(), part_at[me][k], n[k][me], s);
+  for (size_t k = 0; k < pieces; ++k) {
+    const Counts &n = piece_n_[k], &at = piece_at_[k];
+    opt_.update(params + begin, grad_shard_.data(), at[me] - begin, n[me], s);
     if (bf16) {
-      be_.weights_to_bf16(params + at[k][me], n[k][me]);
-      gathers.push_back(
-          g_.comm.all_gatherv_async(w16 + 2 * at[k][me], w16, n[k], at[k], DType::bf16));
+      be_.weights_to_bf16(params + at[me], n[me]);
+      gathers.push_back(g_.comm.all_gatherv_async(w16 + 2 * at[me], w16, n, at, DType::bf16));
     } else {
-      gathers.push_back(g_.comm.all_gatherv_async(params + at[k][me], params, n[k], at[k], g_.t));
+      gathers.push_back(g_.comm.all_gatherv_async(params + at[me], params, n, at, g_.t));
     }
   }
-  Handle exact;  // bf16: the parameters read in fp32, exact, packed in rank order
-  T* all = bf16 ? exact_all_->data() : nullptr;
-  if (bf16) {
-    T* mine = all + displacement(exact_counts_, int(me));
-    for (const Range& x : exact_[me]) be_.copy_bytes(mine, params + x.at, x.n * sizeof(T)), mine += x.n;
-    exact = g_.comm.all_gather_async(all + displacement(exact_counts_, int(me)), all,
-                                     exact_counts_, g_.t);
-  }
+  Handle exact = bf16 ? send_exact(params) : nullptr;
   // AdamW is all enqueued: each wait now is the gathers outlasting it (exposed). The backend is
   // told what the collectives wrote (bf16: it widens the other ranks' parts from its bf16 copy;
   // else it refreshes its copy, if any, from them), while the next pieces are still gathered.
   for (size_t k = 0; k < pieces; ++k) {
-    const int from = be_.mark();
-    gathers[k]->wait();
-    exposed.push_back({from, be_.mark()});
-    for (size_t r = 0; r < R; ++r) {
+    wait_exposed(*gathers[k]);
+    for (size_t r = 0; r < counts.size(); ++r) {
       if (r == me) continue;
-      if (bf16) be_.weights_from_bf16(params + at[k][r], n[k][r]);
-      else be_.weights_written(params + at[k][r], n[k][r]);
+      T* p = params + piece_at_[k][r];
+      if (bf16) be_.weights_from_bf16(p, piece_n_[k][r]);
+      else be_.weights_written(p, piece_n_[k][r]);
     }
   }
   if (!bf16) return;
+  wait_exposed(*exact);
+  take_exact(params);
+}
+
+template <typename T> void Zero1<T>::wait_exposed(CommHandle& h) {
   const int from = be_.mark();
-  exact->wait();
+  h.wait();
   exposed.push_back({from, be_.mark()});
-  for (size_t r = 0; r < R; ++r) {  // over the bf16 roundings just widened there
-    if (r == me) continue;
-    const T* theirs = all + displacement(exact_counts_, int(r));
+}
+
+// This rank's parameters read in fp32, packed at its place among all ranks', all-gathered.
+template <typename T> Handle Zero1<T>::send_exact(const T* params) {
+  T* const mine = exact_all_->data() + displacement(exact_counts_, g_.comm.rank());
+  T* to = mine;
+  for (const Range& x : exact_[size_t(g_.comm.rank())])
+    be_.copy_bytes(to, params + x.at, x.n * sizeof(T)), to += x.n;
+  return g_.comm.all_gather_async(mine, exact_all_->data(), exact_counts_, g_.t);
+}
+
+// The other ranks' exact parameters, over the bf16 roundings just widened there.
+template <typename T> void Zero1<T>::take_exact(T* params) {
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (int(r) == g_.comm.rank()) continue;
+    const T* from = exact_all_->data() + displacement(exact_counts_, int(r));
     for (const Range& x : exact_[r]) {
-      be_.copy_bytes(params + x.at, theirs, x.n * sizeof(T));
+      be_.copy_bytes(params + x.at, from, x.n * sizeof(T));
       be_.weights_written(params + x.at, x.n);
-      theirs += x.n;
+      from += x.n;
     }
   }
 }
