@@ -62,10 +62,7 @@ template <typename T> class Zero1 : public BucketedSync {
 
   std::vector<Counts> piece_n_, piece_at_;  // [k][r]: rank r's piece k, size and flat-buffer place
 
-  struct Range {
-    size_t at, n;
-  };
-  std::vector<std::vector<Range>> exact_;  // bf16: per rank, its shard's parameters read in fp32
+  std::vector<std::vector<ParamGroup>> exact_;  // bf16: per rank, its shard's params read in fp32
   Counts exact_counts_;                    // ... their elements per rank
   std::unique_ptr<BackendArray<T>> exact_all_;  // ... and all of them, packed in rank order
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Markdown table of the DDP sweep (scripts/sweep_ddp.sh) from its two CSVs alone: per strategy,
-bucket size and cap on NCCL's thread blocks (ddp.comm_ctas; "auto": NCCL's choice) the median step, its communication (mean of rank 0's collectives per step) and
-the part of it the step waited for (exposed), the scaling against one rank on the same per-rank
-batch (one-rank step / N-rank step: 100% is perfect), and rank 0's optimizer-state bytes.
+bucket size and cap on NCCL's thread blocks (ddp.comm_ctas; "auto": NCCL's choice) the median
+step, its communication (mean of rank 0's collectives per step) and the part of it the step
+waited for (exposed), the scaling against one rank on the same per-rank batch (one-rank step /
+N-rank step: 100% is perfect), and rank 0's optimizer-state bytes.
 
     scripts/ddp_table.py results/ddp.csv results/ddp_1rank.csv > results/ddp.md
 """

@@ -42,7 +42,7 @@ Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layo
     if (p.matmul) continue;
     for (size_t r = 0, lo = 0; r < counts.size(); lo += counts[r++]) {
       const size_t from = std::max(p.offset, lo), to = std::min(p.offset + p.numel, lo + counts[r]);
-      if (to > from) exact_[r].push_back({from, to - from}), exact_counts_[r] += to - from;
+      if (to > from) exact_[r].push_back({from, to}), exact_counts_[r] += to - from;
     }
   }
   exact_all_ = std::make_unique<BackendArray<T>>(be, displacement(exact_counts_, int(counts.size())),
@@ -115,8 +115,8 @@ template <typename T> void Zero1<T>::wait_exposed(CommHandle& h) {
 template <typename T> Handle Zero1<T>::send_exact(const T* params) {
   T* const mine = exact_all_->data() + displacement(exact_counts_, g_.comm.rank());
   T* to = mine;
-  for (const Range& x : exact_[size_t(g_.comm.rank())])
-    be_.copy_bytes(to, params + x.at, x.n * sizeof(T)), to += x.n;
+  for (const ParamGroup& x : exact_[size_t(g_.comm.rank())])
+    be_.copy_bytes(to, params + x.begin, (x.end - x.begin) * sizeof(T)), to += x.end - x.begin;
   return g_.comm.all_gather_async(mine, exact_all_->data(), exact_counts_, g_.t);
 }
 
@@ -125,10 +125,11 @@ template <typename T> void Zero1<T>::take_exact(T* params) {
   for (size_t r = 0; r < counts.size(); ++r) {
     if (int(r) == g_.comm.rank()) continue;
     const T* from = exact_all_->data() + displacement(exact_counts_, int(r));
-    for (const Range& x : exact_[r]) {
-      be_.copy_bytes(params + x.at, from, x.n * sizeof(T));
-      be_.weights_written(params + x.at, x.n);
-      from += x.n;
+    for (const ParamGroup& x : exact_[r]) {
+      const size_t n = x.end - x.begin;
+      be_.copy_bytes(params + x.begin, from, n * sizeof(T));
+      be_.weights_written(params + x.begin, n);
+      from += n;
     }
   }
 }
