@@ -32,9 +32,10 @@ Config::Model tiny() {
 
 // Runs every rank's share on `device` ("cpu": the CPU backend and MPI; "cuda": this rank's GPU
 // and NCCL) and checks it against one process on the global batch on the same device, under
-// `precision` (bf16: matmul operands rounded; on the GPU the per-rank and global-batch runs may
-// sum in different orders before rounding to bf16, and the tolerances widen to that; the CPU's
-// sums agree, and a parameter that zero1 wrongly sent as bf16 would show there).
+// `precision` (bf16: matmul operands rounded to bf16 after sums whose order differs between the
+// per-rank and the global-batch runs, so a rounding flips now and then and the tolerances widen:
+// on the CPU, 6 runs on 4 ranks differed by up to 1.8e-4 in the norm and 1.2e-5 in the
+// parameters, while an RMSNorm gain wrongly sent as bf16 by zero1 gave 2.9e-3 and 2.4e-4).
 void check_strategy(const std::string& strategy, double bucket_mb, const std::string& device,
                     const std::string& precision = "fp32") {
   const Runtime rt = runtime_init(nullptr, nullptr);
@@ -46,8 +47,9 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
   host->broadcast(&seed, 1, DType::f64, 0);  // eight bytes: any type of that size carries it
   Config::Model m = tiny();
   m.precision = precision;
-  const bool b16 = precision == "bf16", loose = b16 && device == "cuda";
-  const double param_tol = loose ? 2e-3 : 1e-5, norm_tol = loose ? 1e-3 : 1e-5;
+  const bool b16 = precision == "bf16", gpu = device == "cuda";
+  const double param_tol = !b16 ? 1e-5 : gpu ? 2e-3 : 1e-4;
+  const double norm_tol = !b16 ? 1e-5 : 1e-3;
   Config::Optim o;
   o.lr = 3e-3;
   auto be = make_backend<float>(device, rt);
