@@ -48,23 +48,25 @@ inline void check_aligned16(std::initializer_list<const void*> ptrs, const char*
   for (const void* p : ptrs) LMT_ASSERT(aligned_for(p, 16), message);
 }
 
-// Sum (or max) over the block; every thread gets the result. blockDim.x is a multiple of 32,
-// at most 1024; `scratch` is 32 floats of shared memory.
-template <bool Max> __device__ inline float block_reduce(float v, float* scratch) {
-  for (int o = 16; o > 0; o >>= 1) {
-    float other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = Max ? fmaxf(v, other) : v + other;
-  }
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  __syncthreads();  // scratch may still be read by a previous reduction
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  v = lane < warps ? scratch[lane] : (Max ? -INFINITY : 0.0f);
+// Sum (or max) over the warp; every lane gets the result.
+template <bool Max> __device__ inline float warp_reduce(float v) {
   for (int o = 16; o > 0; o >>= 1) {
     float other = __shfl_xor_sync(0xffffffffu, v, o);
     v = Max ? fmaxf(v, other) : v + other;
   }
   return v;
+}
+
+// Sum (or max) over the block; every thread gets the result. blockDim.x is a multiple of 32,
+// at most 1024; `scratch` is 32 floats of shared memory.
+template <bool Max> __device__ inline float block_reduce(float v, float* scratch) {
+  v = warp_reduce<Max>(v);
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : (Max ? -INFINITY : 0.0f);
+  return warp_reduce<Max>(v);
 }
 
 }  // namespace lmt::cuda

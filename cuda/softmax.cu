@@ -2,9 +2,12 @@
 // position q = r % T and only keys j <= q are visible (causal).
 // Forward, in place: P[r, j] = exp(S[r, j] - max) / sum for j <= q, 0 above the diagonal.
 // Backward, in place over dP: dS = P * (dP - sum_j P dP) * scale (scale: the 1/sqrt(dh) that the
-// scores were multiplied by, folded in here). One block per row, statistics in fp32. Either may
-// also write its result rounded to bf16 (for a bf16 matmul next), saving a separate pass; the
-// backward also P, which it reads anyway, for the matmul of dV.
+// scores were multiplied by, folded in here). One warp per row (rows are short next to the
+// work a block's reductions would cost: T = 512 is 16 values a lane), statistics in fp32.
+// Under bf16 the scores and dP come from their matmuls in bf16 (as autocast's do) and are
+// overwritten by P and dS in bf16, the next matmuls' operands; the forward also keeps P in fp32
+// for the backward (j <= q only: nothing reads above the diagonal), and the backward writes P
+// in bf16, which it reads anyway, for the matmul of dV.
 #include <cuda_bf16.h>
 
 #include "common.cuh"
@@ -13,54 +16,70 @@
 namespace lmt::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kRowsPerBlock = 8;  // one warp each
 
-__global__ void softmax_fwd_kernel(float* S, __nv_bfloat16* P16, int64_t T) {
-  __shared__ float scratch[32];
-  float* row = S + blockIdx.x * T;
-  const int64_t q = blockIdx.x % T;
+// S: float (P over the scores, and P32 null) or bf16 (P32: P in fp32, j <= q only).
+template <typename S>
+__global__ void softmax_fwd_kernel(S* scores, float* P32, int64_t rows, int64_t T) {
+  const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  S* row = scores + r * T;
+  const int64_t q = r % T;
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j <= q; j += blockDim.x) mx = fmaxf(mx, row[j]);
-  mx = block_reduce<true>(mx, scratch);
+  for (int64_t j = lane; j <= q; j += 32) mx = fmaxf(mx, float(row[j]));
+  mx = warp_reduce<true>(mx);
   float sum = 0;
-  for (int64_t j = threadIdx.x; j <= q; j += blockDim.x) sum += expf(row[j] - mx);
-  float inv = 1.0f / block_reduce<false>(sum, scratch);
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
-    float p = j <= q ? expf(row[j] - mx) * inv : 0.0f;
-    row[j] = p;
-    if (P16) P16[blockIdx.x * T + j] = __float2bfloat16_rn(p);
+  for (int64_t j = lane; j <= q; j += 32) sum += expf(float(row[j]) - mx);
+  const float inv = 1.0f / warp_reduce<false>(sum);
+  for (int64_t j = lane; j < T; j += 32) {
+    float p = j <= q ? expf(float(row[j]) - mx) * inv : 0.0f;
+    row[j] = stored<S>(p);
+    if (P32 && j <= q) P32[r * T + j] = p;
   }
 }
 
-__global__ void softmax_bwd_kernel(const float* P, float* dP, __nv_bfloat16* dS16,
-                                   __nv_bfloat16* P16, int64_t T, float scale) {
-  __shared__ float scratch[32];
-  const float* p = P + blockIdx.x * T;
-  float* dp = dP + blockIdx.x * T;
-  const int64_t q = blockIdx.x % T;
+// D: float (P16 null) or bf16 (P16: P rounded to bf16).
+template <typename D>
+__global__ void softmax_bwd_kernel(const float* P, D* dP, __nv_bfloat16* P16, int64_t rows,
+                                   int64_t T, float scale) {
+  const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const float* p = P + r * T;
+  D* dp = dP + r * T;
+  const int64_t q = r % T;
   float dot = 0;
-  for (int64_t j = threadIdx.x; j <= q; j += blockDim.x) dot += p[j] * dp[j];
-  dot = block_reduce<false>(dot, scratch);
-  for (int64_t j = threadIdx.x; j < T; j += blockDim.x) {
-    const float pj = j <= q ? p[j] : 0.0f, ds = j <= q ? pj * (dp[j] - dot) * scale : 0.0f;
-    dp[j] = ds;
-    if (dS16) dS16[blockIdx.x * T + j] = __float2bfloat16_rn(ds);
-    if (P16) P16[blockIdx.x * T + j] = __float2bfloat16_rn(pj);
+  for (int64_t j = lane; j <= q; j += 32) dot += p[j] * float(dp[j]);
+  dot = warp_reduce<false>(dot);
+  for (int64_t j = lane; j < T; j += 32) {
+    const float pj = j <= q ? p[j] : 0.0f, ds = j <= q ? pj * (float(dp[j]) - dot) * scale : 0.0f;
+    dp[j] = stored<D>(ds);
+    if (P16) P16[r * T + j] = __float2bfloat16_rn(pj);
   }
 }
 
 }  // namespace
 
-void softmax_causal_fwd(float* scores, void* probs_bf16, int64_t rows, int64_t T, cudaStream_t s) {
-  softmax_fwd_kernel<<<unsigned(rows), kThreads, 0, s>>>(
-      scores, static_cast<__nv_bfloat16*>(probs_bf16), T);
+void softmax_causal_fwd(void* scores, float* probs, int64_t rows, int64_t T, cudaStream_t s) {
+  const int blocks = blocks_for(rows, kRowsPerBlock), threads = 32 * kRowsPerBlock;
+  if (probs)
+    softmax_fwd_kernel<<<blocks, threads, 0, s>>>(static_cast<__nv_bfloat16*>(scores), probs,
+                                                  rows, T);
+  else
+    softmax_fwd_kernel<<<blocks, threads, 0, s>>>(static_cast<float*>(scores), probs, rows, T);
   CUDA_LAUNCH_CHECK();
 }
 
-void softmax_causal_bwd(const float* P, float* dP, void* dS_bf16, void* P_bf16, int64_t rows,
-                        int64_t T, float scale, cudaStream_t s) {
-  softmax_bwd_kernel<<<unsigned(rows), kThreads, 0, s>>>(
-      P, dP, static_cast<__nv_bfloat16*>(dS_bf16), static_cast<__nv_bfloat16*>(P_bf16), T, scale);
+void softmax_causal_bwd(const float* P, void* dP, void* P_bf16, int64_t rows, int64_t T,
+                        float scale, cudaStream_t s) {
+  auto* P16 = static_cast<__nv_bfloat16*>(P_bf16);
+  const int blocks = blocks_for(rows, kRowsPerBlock), threads = 32 * kRowsPerBlock;
+  if (P16)
+    softmax_bwd_kernel<<<blocks, threads, 0, s>>>(P, static_cast<__nv_bfloat16*>(dP), P16, rows,
+                                                  T, scale);
+  else
+    softmax_bwd_kernel<<<blocks, threads, 0, s>>>(P, static_cast<float*>(dP), P16, rows, T, scale);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -94,9 +94,10 @@ template <typename T> class Backend {
                            int64_t rows, int64_t d) = 0;
   virtual void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
                     double theta, bool inverse) = 0;
-  // Attention saves `saved` for backward: the probabilities [B, H, T, T] (naive; the CPU
-  // reference always), or the rows' logsumexp [B, H, T] (flash); attention_saved() says how many
-  // elements. Backward reads qkv, the forward's out and saved.
+  // Attention saves `saved` for backward: the probabilities [B, H, T, T] (naive, where only the
+  // causal part, key <= query, need be written; the CPU reference always), or the rows'
+  // logsumexp [B, H, T] (flash); attention_saved() says how many elements. Backward reads qkv,
+  // the forward's out and saved.
   virtual int64_t attention_saved(int64_t B, int64_t T_, int64_t H, int64_t dh,
                                   AttentionImpl a) const {
     (void)dh, (void)a;

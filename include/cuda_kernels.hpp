@@ -27,13 +27,13 @@ void swiglu_fwd(const float* a, const float* b, void* g, bool g_bf16, int64_t n,
 void swiglu_bwd(const float* a, const float* b, const float* dg, void* da, void* db, bool d_bf16,
                 int64_t n, cudaStream_t s);
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);
-// Causal softmax over rows of scores [rows, T] (row r is query r % T), in place: P; and, if
-// probs_bf16 is not null, P rounded to bf16 there.
-void softmax_causal_fwd(float* scores, void* probs_bf16, int64_t rows, int64_t T, cudaStream_t s);
-// dS = P * (dP - rowsum(P * dP)) * scale, in place over dP (and rounded to bf16 into dS_bf16);
-// and, if P_bf16 is not null, P rounded to bf16 there (read anyway: dV's matmul takes it).
-void softmax_causal_bwd(const float* P, float* dP, void* dS_bf16, void* P_bf16, int64_t rows,
-                        int64_t T, float scale, cudaStream_t s);
+// Causal softmax over rows of scores [rows, T] (row r is query r % T), in place: P. The scores
+// are fp32, or bf16 when probs is not null: then P is also written in fp32 to probs, at j <= q.
+void softmax_causal_fwd(void* scores, float* probs, int64_t rows, int64_t T, cudaStream_t s);
+// dS = P * (dP - rowsum(P * dP)) * scale, in place over dP: fp32, or bf16 when P_bf16 is not
+// null, which then receives P rounded to bf16 (read anyway: dV's matmul takes it).
+void softmax_causal_bwd(const float* P, void* dP, void* P_bf16, int64_t rows, int64_t T,
+                        float scale, cudaStream_t s);
 void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss,
                    int64_t n, int64_t V, double grad_scale, cudaStream_t s);
 // p_bf16: if not null, receives the updated p rounded to bf16.
@@ -47,11 +47,12 @@ constexpr int kSumPartials = 1024;  // blocks of the first pass: partials holds 
 enum class Operands { fp32, tf32, bf16 };
 
 // Row-major C[M,N] (+)= alpha * op(A) op(B), batched with strides, through cuBLAS with fp32
-// accumulation and fp32 C; A and B are float* or, for Operands::bf16, __nv_bfloat16*.
+// accumulation; A and B are float* or, for Operands::bf16, __nv_bfloat16*; C is float*, or
+// __nv_bfloat16* (rounded from the fp32 result) with c_bf16, for bf16 operands only.
 void gemm(cublasHandle_t h, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
           float alpha, const void* A, int64_t lda, int64_t strideA, const void* B, int64_t ldb,
-          int64_t strideB, float beta, float* C, int64_t ldc, int64_t strideC, int64_t batch,
-          Operands ops);
+          int64_t strideB, float beta, void* C, int64_t ldc, int64_t strideC, int64_t batch,
+          Operands ops, bool c_bf16 = false);
 // y[0..n) = x rounded to bf16 (nearest even).
 void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s);
 void from_bf16(const void* x, float* y, int64_t n, cudaStream_t s);  // exact

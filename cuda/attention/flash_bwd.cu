@@ -32,7 +32,7 @@ __global__ void flash_bwd_rowsum_kernel(const Params p, int64_t rows, int dh) {
     if (Round) gc = __bfloat162float(__float2bfloat16_rn(gc));
     acc += gc * float(o[c]);
   }
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  acc = warp_reduce<false>(acc);
   if (lane == 0) p.D[r] = acc;
 }
 

@@ -4,12 +4,18 @@
 // Backward, with dP = dout v^T:
 //   dv = P^T dout,  dS = P * (dP - rowsum(P * dP)),  dq = scale dS k,  dk = scale dS^T q
 // Matmul operands (q, k, v, P, dout, dS) follow the precision policy; softmax is in double.
+// Under bf16 the scores S and dP are also rounded to bf16, as the GPU's matmuls store them.
 #include <cmath>
 #include <vector>
 
 #include "cpu_ops.hpp"
 
 namespace lmt::cpu {
+namespace {
+template <typename T> T stored(Precision p, T x) {
+  return p == Precision::bf16 ? round_to(p, x) : x;
+}
+}  // namespace
 
 template <typename T>
 void attention_fwd(const T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_t H, int64_t dh,
@@ -29,7 +35,7 @@ void attention_fwd(const T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_
           T acc = 0;
           for (int64_t c = 0; c < dh; ++c)
             acc += round_to(p, q[i * stride + c]) * round_to(p, k[j * stride + c]);
-          s[size_t(j)] = scale * double(acc);
+          s[size_t(j)] = double(stored(p, T(scale * double(acc))));
           mx = std::max(mx, s[size_t(j)]);
         }
         for (int64_t j = 0; j <= i; ++j) sum += (s[size_t(j)] = std::exp(s[size_t(j)] - mx));
@@ -70,8 +76,8 @@ void attention_bwd(const T* qkv, const T* probs, const T* dout, T* dqkv, int64_t
             dp += round_to(p, g[c]) * round_to(p, v[j * stride + c]);
             dv[j * stride + c] += round_to(p, P[i * T_ + j]) * round_to(p, g[c]);
           }
-          dS[size_t(j)] = dp;
-          rowsum += double(P[i * T_ + j]) * double(dp);
+          dS[size_t(j)] = stored(p, dp);
+          rowsum += double(P[i * T_ + j]) * double(dS[size_t(j)]);
         }
         for (int64_t j = 0; j <= i; ++j) {
           T ds = round_to(p, T(double(P[i * T_ + j]) * (double(dS[size_t(j)]) - rowsum) * scale));

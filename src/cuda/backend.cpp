@@ -6,8 +6,8 @@
 // a ZeRO-1 piece; cast after a collective wrote them), activations that only matmuls read stored in bf16
 // by the kernel that makes them, and bf16 copies of other operands made just before the matmul.
 // Attention is FlashAttention-2 (cuda/attention/, saving the rows' logsumexp) or the naive
-// baseline: scores materialised by a batched matmul, a causal softmax kernel, a second matmul
-// (saving the probabilities).
+// baseline: scores materialised by a batched matmul (in bf16 under bf16), a causal softmax
+// kernel, a second matmul (saving the probabilities in fp32).
 #ifdef LMTRAIN_CUDA
 #include <cublas_v2.h>
 
@@ -170,26 +170,26 @@ class CudaBackend : public Backend<float> {
       cuda::flash_fwd(flash_shape(B, T, H, dh, p), qkv, qkv + d, qkv + 2 * d, out, saved, stream_);
       return;
     }
-    float* probs = saved;
+    // Under bf16 the scores come out of their matmul in bf16, and the softmax turns them into P
+    // in place, the next matmul's operand, keeping P in fp32 (saved) for the backward.
+    const bool b16 = p == Precision::bf16;
+    void* S = b16 ? bf16_scratch(1, B * H * T * T) : saved;
     const float scale = float(1.0 / std::sqrt(double(dh)));
     const void* QKV = operand(qkv, B * T * ld, p, 0);
     {
       NvtxRange r("attention scores matmul");
       for (int64_t b = 0; b < B; ++b)  // S = scale * Q K^T, each head a batch entry
         cuda::gemm(cublas_, false, true, T, T, dh, scale, at(QKV, b * T * ld, p), ld, dh,
-                   at(QKV, b * T * ld + d, p), ld, dh, 0, probs + b * H * T * T, T, T * T, H,
-                   ops(p));
+                   at(QKV, b * T * ld + d, p), ld, dh, 0, at(S, b * H * T * T, p), T, T * T, H,
+                   ops(p), b16);
     }
-    // Under bf16 the softmax also writes P in bf16 for the next matmul.
-    void* P16 = p == Precision::bf16 ? bf16_scratch(1, B * H * T * T) : nullptr;
-    const void* P = P16 ? P16 : probs;
     {
       NvtxRange r("attention softmax");
-      cuda::softmax_causal_fwd(probs, P16, B * H * T, T, stream_);
+      cuda::softmax_causal_fwd(S, b16 ? saved : nullptr, B * H * T, T, stream_);
     }
     NvtxRange r("attention output matmul");
     for (int64_t b = 0; b < B; ++b)  // out = P V
-      cuda::gemm(cublas_, false, false, T, dh, T, 1, at(P, b * H * T * T, p), T, T * T,
+      cuda::gemm(cublas_, false, false, T, dh, T, 1, at(S, b * H * T * T, p), T, T * T,
                  at(QKV, b * T * ld + 2 * d, p), ld, dh, 0, out + b * T * d, d, dh, H, ops(p));
   }
   void attention_bwd(const float* qkv, const float* out, const float* saved, const float* dout,
@@ -202,26 +202,26 @@ class CudaBackend : public Backend<float> {
                       workspace(size_t(B * H * T)), dqkv, dqkv + d, dqkv + 2 * d, stream_);
       return;
     }
-    const float* probs = saved;
+    // dP = dO V^T comes out in bf16 under bf16, and the softmax's backward turns it into dS in
+    // place, also writing P in bf16 for the matmul of dV.
+    const bool b16 = p == Precision::bf16;
+    void* dS = b16 ? bf16_scratch(3, H * T * T) : workspace(size_t(H * T * T));
+    void* P16 = b16 ? bf16_scratch(2, H * T * T) : nullptr;
     const float scale = float(1.0 / std::sqrt(double(dh)));
-    float* dS = workspace(size_t(H * T * T));
     NvtxRange r("attention backward");
     const void *QKV = operand(qkv, B * T * ld, p, 0), *DO = operand(dout, B * T * d, p, 1);
     for (int64_t b = 0; b < B; ++b) {
       const void *q = at(QKV, b * T * ld, p), *k = at(QKV, b * T * ld + d, p);
       const void *v = at(QKV, b * T * ld + 2 * d, p), *dO = at(DO, b * T * d, p);
-      const float* Pf = probs + b * H * T * T;
+      const float* Pf = saved + b * H * T * T;
       float *dq = dqkv + b * T * ld, *dk = dq + d, *dv = dq + 2 * d;
-      cuda::gemm(cublas_, false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H, ops(p));
-      // Under bf16 the softmax's backward also writes dS and P in bf16 for the matmuls after it.
-      const bool b16 = p == Precision::bf16;
-      void* dS16 = b16 ? bf16_scratch(3, H * T * T) : nullptr;
-      void* P16 = b16 ? bf16_scratch(2, H * T * T) : nullptr;
-      cuda::softmax_causal_bwd(Pf, dS, dS16, P16, H * T, T, scale, stream_);
-      const void *P = b16 ? P16 : Pf, *DS = b16 ? dS16 : dS;
+      cuda::gemm(cublas_, false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H,
+                 ops(p), b16);
+      cuda::softmax_causal_bwd(Pf, dS, P16, H * T, T, scale, stream_);
+      const void* P = b16 ? P16 : Pf;
       cuda::gemm(cublas_, true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H, ops(p));
-      cuda::gemm(cublas_, false, false, T, dh, T, 1, DS, T, T * T, k, ld, dh, 0, dq, ld, dh, H, ops(p));
-      cuda::gemm(cublas_, true, false, T, dh, T, 1, DS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, ops(p));
+      cuda::gemm(cublas_, false, false, T, dh, T, 1, dS, T, T * T, k, ld, dh, 0, dq, ld, dh, H, ops(p));
+      cuda::gemm(cublas_, true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, ops(p));
     }
   }
   void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, bool g_bf16) override {
@@ -341,6 +341,9 @@ class CudaBackend : public Backend<float> {
   // Element `offset` of an operand (4-byte fp32 or 2-byte bf16 elements).
   static const void* at(const void* base, int64_t offset, Precision p) {
     return static_cast<const char*>(base) + offset * (p == Precision::bf16 ? 2 : 4);
+  }
+  static void* at(void* base, int64_t offset, Precision p) {
+    return const_cast<void*>(at(static_cast<const void*>(base), offset, p));
   }
 
   double reduce(const float* x, size_t n, bool squares) {
