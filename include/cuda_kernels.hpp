@@ -27,13 +27,16 @@ void swiglu_fwd(const float* a, const float* b, void* g, bool g_bf16, int64_t n,
 void swiglu_bwd(const float* a, const float* b, const float* dg, void* da, void* db, bool d_bf16,
                 int64_t n, cudaStream_t s);
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);
-// Causal softmax over rows of scores [rows, T] (row r is query r % T), in place: P. The scores
-// are fp32, or bf16 when probs is not null: then P is also written in fp32 to probs, at j <= q.
-void softmax_causal_fwd(void* scores, float* probs, int64_t rows, int64_t T, cudaStream_t s);
-// dS = P * (dP - rowsum(P * dP)) * scale, in place over dP: fp32, or bf16 when P_bf16 is not
-// null, which then receives P rounded to bf16 (read anyway: dV's matmul takes it).
-void softmax_causal_bwd(const float* P, void* dP, void* P_bf16, int64_t rows, int64_t T,
-                        float scale, cudaStream_t s);
+// Causal softmax over rows of scores [rows, T] (row r is query r % T; fp32, or bf16), in place:
+// P; and P in fp32 to probs, packed causal: for each T rows, T(T+1)/2 values, row q's q + 1
+// (keys 0..q) after the rows before it.
+void softmax_causal_fwd(void* scores, bool bf16, float* probs, int64_t rows, int64_t T,
+                        cudaStream_t s);
+// dS = P * (dP - rowsum(P * dP)) * scale, P packed as the forward wrote it, in place over dP
+// (fp32, or bf16); and P whole [rows, T] in dP's type to P_out (read anyway: dV's matmul
+// takes it).
+void softmax_causal_bwd(const float* P, void* dP, void* P_out, bool bf16, int64_t rows,
+                        int64_t T, float scale, cudaStream_t s);
 void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss,
                    int64_t n, int64_t V, double grad_scale, cudaStream_t s);
 // p_bf16: if not null, receives the updated p rounded to bf16.

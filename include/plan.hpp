@@ -46,15 +46,16 @@ struct Plan {
   // What the CUDA backend saves under bf16 by storing the matmul-only activations in bf16, in
   // activations and in workspace (backward's da1 and da3).
   uint64_t bf16_inputs_saved = 0, bf16_scratch_saved = 0;
-  // The activations on the CUDA backend with c.model.attention: flash_lse in place of
-  // attn_probs under "flash" (the default), less bf16_inputs_saved; the same as activations
-  // under "naive" and fp32 or tf32.
+  // The activations on the CUDA backend with c.model.attention: in place of attn_probs,
+  // flash_lse under "flash" (the default) or, under "naive", the probabilities at key <= query
+  // (B x H/tp x T(T+1)/2 fp32 per layer); less bf16_inputs_saved under bf16.
   uint64_t activations_cuda = 0;
   // The CUDA backend's own scratch in a step (src/cuda/backend.cpp): under bf16 the bf16 copies
   // of matmul operands that no producer stored in bf16 (slot 0: the largest of the logits'
-  // gradient and the QKV-wide tensors; slot 1: attention's output, or naive's probabilities;
+  // gradient and the QKV-wide tensors; slot 1: attention's output, or naive's scores and P;
   // naive's backward adds one sequence's P and dS), and in any precision the RoPE table (T x dh
-  // fp32) and its fp32 buffer (flash backward's D, B x H x T; naive's dS for one sequence).
+  // fp32) and its fp32 buffer (flash backward's D, B x H x T; under fp32 and tf32, naive's
+  // scores, B x H x T x T, or one sequence's dS and P, whichever is larger).
   uint64_t cuda_scratch = 0;
   // What the CUDA backend allocates (lmtrain graph): for forward alone, the parameters, under
   // bf16 their bf16 copy, and activations_cuda; for a full step also gradients, moments, the

@@ -69,14 +69,20 @@ Plan make_plan(const Config& c) {
     // Backward's scratch: dx, dh, dtmp (residual width), datt, dqkv (attention), dg, da1, da3.
     scratch_elems = 3 * piece(n * d) + piece(n * dl) + piece(3 * n * dl) + 3 * piece(n * fl);
     p.attn_probs = L * probs * a;
-    // The CUDA backend's flash saves each row's logsumexp, in its fp32 storage.
+    // The CUDA backend's flash saves each row's logsumexp, its naive the probabilities at key
+    // <= query (T(T+1)/2 a head), in its fp32 storage.
     p.flash_lse = L * lse * 4;
-    acts_cuda = m.attention == "flash" ? acts - p.attn_probs + p.flash_lse : acts;
+    const uint64_t causal_probs = L * piece(B * Hl * T * (T + 1) / 2) * 4;
+    acts_cuda = acts - p.attn_probs + (m.attention == "flash" ? p.flash_lse : causal_probs);
     // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf)
     // packed in bf16: half of each piece.
     // Backward's da1 and da3 (SwiGLU's input gradients) likewise, in its workspace.
+    // Its fp32 scratch: flash backward's D; naive's scores and, in backward, one sequence's dS
+    // and P (in bf16 under bf16, below).
     const bool naive = m.attention == "naive";
-    p.cuda_scratch = 4 * (T * uint64_t(m.head_dim()) + (naive ? Hl * T * T : B * Hl * T));
+    const uint64_t naive_fp32 = std::max(B * Hl * T * T, 2 * piece(Hl * T * T));
+    p.cuda_scratch = 4 * (T * uint64_t(m.head_dim()) +
+                          (!naive ? B * Hl * T : m.precision == "bf16" ? 0 : naive_fp32));
     if (m.precision == "bf16") {
       const uint64_t slot0 = std::max(n * Vl, 3 * n * dl);
       const uint64_t slot1 = naive ? std::max(n * dl, B * Hl * T * T) : n * dl;

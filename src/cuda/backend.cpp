@@ -7,7 +7,7 @@
 // by the kernel that makes them, and bf16 copies of other operands made just before the matmul.
 // Attention is FlashAttention-2 (cuda/attention/, saving the rows' logsumexp) or the naive
 // baseline: scores materialised by a batched matmul (in bf16 under bf16), a causal softmax
-// kernel, a second matmul (saving the probabilities in fp32).
+// kernel, a second matmul (saving the probabilities at key <= query in fp32).
 #ifdef LMTRAIN_CUDA
 #include <cublas_v2.h>
 
@@ -155,7 +155,7 @@ class CudaBackend : public Backend<float> {
   }
   int64_t attention_saved(int64_t B, int64_t T, int64_t H, int64_t dh,
                           AttentionImpl a) const override {
-    if (a == AttentionImpl::naive) return B * H * T * T;
+    if (a == AttentionImpl::naive) return B * H * T * (T + 1) / 2;  // P at key <= query
     if (!cuda::flash_supports(dh))
       throw UsageError(strf("model.attention = \"flash\" needs a head dim of %s (d_model / "
                             "num_heads = %lld); model.attention = \"naive\" takes any",
@@ -170,10 +170,10 @@ class CudaBackend : public Backend<float> {
       cuda::flash_fwd(flash_shape(B, T, H, dh, p), qkv, qkv + d, qkv + 2 * d, out, saved, stream_);
       return;
     }
-    // Under bf16 the scores come out of their matmul in bf16, and the softmax turns them into P
-    // in place, the next matmul's operand, keeping P in fp32 (saved) for the backward.
+    // The scores (in bf16 under bf16) are scratch: the softmax turns them into P in place, the
+    // next matmul's operand, and saves P in fp32 at key <= query for the backward.
     const bool b16 = p == Precision::bf16;
-    void* S = b16 ? bf16_scratch(1, B * H * T * T) : saved;
+    void* S = b16 ? bf16_scratch(1, B * H * T * T) : workspace(size_t(B * H * T * T));
     const float scale = float(1.0 / std::sqrt(double(dh)));
     const void* QKV = operand(qkv, B * T * ld, p, 0);
     {
@@ -185,7 +185,7 @@ class CudaBackend : public Backend<float> {
     }
     {
       NvtxRange r("attention softmax");
-      cuda::softmax_causal_fwd(S, b16 ? saved : nullptr, B * H * T, T, stream_);
+      cuda::softmax_causal_fwd(S, b16, saved, B * H * T, T, stream_);
     }
     NvtxRange r("attention output matmul");
     for (int64_t b = 0; b < B; ++b)  // out = P V
@@ -202,23 +202,23 @@ class CudaBackend : public Backend<float> {
                       workspace(size_t(B * H * T)), dqkv, dqkv + d, dqkv + 2 * d, stream_);
       return;
     }
-    // dP = dO V^T comes out in bf16 under bf16, and the softmax's backward turns it into dS in
-    // place, also writing P in bf16 for the matmul of dV.
+    // dP = dO V^T (in bf16 under bf16) is scratch: the softmax's backward turns it into dS in
+    // place, and writes P whole in the same type for the matmul of dV.
     const bool b16 = p == Precision::bf16;
-    void* dS = b16 ? bf16_scratch(3, H * T * T) : workspace(size_t(H * T * T));
-    void* P16 = b16 ? bf16_scratch(2, H * T * T) : nullptr;
+    const int64_t hTT = H * T * T, hTT_aligned = (hTT + 63) / 64 * 64;
+    void* dS = b16 ? bf16_scratch(3, hTT) : workspace(size_t(2 * hTT_aligned));
+    void* P = b16 ? bf16_scratch(2, hTT) : static_cast<float*>(dS) + hTT_aligned;
     const float scale = float(1.0 / std::sqrt(double(dh)));
     NvtxRange r("attention backward");
     const void *QKV = operand(qkv, B * T * ld, p, 0), *DO = operand(dout, B * T * d, p, 1);
     for (int64_t b = 0; b < B; ++b) {
       const void *q = at(QKV, b * T * ld, p), *k = at(QKV, b * T * ld + d, p);
       const void *v = at(QKV, b * T * ld + 2 * d, p), *dO = at(DO, b * T * d, p);
-      const float* Pf = saved + b * H * T * T;
+      const float* Pf = saved + b * H * T * (T + 1) / 2;
       float *dq = dqkv + b * T * ld, *dk = dq + d, *dv = dq + 2 * d;
       cuda::gemm(cublas_, false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H,
                  ops(p), b16);
-      cuda::softmax_causal_bwd(Pf, dS, P16, H * T, T, scale, stream_);
-      const void* P = b16 ? P16 : Pf;
+      cuda::softmax_causal_bwd(Pf, dS, P, b16, H * T, T, scale, stream_);
       cuda::gemm(cublas_, true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H, ops(p));
       cuda::gemm(cublas_, false, false, T, dh, T, 1, dS, T, T * T, k, ld, dh, 0, dq, ld, dh, H, ops(p));
       cuda::gemm(cublas_, true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, ops(p));

@@ -90,7 +90,8 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       auto* o = reinterpret_cast<float*>(alloc(n, 4));
       auto* g = reinterpret_cast<float*>(alloc(n, 4));
       auto* dqkv = reinterpret_cast<float*>(alloc(3 * n, 4));
-      auto* probs = reinterpret_cast<float*>(alloc(B * H * T * T, 4));
+      const int64_t saved = be->attention_saved(B, T, H, dh, AttentionImpl::naive);
+      auto* probs = reinterpret_cast<float*>(alloc(saved, 4));
       randomize(reinterpret_cast<char*>(qkv), 3 * n);
       randomize(reinterpret_cast<char*>(g), n);
       const Precision p = bf16 ? Precision::bf16 : Precision::fp32;

@@ -226,15 +226,19 @@ TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per pr
     std::vector<float> outf(out.size()), pf(probs.size()), dqf(qkv.size());
     cpu::attention_fwd(qf.data(), outf.data(), pf.data(), B, T, H, dh, p);
     cpu::attention_bwd(qf.data(), pf.data(), df.data(), dqf.data(), B, T, H, dh, p);
-    float *gq = g.up(qkv), *go = g.poisoned(out.size()), *gp = g.poisoned(probs.size());
+    // The GPU saves P at key <= query only, row after row: T(T+1)/2 values a head.
+    const size_t tri = size_t(T * (T + 1) / 2);
+    REQUIRE(gpu->attention_saved(B, T, H, dh, AttentionImpl::naive) == int64_t(B * H * tri));
+    float *gq = g.up(qkv), *go = g.poisoned(out.size()), *gp = g.poisoned(B * H * tri);
     float* gdq = g.poisoned(qkv.size());
     gpu->attention_fwd(gq, go, gp, B, T, H, dh, p, AttentionImpl::naive);
     gpu->attention_bwd(gq, go, gp, g.up(dout), gdq, B, T, H, dh, p, AttentionImpl::naive);
     double t = p == Precision::fp32 ? 1e-5 : 2e-2;
     CHECK(rel_err(g.down(go, out.size()), outf) < t);
-    Vec gprobs = g.down(gp, probs.size());
-    for (size_t r = 0; r < size_t(B * H * T); ++r)  // above the diagonal: never read, unwritten
-      for (size_t j = r % size_t(T) + 1; j < size_t(T); ++j) gprobs[r * size_t(T) + j] = 0;
+    const Vec packed = g.down(gp, B * H * tri);
+    Vec gprobs(probs.size());  // zero above the diagonal, as the reference
+    for (size_t r = 0, at = 0; r < size_t(B * H * T); ++r)
+      for (size_t j = 0; j <= r % size_t(T); ++j) gprobs[r * size_t(T) + j] = packed[at++];
     CHECK(rel_err(gprobs, pf) < t);
     CHECK(rel_err(g.down(gdq, qkv.size()), dqf) < t);
   }

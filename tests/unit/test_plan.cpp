@@ -69,7 +69,7 @@ TEST_CASE("plan: bytes per tag equal what the CPU backend allocates for the mode
   }
 }
 
-TEST_CASE("plan: flash on the GPU saves B x H x T fp32 per layer, not B x H x T x T") {
+TEST_CASE("plan: on the GPU flash saves B x H x T fp32 per layer, naive B x H x T(T+1)/2") {
   Config c = config_of(kShapes[1]);  // B 3, H 2, T 7: both pieces round up to 64 elements
   const uint64_t L = 3;
   Plan p = make_plan(c);
@@ -78,25 +78,25 @@ TEST_CASE("plan: flash on the GPU saves B x H x T fp32 per layer, not B x H x T 
   CHECK(p.flash_lse == L * 64 * 4);    // B*H*T = 42 elements, carved as 64
   CHECK(p.activations_cuda == p.activations - p.attn_probs + p.flash_lse);
   c.model.attention = "naive";
-  CHECK(make_plan(c).activations_cuda == make_plan(c).activations);
+  p = make_plan(c);
+  CHECK(p.activations_cuda == p.activations - p.attn_probs + L * 192 * 4);  // 168 -> 192
 }
 
 TEST_CASE("plan: under bf16 the GPU stores h1, h2, g and hf packed, half their fp32 pieces") {
   Config c = config_of(kShapes[0]);  // tiny, bf16: n = 8 x 64, d 64, d_ff 176, 2 layers
   c.model.attention = "naive";
   const Plan p = make_plan(c);
-  const uint64_t n = 512, d = 64, f = 176, L = 2;
+  const uint64_t n = 512, d = 64, f = 176, L = 2, B = 8, T = 64, H = 4, V = 256, dh = d / H;
   // Every piece here is a multiple of 64 elements whole and halved: exactly half of each.
   CHECK(p.bf16_inputs_saved == (L * (2 * n * d + n * f) + n * d) / 2 * 4);
-  CHECK(p.activations_cuda == p.activations - p.bf16_inputs_saved);
+  CHECK(p.activations_cuda ==
+        p.activations - p.attn_probs + L * B * H * T * (T + 1) / 2 * 4 - p.bf16_inputs_saved);
   CHECK(p.bf16_scratch_saved == 2 * n * f / 2 * 4);
   // On the GPU: the weights' bf16 copy besides; the step adds state and workspace.
   CHECK(p.forward_cuda == p.params + p.param_count * 2 + p.activations_cuda);
-  // The backend's scratch: slot 0 the logits' gradient (n x V, V 256 > 3d), slot 1 the
-  // probabilities of the batch, P and dS of one sequence in bf16; the RoPE table (T x dh) and dS
-  // in fp32.
-  const uint64_t B = 8, T = 64, H = 4, V = 256, dh = d / H;
-  CHECK(p.cuda_scratch == 2 * (n * V + B * H * T * T + 2 * H * T * T) + 4 * (T * dh + H * T * T));
+  // The backend's scratch: slot 0 the logits' gradient (n x V, V 256 > 3d), slot 1 the scores
+  // of the batch, P and dS of one sequence in bf16; the RoPE table (T x dh) in fp32.
+  CHECK(p.cuda_scratch == 2 * (n * V + B * H * T * T + 2 * H * T * T) + 4 * T * dh);
   CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace -
                             p.bf16_scratch_saved + p.cuda_scratch);
   c.model.precision = "fp32";
