@@ -28,9 +28,15 @@ template <typename Out> __device__ inline Out stored(float v) {
   else return __float2bfloat16_rn(v);
 }
 
-// Four consecutive values: one 16-byte load of fp32, one 16-byte (fp32) or 8-byte (bf16) store.
+// Four consecutive values: one 16-byte (fp32) or 8-byte (bf16) load or store.
 // The pointers must be aligned to that many bytes (aligned_for checks it on the host).
 __device__ inline float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ inline float4 load4(const __nv_bfloat16* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
 template <typename Out> __device__ inline void store4(Out* p, float4 v) {
   if constexpr (std::is_same_v<Out, float>) {
     *reinterpret_cast<float4*>(p) = v;

@@ -1,7 +1,8 @@
 // Elementwise kernels: SwiGLU's gate g = silu(a) * b and its backward
 //   da = dg * b * sig(a) * (1 + a (1 - sig(a))),  db = dg * silu(a),
-// and the residual add y += x. SwiGLU's outputs are fp32, or bf16 (rounded to
-// nearest even) when only bf16 matmuls read them.
+// and the residual add y += x. SwiGLU's tensors (a, b, g; a, b, da, db) are all fp32, or all
+// bf16 (W1's and W3's outputs in bf16, results rounded to nearest even for the bf16 matmuls that
+// read them); dg is fp32.
 #include "common.cuh"
 #include "cuda_kernels.hpp"
 
@@ -20,20 +21,19 @@ __device__ inline float2 gate_bwd(float a, float b, float dg) {
 }
 
 // Both SwiGLU kernels: four elements a thread (load4/store4), the last thread also any tail.
-template <typename Out>
-__global__ void swiglu_fwd_kernel(const float* a, const float* b, Out* g, int64_t n) {
+template <typename E> __global__ void swiglu_fwd_kernel(const E* a, const E* b, E* g, int64_t n) {
   const int64_t i = 4 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
   if (i + 4 <= n) {
     float4 x = load4(a + i), y = load4(b + i);
     store4(g + i, make_float4(gate(x.x, y.x), gate(x.y, y.y), gate(x.z, y.z), gate(x.w, y.w)));
     return;
   }
-  for (int64_t k = i; k < n; ++k) g[k] = stored<Out>(gate(a[k], b[k]));
+  for (int64_t k = i; k < n; ++k) g[k] = stored<E>(gate(float(a[k]), float(b[k])));
 }
 
-template <typename Out>
-__global__ void swiglu_bwd_kernel(const float* a, const float* b, const float* dg, Out* da,
-                                  Out* db, int64_t n) {
+template <typename E>
+__global__ void swiglu_bwd_kernel(const E* a, const E* b, const float* dg, E* da, E* db,
+                                  int64_t n) {
   const int64_t i = 4 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
   if (i + 4 <= n) {
     float4 x = load4(a + i), y = load4(b + i), d = load4(dg + i);
@@ -44,11 +44,10 @@ __global__ void swiglu_bwd_kernel(const float* a, const float* b, const float* d
     return;
   }
   for (int64_t k = i; k < n; ++k) {
-    float2 r = gate_bwd(a[k], b[k], dg[k]);
-    da[k] = stored<Out>(r.x), db[k] = stored<Out>(r.y);
+    float2 r = gate_bwd(float(a[k]), float(b[k]), dg[k]);
+    da[k] = stored<E>(r.x), db[k] = stored<E>(r.y);
   }
 }
-
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
@@ -59,26 +58,31 @@ constexpr const char* kUnaligned = "SwiGLU's buffers must be 16-byte aligned";
 
 }  // namespace
 
-void swiglu_fwd(const float* a, const float* b, void* g, bool g_bf16, int64_t n, cudaStream_t s) {
+void swiglu_fwd(const void* a, const void* b, void* g, bool bf16, int64_t n, cudaStream_t s) {
   check_aligned16({a, b, g}, kUnaligned);
   const int blocks = blocks_for((n + 3) / 4, 256);
-  if (g_bf16)
-    swiglu_fwd_kernel<<<blocks, 256, 0, s>>>(a, b, static_cast<__nv_bfloat16*>(g), n);
+  using BF = __nv_bfloat16;
+  if (bf16)
+    swiglu_fwd_kernel<<<blocks, 256, 0, s>>>(static_cast<const BF*>(a), static_cast<const BF*>(b),
+                                             static_cast<BF*>(g), n);
   else
-    swiglu_fwd_kernel<<<blocks, 256, 0, s>>>(a, b, static_cast<float*>(g), n);
+    swiglu_fwd_kernel<<<blocks, 256, 0, s>>>(static_cast<const float*>(a),
+                                             static_cast<const float*>(b), static_cast<float*>(g), n);
   CUDA_LAUNCH_CHECK();
 }
 
-void swiglu_bwd(const float* a, const float* b, const float* dg, void* da, void* db, bool d_bf16,
+void swiglu_bwd(const void* a, const void* b, const float* dg, void* da, void* db, bool bf16,
                 int64_t n, cudaStream_t s) {
   check_aligned16({a, b, dg, da, db}, kUnaligned);
   const int blocks = blocks_for((n + 3) / 4, 256);
-  if (d_bf16)
-    swiglu_bwd_kernel<<<blocks, 256, 0, s>>>(a, b, dg, static_cast<__nv_bfloat16*>(da),
-                                             static_cast<__nv_bfloat16*>(db), n);
+  using BF = __nv_bfloat16;
+  if (bf16)
+    swiglu_bwd_kernel<<<blocks, 256, 0, s>>>(static_cast<const BF*>(a), static_cast<const BF*>(b),
+                                             dg, static_cast<BF*>(da), static_cast<BF*>(db), n);
   else
-    swiglu_bwd_kernel<<<blocks, 256, 0, s>>>(a, b, dg, static_cast<float*>(da),
-                                             static_cast<float*>(db), n);
+    swiglu_bwd_kernel<<<blocks, 256, 0, s>>>(static_cast<const float*>(a),
+                                             static_cast<const float*>(b), dg,
+                                             static_cast<float*>(da), static_cast<float*>(db), n);
   CUDA_LAUNCH_CHECK();
 }
 

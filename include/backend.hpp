@@ -78,14 +78,16 @@ template <typename T> class Backend {
   //
   // Matmul inputs in bf16: under the bf16 policy, a tensor that only matmuls read (the RMSNorms'
   // outputs, SwiGLU's gate, and in backward SwiGLU's input gradients) is stored rounded to bf16
-  // where it is made: rmsnorm_fwd's y_bf16, swiglu_fwd's g_bf16 and swiglu_bwd's d_bf16 ask for
-  // that, and linear_*'s x_bf16 and dy_bf16 say that x or dy is such a tensor.
-  // The values are what the matmul would have rounded its operand to, so results do not change;
-  // the GPU packs them as 2-byte bf16 (half the memory, no cast before each matmul), the CPU
-  // keeps them as T. bf16_elems(n) is the number of T elements that n such values occupy.
+  // where it is made: rmsnorm_fwd's y_bf16 and swiglu's bf16 ask for that, and linear_*'s
+  // x_bf16 and dy_bf16 say that x or dy is such a tensor. The values are what the matmul would
+  // have rounded its operand to, so results do not change.
+  // SwiGLU's inputs (W1's and W3's outputs) are bf16 activations too, as autocast makes them:
+  // linear_fwd's y_bf16 rounds y to bf16, and swiglu's bf16 says its a and b are so stored.
+  // The GPU packs all of these as 2-byte bf16 (half the memory, no cast before each matmul),
+  // the CPU keeps them as T. bf16_elems(n) is the number of T elements that n such values occupy.
   virtual int64_t bf16_elems(int64_t n) const { return n; }
   virtual void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,
-                          Precision p, bool x_bf16) = 0;
+                          Precision p, bool x_bf16, bool y_bf16) = 0;
   virtual void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M,
                           int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16) = 0;
   virtual void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
@@ -108,9 +110,9 @@ template <typename T> class Backend {
   virtual void attention_bwd(const T* qkv, const T* out, const T* saved, const T* dout, T* dqkv,
                              int64_t B, int64_t T_, int64_t H, int64_t dh, Precision p,
                              AttentionImpl a) = 0;
-  virtual void swiglu_fwd(const T* a, const T* b, T* g, int64_t n, bool g_bf16) = 0;
+  virtual void swiglu_fwd(const T* a, const T* b, T* g, int64_t n, bool bf16) = 0;
   virtual void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n,
-                          bool d_bf16) = 0;
+                          bool bf16) = 0;
   virtual void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n,
                              int64_t d) = 0;
   // order: cpu::token_order of tokens, in backend memory.

@@ -50,7 +50,7 @@ template <typename T> class Model {
   const int64_t B, T_;
   const Precision precision;
   const AttentionImpl attention;
-  const bool mm16;  // bf16 policy: matmul-only tensors (h1, h2, g, hf; da1, da3) stored in bf16
+  const bool mm16;  // bf16 policy: h1, a1, a3, g, h2, hf; da1, da3 stored in bf16
   const ParamLayout layout;
 
  private:

@@ -43,8 +43,8 @@ struct Plan {
   uint64_t params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
   uint64_t attn_probs = 0;   // B x H/tp x T x T per layer, in activations
   uint64_t flash_lse = 0;    // what FlashAttention saves instead: B x H/tp x T fp32 per layer
-  // What the CUDA backend saves under bf16 by storing the matmul-only activations in bf16, in
-  // activations and in workspace (backward's da1 and da3).
+  // What the CUDA backend saves under bf16 by storing the matmul-only activations and SwiGLU's
+  // inputs in bf16, in activations and in workspace (backward's da1 and da3).
   uint64_t bf16_inputs_saved = 0, bf16_scratch_saved = 0;
   // The activations on the CUDA backend with c.model.attention: in place of attn_probs,
   // flash_lse under "flash" (the default) or, under "naive", the probabilities at key <= query

@@ -22,8 +22,9 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
       order_(be, size_t(B * seq_len), MemTag::activations), order_host_(size_t(B * seq_len)) {
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
-  // The RMSNorms' outputs, SwiGLU's gate and backward's da1, da3 are read only by matmuls:
-  // under bf16, stored in bf16 (Backend::bf16_elems).
+  // The RMSNorms' outputs, SwiGLU's gate and backward's da1, da3 are read only by matmuls, and
+  // SwiGLU's inputs a1, a3 are matmul outputs (bf16 activations): under bf16, stored in bf16
+  // (Backend::bf16_elems).
   const int64_t nd16 = mm16 ? be.bf16_elems(n * d) : n * d;
   const int64_t nf16 = mm16 ? be.bf16_elems(n * f) : n * f;
   for (int64_t l = 0; l < L; ++l) {
@@ -43,7 +44,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
     for (auto [ptr, size] : {std::pair{&a.rstd1, n}, {&a.h1, nd16}, {&a.qkv, 3 * n * d},
                              {&a.att_saved, be.attention_saved(B, T_, H, c.head_dim(), attention)},
                              {&a.att, n * d}, {&a.x_mid, n * d}, {&a.rstd2, n}, {&a.h2, nd16},
-                             {&a.a1, n * f}, {&a.a3, n * f}, {&a.g, nf16}})
+                             {&a.a1, nf16}, {&a.a3, nf16}, {&a.g, nf16}})
       saved.push_back({ptr, size});
   }
   for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, nd16}, {&logits_, n * V},
@@ -142,21 +143,22 @@ void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, doubl
     const LayerWeights& w = weights_[l];
     const LayerActs& a = acts_[l];
     be.rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps, mm16);
-    be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision, mm16);
+    be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision, mm16, false);
     be.rope(a.qkv, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, false);  // q and k: 2H heads
     be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention);
-    be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision, false);
+    be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision, false, false);
     be.add_inplace(a.x_mid, x_[l], n * d);
     be.rmsnorm_fwd(a.x_mid, P + w.ln2, a.h2, a.rstd2, n, d, cfg.norm_eps, mm16);
-    be.linear_fwd(a.h2, P + w.w1, a.a1, n, f, d, precision, mm16);
-    be.linear_fwd(a.h2, P + w.w3, a.a3, n, f, d, precision, mm16);
+    be.linear_fwd(a.h2, P + w.w1, a.a1, n, f, d, precision, mm16, mm16);
+    be.linear_fwd(a.h2, P + w.w3, a.a3, n, f, d, precision, mm16, mm16);
     be.swiglu_fwd(a.a1, a.a3, a.g, n * f, mm16);
-    be.linear_fwd(a.g, P + w.w2, x_[l + 1], n, d, f, precision, mm16);
+    be.linear_fwd(a.g, P + w.w2, x_[l + 1], n, d, f, precision, mm16, false);
     be.add_inplace(x_[l + 1], a.x_mid, n * d);
   }
   be.rmsnorm_fwd(x_.back(), P + layout.get("ln_final.weight").offset, hf_, rstdf_, n, d,
                  cfg.norm_eps, mm16);
-  be.linear_fwd(hf_, P + layout.get("lm_head.weight").offset, logits_, n, V, d, precision, mm16);
+  be.linear_fwd(hf_, P + layout.get("lm_head.weight").offset, logits_, n, V, d, precision, mm16,
+                false);
   be.cross_entropy(logits_, targets_.data(), dlogits_, row_loss_, n, V,
                    1.0 / (double(n) * grad_divisor));
 }

@@ -74,8 +74,8 @@ Plan make_plan(const Config& c) {
     p.flash_lse = L * lse * 4;
     const uint64_t causal_probs = L * piece(B * Hl * T * (T + 1) / 2) * 4;
     acts_cuda = acts - p.attn_probs + (m.attention == "flash" ? p.flash_lse : causal_probs);
-    // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf)
-    // packed in bf16: half of each piece.
+    // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf) and
+    // SwiGLU's inputs (a1, a3) packed in bf16: half of each piece.
     // Backward's da1 and da3 (SwiGLU's input gradients) likewise, in its workspace.
     // Its fp32 scratch: flash backward's D; naive's scores and, in backward, one sequence's dS
     // and P (in bf16 under bf16, below).
@@ -88,7 +88,7 @@ Plan make_plan(const Config& c) {
       const uint64_t slot1 = naive ? std::max(n * dl, B * Hl * T * T) : n * dl;
       p.cuda_scratch += 2 * (slot0 + slot1 + (naive ? 2 * Hl * T * T : 0));
       auto saved = [](uint64_t e) { return piece(e) - piece(ceil_div(e, 2)); };
-      p.bf16_inputs_saved = (L * (2 * saved(n * d) + saved(n * fl)) + saved(n * d)) * a;
+      p.bf16_inputs_saved = (L * (2 * saved(n * d) + 3 * saved(n * fl)) + saved(n * d)) * a;
       p.bf16_scratch_saved = 2 * saved(n * fl) * w;
       acts_cuda -= p.bf16_inputs_saved;
     }

@@ -50,8 +50,9 @@ template <typename T> class CpuBackend : public Backend<T> {
   // x_bf16, dy_bf16: x or dy already holds bf16 values, which the bf16 policy's rounding of
   // matmul operands leaves as they are.
   void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, Precision p,
-                  bool) override {
+                  bool, bool y_bf16) override {
     cpu::linear_fwd(x, w, y, M, N, K, p);
+    if (y_bf16) round_bf16(y, M * N);
   }
   void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
                   int64_t K, Precision p, bool, bool) override {
@@ -78,14 +79,14 @@ template <typename T> class CpuBackend : public Backend<T> {
                      int64_t T_, int64_t H, int64_t dh, Precision p, AttentionImpl) override {
     cpu::attention_bwd(qkv, probs, dout, dqkv, B, T_, H, dh, p);
   }
-  void swiglu_fwd(const T* a, const T* b, T* g, int64_t n, bool g_bf16) override {
-    cpu::swiglu_fwd(a, b, g, n);
-    if (g_bf16) round_bf16(g, n);
+  void swiglu_fwd(const T* a, const T* b, T* g, int64_t n, bool bf16) override {
+    cpu::swiglu_fwd(a, b, g, n);  // a and b hold bf16 values already (linear_fwd's y_bf16)
+    if (bf16) round_bf16(g, n);
   }
   void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n,
-                  bool d_bf16) override {
+                  bool bf16) override {
     cpu::swiglu_bwd(a, b, dg, da, db, n);
-    if (d_bf16) round_bf16(da, n), round_bf16(db, n);
+    if (bf16) round_bf16(da, n), round_bf16(db, n);
   }
   void embedding_fwd(const int32_t* tok, const T* table, T* out, int64_t n, int64_t d) override {
     cpu::embedding_fwd(tok, table, out, n, d);

@@ -129,9 +129,9 @@ class CudaBackend : public Backend<float> {
 
   int64_t bf16_elems(int64_t n) const override { return (n + 1) / 2; }
   void linear_fwd(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K,
-                  Precision p, bool x_bf16) override {
+                  Precision p, bool x_bf16, bool y_bf16) override {
     const void *X = operand(x, M * K, p, 0, x_bf16), *W = operand(w, N * K, p, 1);
-    cuda::gemm(cublas_, false, true, M, N, K, 1, X, K, 0, W, K, 0, 0, y, N, 0, 1, ops(p));
+    cuda::gemm(cublas_, false, true, M, N, K, 1, X, K, 0, W, K, 0, 0, y, N, 0, 1, ops(p), y_bf16);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw,
                   int64_t M, int64_t N, int64_t K, Precision p, bool x_bf16,
@@ -224,12 +224,12 @@ class CudaBackend : public Backend<float> {
       cuda::gemm(cublas_, true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, ops(p));
     }
   }
-  void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, bool g_bf16) override {
-    cuda::swiglu_fwd(a, b, g, g_bf16, n, stream_);
+  void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, bool bf16) override {
+    cuda::swiglu_fwd(a, b, g, bf16, n, stream_);
   }
   void swiglu_bwd(const float* a, const float* b, const float* dg, float* da, float* db,
-                  int64_t n, bool d_bf16) override {
-    cuda::swiglu_bwd(a, b, dg, da, db, d_bf16, n, stream_);
+                  int64_t n, bool bf16) override {
+    cuda::swiglu_bwd(a, b, dg, da, db, bf16, n, stream_);
   }
   void embedding_fwd(const int32_t* tok, const float* table, float* out, int64_t n,
                      int64_t d) override {

@@ -100,7 +100,7 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doc
     cpu::linear_bwd(xr.data(), wr.data(), dyr.data(), dx.data(), dw.data(), M, N, K, Precision::fp64);
     float *gx = g.up(x), *gw = g.up(w), *gy = g.poisoned(M * N), *gdx = g.poisoned(M * K);
     float* gdw = g.poisoned(N * K);  // written, not added to: unwritten elements stay NaN
-    gpu->linear_fwd(gx, gw, gy, M, N, K, p, false);
+    gpu->linear_fwd(gx, gw, gy, M, N, K, p, false, false);
     gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p, false, false);
     CHECK(rel_err(g.down(gy, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx, M * K), dx) < tol(p));
@@ -109,11 +109,18 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doc
     // x and dy stored in bf16 by their producers: the same results without the casts.
     float *gx16 = g.up16(x), *gy16 = g.poisoned(M * N), *gdx16 = g.poisoned(M * K);
     float* gdw16 = g.poisoned(N * K);
-    gpu->linear_fwd(gx16, gw, gy16, M, N, K, p, true);
+    gpu->linear_fwd(gx16, gw, gy16, M, N, K, p, true, false);
     gpu->linear_bwd(gx16, gw, g.up16(dy), gdx16, gdw16, M, N, K, p, true, true);
     CHECK(rel_err(g.down(gy16, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx16, M * K), dx) < tol(p));
     CHECK(rel_err(g.down(gdw16, N * K), dw) < tol(p));
+    // y stored in bf16: y rounded, each element within half a bf16 ulp (2^-8 relative) of the
+    // reference, up to the fp32 sums' order.
+    float* gyb = g.poisoned16(M * N);
+    gpu->linear_fwd(gx16, gw, gyb, M, N, K, p, true, true);
+    const Vec yb = g.down16(gyb, M * N);
+    for (size_t i = 0; i < yb.size(); ++i)
+      CHECK(std::abs(yb[i] - y[i]) <= std::abs(y[i]) * (1.0 / 256 + 1e-5) + 1e-6);
   }
 }
 
@@ -162,15 +169,24 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     gpu->swiglu_fwd(ga, gb, go, n, false);
     gpu->swiglu_bwd(ga, gb, g.up(dgr), gda, gdb, n, false);
     CHECK(rel_err(g.down(go, n), out) < 2e-6);
-    float* go16 = g.poisoned16(n);
-    gpu->swiglu_fwd(ga, gb, go16, n, true);
-    CHECK(rounds_of(g.down16(go16, n), g.down(go, n)));
-    float *gda16 = g.poisoned16(n), *gdb16 = g.poisoned16(n);
-    gpu->swiglu_bwd(ga, gb, g.up(dgr), gda16, gdb16, n, true);
-    CHECK(rounds_of(g.down16(gda16, n), g.down(gda, n)));
-    CHECK(rounds_of(g.down16(gdb16, n), g.down(gdb, n)));
     CHECK(rel_err(g.down(gda, n), da) < 2e-6);
     CHECK(rel_err(g.down(gdb, n), db) < 2e-6);
+    // All in bf16: a and b stored rounded, the results the fp32 kernels' on those values,
+    // rounded to nearest even.
+    Vec a16 = a, b16 = b;
+    for (Vec* v : {&a16, &b16})
+      for (double& x : *v) x = double(from_bf16(to_bf16(float(x))));
+    float *ga16 = g.up(a16), *gb16 = g.up(b16), *go_r = g.poisoned(n), *gda_r = g.poisoned(n);
+    float* gdb_r = g.poisoned(n);
+    gpu->swiglu_fwd(ga16, gb16, go_r, n, false);
+    gpu->swiglu_bwd(ga16, gb16, g.up(dgr), gda_r, gdb_r, n, false);
+    float *pa = g.up16(a), *pb = g.up16(b), *go16 = g.poisoned16(n);
+    float *gda16 = g.poisoned16(n), *gdb16 = g.poisoned16(n);
+    gpu->swiglu_fwd(pa, pb, go16, n, true);
+    gpu->swiglu_bwd(pa, pb, g.up(dgr), gda16, gdb16, n, true);
+    CHECK(rounds_of(g.down16(go16, n), g.down(go_r, n)));
+    CHECK(rounds_of(g.down16(gda16, n), g.down(gda_r, n)));
+    CHECK(rounds_of(g.down16(gdb16, n), g.down(gdb_r, n)));
     gpu->add_inplace(ga, gb, n);
     cpu::add_inplace(a.data(), b.data(), n);
     CHECK(rel_err(g.down(ga, n), a) < 2e-7);
@@ -281,7 +297,7 @@ TEST_CASE("gpu weights' bf16 copy: AdamW over a part of the weights and weights_
     for (auto* v : {&wr, &xr})
       for (auto& e : *v) e = round_to(Precision::bf16, e);
     cpu::linear_fwd(xr.data(), wr.data(), y.data(), M, N, K, Precision::fp64);
-    gpu->linear_fwd(gx, gw + off, gy, M, N, K, Precision::bf16, false);
+    gpu->linear_fwd(gx, gw + off, gy, M, N, K, Precision::bf16, false, false);
     return rel_err(g.down(gy, size_t(M * N)), y) < tol(Precision::bf16);
   };
   CHECK(matches(w));  // the copy is made on first use
