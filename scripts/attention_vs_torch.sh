@@ -11,11 +11,13 @@
 #      DTYPES (bf16), BATCH (1), HEADS (16), WARMUP (5), ITERS (20), PYTHON (python3),
 #      TORCH_IMPLS (torch_reference's --impls: naive sdpa-flash sdpa-cudnn; naive-compiled and
 #      torch-flash, FlashAttention-2 in plain PyTorch, on request; their columns join
-#      results/attention.md).
+#      results/attention.md), IMPLS (lmtrain's: "naive flash"), TORCH (1; 0: lmtrain only, e.g.
+#      to re-measure our naive after a change to it: the table keeps the latest row of each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seq=${SEQ_LENS:-256 1024 4096 8192 16384 32768} dims=${HEAD_DIMS:-16 32 64 128} masks=${MASKS:-causal}
 dtypes=${DTYPES:-bf16} batch=${BATCH:-1} heads=${HEADS:-16} warm=${WARMUP:-5} iters=${ITERS:-20}
+impls=${IMPLS:-naive flash}
 py=${PYTHON:-python3}
 toml_list() {  # "a b" -> [a, b]; quote=1 -> ["a", "b"]
   local out="" x
@@ -29,9 +31,10 @@ mkdir -p results
 build/lmtrain --set run.mode=attention --set attention.batch="$batch" --set attention.heads="$heads" \
   --set "attention.seq_lens=$(toml_list 0 "$seq")" --set "attention.head_dims=$(toml_list 0 "$dims")" \
   --set "attention.masks=$(toml_list 1 "$masks")" --set "attention.dtypes=$(toml_list 1 "$dtypes")" \
+  --set "attention.impls=$(toml_list 1 "$impls")" \
   --set attention.warmup="$warm" --set attention.iters="$iters" --csv results/attention_lmtrain.csv
 # shellcheck disable=SC2086
-"$py" scripts/torch_reference.py attention --batch "$batch" --heads "$heads" --seq-lens $seq \
+[ "${TORCH:-1}" = 0 ] || "$py" scripts/torch_reference.py attention --batch "$batch" --heads "$heads" --seq-lens $seq \
   --head-dims $dims --masks $masks --dtypes $dtypes --warmup "$warm" --iters "$iters" \
   ${TORCH_IMPLS:+--impls $TORCH_IMPLS} --csv results/attention_torch.csv
 "$py" scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md

@@ -4,8 +4,8 @@
     scripts/plot.py results/e2e.csv --x model.context_length --y step_ms_median \
         --series model.d_model,model.precision --where bench.warmup=5 --logy --out results/e2e.png
 
-One line per distinct value of the --series columns, y against x (both numeric, sorted by x);
---where keeps only rows whose column has that value, or one of several given as A|B
+One line per distinct value of the --series columns, y against x (both numeric, sorted by x; an
+x measured again, e.g. after a change, is drawn from its latest row); --where keeps only rows whose column has that value, or one of several given as A|B
 (repeatable). Points that failed (out of
 memory, timeout) are listed under the plot with their status, so a missing point says why.
 Needs matplotlib (Debian: python3-matplotlib).
@@ -79,7 +79,7 @@ def main(argv):
             continue
         order[label(r)] = tuple((0, float(r[s]), "") if number(r[s]) else (1, 0.0, r[s]) for s in series)
         try:
-            lines.setdefault(label(r), []).append((float(r[a.x]), float(r[a.y]) * a.scale_y))
+            lines.setdefault(label(r), {})[float(r[a.x])] = float(r[a.y]) * a.scale_y
         except ValueError:
             die(f"{a.csv}: non-numeric {a.x} = {r[a.x]!r} or {a.y} = {r[a.y]!r}")
     stem = a.csv[:-4] if a.csv.endswith(".csv") else a.csv
@@ -90,8 +90,8 @@ def main(argv):
                 failed.append(f"{label(r)}, {a.x.split('.')[-1]}={r[a.x]}: {r['status']}")
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    for name, pts in sorted(lines.items(), key=lambda kv: order[kv[0]]):
-        pts.sort()
+    for name, by_x in sorted(lines.items(), key=lambda kv: order[kv[0]]):
+        pts = sorted(by_x.items())
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
     ax.set_xlabel(a.x)
     ax.set_ylabel(a.ylabel or a.y)

@@ -169,6 +169,16 @@ class Sweep(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("no column model.ctx", r.stderr)
 
+    def test_plot_draws_a_point_measured_again_from_its_latest_row(self):
+        with open(self.csv, "w") as f:  # x 1 measured twice on the line, then x 2
+            f.write("x,y,s\n1,5,a\n1,3,a\n2,4,a\n1,7,b\n")
+        png = os.path.join(self.dir, "p.png")
+        r = subprocess.run([PY, os.path.join(REPO, "scripts/plot.py"), self.csv, "--x", "x",
+                            "--y", "y", "--series", "s", "--out", png],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("3 points, 2 lines", r.stdout)
+
     def test_quick_sweep_scripts_run_end_to_end(self):
         env = dict(os.environ, SWEEP_QUICK="1", PYTHON=PY, CONTEXTS="8", WARMUPS="0 1")
         for script, csvs, n in [("sweep_e2e.sh", {"CSV": "e2e.csv"}, 4),
