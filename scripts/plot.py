@@ -7,7 +7,8 @@
 One line per distinct value of the --series columns, y against x (both numeric, sorted by x; an
 x measured again, e.g. after a change, is drawn from its latest row); --where keeps only rows whose column has that value, or one of several given as A|B
 (repeatable). Points that failed (out of
-memory, timeout) are listed under the plot with their status, so a missing point says why.
+memory, timeout) and have no row since are listed under the plot with their status, so a missing
+point says why.
 Needs matplotlib (Debian: python3-matplotlib).
 """
 import argparse
@@ -32,6 +33,13 @@ def number(text):
         return True
     except ValueError:
         return False
+
+
+def measured(failed, rows):
+    """Whether a failed point has a row since (a re-run with --retry-failed): one with the same
+    value in every config column the two files share."""
+    cols = [c for c in failed if c in rows[0] and c not in ("status", "code", "date", "error")]
+    return any(all(r[c] == failed[c] for c in cols) for r in rows)
 
 
 def keep(row, where):
@@ -86,7 +94,7 @@ def main(argv):
     failed = []
     if os.path.exists(stem + ".failed.csv"):
         for r in read(stem + ".failed.csv"):
-            if all(c in r for c in [a.x, *series]) and keep(r, where):
+            if all(c in r for c in [a.x, *series]) and keep(r, where) and not measured(r, rows):
                 failed.append(f"{label(r)}, {a.x.split('.')[-1]}={r[a.x]}: {r['status']}")
 
     fig, ax = plt.subplots(figsize=(8, 5))

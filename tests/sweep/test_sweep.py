@@ -169,7 +169,7 @@ class Sweep(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("no column model.ctx", r.stderr)
 
-    def test_plot_draws_a_point_measured_again_from_its_latest_row(self):
+    def test_plot_draws_a_point_measured_again_from_its_latest_row_not_as_failed(self):
         with open(self.csv, "w") as f:  # x 1 measured twice on the line, then x 2
             f.write("x,y,s\n1,5,a\n1,3,a\n2,4,a\n1,7,b\n")
         png = os.path.join(self.dir, "p.png")
@@ -178,6 +178,12 @@ class Sweep(unittest.TestCase):
                            capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("3 points, 2 lines", r.stdout)
+        with open(os.path.join(self.dir, "out.failed.csv"), "w") as f:  # x 1 failed once, x 3 still
+            f.write("x,s,status\n1,a,oom\n3,a,oom\n")  # (y is a metric: not in the failed file)
+        r = subprocess.run([PY, os.path.join(REPO, "scripts/plot.py"), self.csv, "--x", "x",
+                            "--y", "y", "--series", "s", "--out", png],
+                           capture_output=True, text=True)
+        self.assertIn("3 points, 2 lines, 1 failed", r.stdout)
 
     def test_quick_sweep_scripts_run_end_to_end(self):
         env = dict(os.environ, SWEEP_QUICK="1", PYTHON=PY, CONTEXTS="8", WARMUPS="0 1")
