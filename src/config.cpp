@@ -119,7 +119,9 @@ void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::
     return s;
   };
   auto list = [&](auto& out, auto&& element) {
-    if (!v.is_array()) bad(f.empty_ok ? "an array" : "a non-empty array");
+    std::string one;  // a lone value where an array belongs: how to write it as one
+    if (v.is_string() || v.is_integer()) one = " (one value: [" + describe(v) + "])";
+    if (!v.is_array()) bad((f.empty_ok ? "an array" : "a non-empty array") + one);
     if (v.as_array()->empty() && !f.empty_ok) bad("a non-empty array");
     out.clear();
     for (auto&& e : *v.as_array()) out.push_back(element(e));

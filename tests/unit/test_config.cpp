@@ -99,6 +99,8 @@ const BadInput kBadInputs[] = {
      "attention.seq_lens = an array: expected a non-empty array"},
     {"list element not a choice", "[attention]\n\ndtypes = [\"bf16\", \"fp16\"]\n", "", 3,
      "attention.dtypes = an array holding \"fp16\": expected one of \"bf16\" | \"fp32\""},
+    {"a lone value for a list", "", "--set attention.impls=naive", 0,
+     "--set: attention.impls = \"naive\": expected a non-empty array (one value: [\"naive\"])"},
     {"list element out of range", "", "--set 'attention.seq_lens=[128,0]'", 0,
      "--set: attention.seq_lens = an array holding 0: expected a number >= 1"},
     {"head dim flash has no kernel for", "[attention]\nhead_dims = [64, 48]\n", "", 2,
