@@ -17,7 +17,8 @@ column) is skipped, so an interrupted sweep is re-run as it was started, and one
 the same points on several rank counts. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
 row in CSV's sibling `<stem>.failed.csv` (its config columns, status oom | timeout | failed, the
 exit code, the date and lmtrain's last error line) and the sweep goes on; such points are skipped on a
-re-run too unless --retry-failed. Standard library only.
+re-run too unless --retry-failed (or RETRY_FAILED=1 in the environment, which reaches it through
+the sweep_*.sh scripts). Standard library only.
 """
 import argparse
 import csv
@@ -122,7 +123,9 @@ def main(argv):
     ap.add_argument("--config", action="append", default=[], metavar="FILE", help="for every point")
     ap.add_argument("--points-file", help="one point per line")
     ap.add_argument("--timeout", type=float, default=0, help="seconds per run; 0: none")
-    ap.add_argument("--retry-failed", action="store_true", help="run points in the failed file again")
+    ap.add_argument("--retry-failed", action="store_true",
+                    default=os.environ.get("RETRY_FAILED") == "1",
+                    help="run points in the failed file again (default: RETRY_FAILED=1)")
     ap.add_argument("points", nargs="*")
     a = ap.parse_args(argv)
     if a.np < 1:

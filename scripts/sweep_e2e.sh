@@ -6,7 +6,9 @@
 #   SWEEP_QUICK=1 scripts/sweep_e2e.sh   # the tiny model on the CPU, in seconds (tests run this)
 #   PLOT_ONLY=1 scripts/sweep_e2e.sh     # no runs: the PNGs from the CSV as it is
 # Env: SIZES, CONTEXTS, PRECISIONS, WARMUPS, STEPS (timed steps), CSV, TIMEOUT (s per point),
-#      PYTHON (/usr/bin/python3, the Debian one with matplotlib), LMTRAIN (build/lmtrain).
+#      PYTHON (/usr/bin/python3, the Debian one with matplotlib), LMTRAIN (build/lmtrain),
+#      RETRY_FAILED (1: run again the points that failed before, e.g. out of memory, and are in
+#      the .failed.csv; scripts/sweep.py reads it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-/usr/bin/python3}

@@ -9,7 +9,8 @@
 #   PLOT_ONLY=1 CSV=results/e2e.csv scripts/sweep_memory.sh
 #        # no bench runs: plots and the plan comparison from bench rows already measured (the
 #        # e2e sweep's rows carry the same memory columns)
-# Env: SIZES, CONTEXTS, PRECISIONS, CSV, PLAN_CSV, TIMEOUT, PYTHON, LMTRAIN.
+# Env: SIZES, CONTEXTS, PRECISIONS, CSV, PLAN_CSV, TIMEOUT, PYTHON, LMTRAIN, RETRY_FAILED (1:
+#      points that failed before run again; scripts/sweep.py reads it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-/usr/bin/python3}

@@ -107,6 +107,12 @@ class Sweep(unittest.TestCase):
         code, out = self.sweep(MISSING, A, extra=["--retry-failed"])  # ...unless asked
         self.assertIn("0 ran, 1 skipped, 1 failed", out)
         self.assertEqual(len(rows(self.failed)), 2)
+        os.environ["RETRY_FAILED"] = "1"  # as the sweep_*.sh scripts pass it on
+        try:
+            code, out = self.sweep(MISSING, A)
+        finally:
+            del os.environ["RETRY_FAILED"]
+        self.assertIn("0 ran, 1 skipped, 1 failed", out)
 
     def test_out_of_memory_is_recorded_as_oom(self):
         # An lmtrain that resolves configs like the real one and runs out of memory on every run,
