@@ -1,9 +1,9 @@
 // Matmuls through cuBLAS, row-major. cuBLAS is column-major, and a row-major X[r, c] with
 // leading dimension ld is the column-major X^T: so row-major C = op(A) op(B) is computed as the
 // column-major C^T = op(B)^T op(A)^T, i.e. cublasGemm(opB, opA, N, M, K, B, A, C).
-// Accumulation is fp32, and so is C unless asked for in bf16. Operands are fp32 (compute fp32, or TF32 tensor cores under the
-// tf32 policy) or bf16 (bf16 tensor cores; to_bf16 rounds fp32 to nearest even first, and
-// from_bf16 widens bf16 back to fp32, exactly).
+// Accumulation is fp32, and so is C unless asked for in bf16. Operands are fp32 (compute fp32,
+// or TF32 tensor cores under the tf32 policy) or bf16 (bf16 tensor cores; to_bf16 rounds fp32 to
+// nearest even first, and from_bf16 widens bf16 back to fp32, exactly).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 

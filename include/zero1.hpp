@@ -56,10 +56,12 @@ template <typename T> class Zero1 : public BucketedSync {
 
  private:
   Handle launch(const ParamGroup& bucket) override;
+  ParamGroup in_shard(size_t a, size_t b, size_t r) const;  // [a, b) ∩ rank r's shard
   void wait_exposed(CommHandle& h);  // waits, marking the span as exposed communication
   Handle send_exact(const T* params);
   void take_exact(T* params);
 
+  const Counts starts_;                    // where each rank's shard starts
   std::vector<Counts> piece_n_, piece_at_;  // [k][r]: rank r's piece k, size and flat-buffer place
 
   std::vector<std::vector<ParamGroup>> exact_;  // bf16: per rank, its shard's params read in fp32

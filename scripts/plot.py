@@ -38,7 +38,8 @@ def number(text):
 def measured(failed, rows):
     """Whether a failed point has a row since (a re-run with --retry-failed): one with the same
     value in every config column the two files share."""
-    cols = [c for c in failed if c in rows[0] and c not in ("status", "exit_code", "date_utc", "error")]
+    own = ("status", "exit_code", "date_utc", "error")  # the failed file's, not a config's
+    cols = [c for c in failed if c in rows[0] and c not in own]
     return any(all(r[c] == failed[c] for c in cols) for r in rows)
 
 

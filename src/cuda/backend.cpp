@@ -2,9 +2,10 @@
 //
 // Parameters, gradients and optimizer state are fp32; the precision policy decides what matmuls
 // read: fp32, fp32 through TF32 tensor cores, or bf16 (bf16 tensor cores, fp32 accumulation):
-// the weights' bf16 copy (written by AdamW in the same pass, whether it updates all the weights or
-// a ZeRO-1 piece; cast after a collective wrote them), activations that only matmuls read stored in bf16
-// by the kernel that makes them, and bf16 copies of other operands made just before the matmul.
+// the weights' bf16 copy (written by AdamW in the same pass, whether it updates all the weights
+// or a ZeRO-1 piece; cast after a collective wrote them), activations that only matmuls read
+// stored in bf16 by the kernel that makes them, and bf16 copies of other operands made just
+// before the matmul.
 // Attention is FlashAttention-2 (cuda/attention/, saving the rows' logsumexp) or the naive
 // baseline: scores materialised by a batched matmul (in bf16 under bf16), a causal softmax
 // kernel, a second matmul (saving the probabilities at key <= query in fp32).
@@ -276,7 +277,7 @@ class CudaBackend : public Backend<float> {
   const void* operand(const float* x, int64_t n, Precision p, size_t slot, bool packed = false) {
     LMT_ASSERT(!packed || p == Precision::bf16, "bf16 matmul inputs outside the bf16 policy");
     if (p != Precision::bf16 || packed) return x;
-    if (weights_ && x >= weights_ && x + n <= weights_ + weights_n_)  // a weight: cached copy
+    if (in_weights(x, size_t(n)))  // a weight: cached copy
       return at(fresh_weights16(), x - weights_, p);
     void* y = bf16_scratch(slot, n);
     cuda::to_bf16(x, y, n, stream_);
@@ -294,6 +295,9 @@ class CudaBackend : public Backend<float> {
     }
     return ptr;
   }
+  bool in_weights(const float* p, size_t n) const {  // [p, p + n) lies within the weights
+    return weights_ && p >= weights_ && p + n <= weights_ + weights_n_;
+  }
   // The weights' bf16 copy, made on first use and brought up to date if it is stale.
   void* fresh_weights16() {
     if (!weights16_) weights16_ = allocate(weights_n_ * 2, MemTag::params);
@@ -303,14 +307,13 @@ class CudaBackend : public Backend<float> {
   }
   // Where [p, p + n) of the weights sits in their (existing) bf16 copy.
   void* weights16_at(const float* p, size_t n) const {
-    LMT_ASSERT(weights16_ && p >= weights_ && p + n <= weights_ + weights_n_,
-               "a range outside the weights' bf16 copy");
+    LMT_ASSERT(weights16_ && in_weights(p, n), "a range outside the weights' bf16 copy");
     return static_cast<char*>(weights16_) + (p - weights_) * 2;
   }
   // Where [p, p + n) of the weights sits in their bf16 copy, if writing it there leaves the whole
   // copy matching the weights (the range is all of them, or the rest is fresh); else null.
   void* weights16_for(const float* p, size_t n) const {
-    if (!weights16_ || p < weights_ || p + n > weights_ + weights_n_) return nullptr;
+    if (!weights16_ || !in_weights(p, n)) return nullptr;
     if (!weights_fresh_ && !(p == weights_ && n == weights_n_)) return nullptr;
     return weights16_at(p, n);
   }

@@ -24,7 +24,8 @@ Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layo
       begin(displacement(counts, grads.comm.rank())),
       end(begin + counts[size_t(grads.comm.rank())]),
       pieces(std::max<size_t>(1, (bucket_count() + counts.size() - 1) / counts.size())),
-      bf16(bf16_), be_(be), grad_shard_(be, end - begin, MemTag::grads),
+      bf16(bf16_), starts_(displacements(counts)), be_(be),
+      grad_shard_(be, end - begin, MemTag::grads),
       norm_sq_(be, 1, MemTag::workspace), opt_(be, end - begin) {
   LMT_ASSERT(grads.t == dtype_of<T>(), "zero1 shards the optimizer's own element type");
   // Piece k of every rank: rank r's shard cut into `pieces` parts, part k's size and place.
@@ -33,31 +34,37 @@ Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layo
   for (size_t r = 0; r < counts.size(); ++r) {
     const Counts part = shard_counts(counts[r], int(pieces)), part_at = displacements(part);
     for (size_t k = 0; k < pieces; ++k)
-      piece_n_[k][r] = part[k], piece_at_[k][r] = displacement(counts, int(r)) + part_at[k];
+      piece_n_[k][r] = part[k], piece_at_[k][r] = starts_[r] + part_at[k];
   }
   if (!bf16) return;
   exact_.resize(counts.size());
   exact_counts_.assign(counts.size(), 0);
   for (const ParamView& p : layout.params) {
     if (p.matmul) continue;
-    for (size_t r = 0, lo = 0; r < counts.size(); lo += counts[r++]) {
-      const size_t from = std::max(p.offset, lo), to = std::min(p.offset + p.numel, lo + counts[r]);
-      if (to > from) exact_[r].push_back({from, to}), exact_counts_[r] += to - from;
+    for (size_t r = 0; r < counts.size(); ++r) {
+      const ParamGroup x = in_shard(p.offset, p.offset + p.numel, r);
+      if (x.end > x.begin) exact_[r].push_back(x), exact_counts_[r] += x.end - x.begin;
     }
   }
   exact_all_ = std::make_unique<BackendArray<T>>(be, displacement(exact_counts_, int(counts.size())),
                                                  MemTag::workspace);
 }
 
+template <typename T> ParamGroup Zero1<T>::in_shard(size_t a, size_t b, size_t r) const {
+  const size_t from = std::max(a, starts_[r]), to = std::min(b, starts_[r] + counts[r]);
+  return {from, std::max(from, to)};  // empty where they do not meet
+}
+
 // The bucket [a, b) as a reduce-scatter whose rank r part is [a, b) ∩ its shard (empty for most
 // ranks): this rank's part lands at its place in grad_shard_.
 template <typename T> Handle Zero1<T>::launch(const ParamGroup& bucket) {
   Counts parts(counts.size());
-  for (size_t r = 0, lo = 0; r < counts.size(); lo += counts[r++]) {
-    size_t from = std::max(bucket.begin, lo), to = std::min(bucket.end, lo + counts[r]);
-    parts[r] = to > from ? to - from : 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    const ParamGroup x = in_shard(bucket.begin, bucket.end, r);
+    parts[r] = x.end - x.begin;
   }
-  const size_t mine = parts[size_t(g_.comm.rank())] ? std::max(bucket.begin, begin) - begin : 0;
+  const size_t me = size_t(g_.comm.rank());
+  const size_t mine = parts[me] ? in_shard(bucket.begin, bucket.end, me).begin - begin : 0;
   return g_.comm.reduce_scatter_async(static_cast<T*>(g_.data) + bucket.begin,
                                       grad_shard_.data() + mine, parts, g_.t);
 }
