@@ -10,8 +10,9 @@ CXXFLAGS   := -std=c++20 -O2 -g -Wall -Wextra -Werror -Iinclude -MMD -MP -DOMPI_
 LDLIBS     :=
 CUDA_HOME  ?= /usr/local/cuda
 NVCC       := $(CUDA_HOME)/bin/nvcc
-# Real targets for A100 (sm_80) and H100/H200 (sm_90); sm_90a joins once Hopper-only code does.
-CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+# Real targets for A100 (sm_80) and H100/H200 (sm_90a: Hopper's own instructions, wgmma, which
+# the FlashAttention kernels of cuda/attention/flash_sm90_*.cu use).
+CUDA_ARCHS := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a
 NVCCFLAGS  := -std=c++20 -O3 -Iinclude $(CUDA_ARCHS) -MMD -MP $(addprefix -Xcompiler ,$(EXTRA_CXXFLAGS)) \
               $(EXTRA_NVCCFLAGS)
 # With the CUDA toolkit present the build links CUDA and NCCL (GPU selection, NCCL bootstrap);

@@ -29,6 +29,10 @@ struct FlashShape {
   // true: bf16 tensor cores (operands rounded to bf16, fp32 accumulation, softmax in fp32);
   // false: fp32 arithmetic throughout (fp32 storage only).
   bool tensor_cores = true;
+  // With tensor cores, Hopper's wgmma kernels (flash_sm90_*.cu) where the GPU (compute
+  // capability 9.0) and head dim (64, 128) have them; false: the mma.sync kernels on any GPU (the
+  // FlashAttention-2 baseline they are tested and timed against).
+  bool wgmma = true;
   struct Strides {
     int64_t batch, row;
   } qkv, o;

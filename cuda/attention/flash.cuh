@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../common.cuh"
 #include "cuda_check.hpp"
 #include "flash_head_dims.hpp"
 
@@ -65,6 +66,34 @@ template <int DH> struct DqTraits {
 };
 #undef LMT_TILES
 
+// The Hopper kernels (flash_sm90_*.cu, wgmma): warpgroups per block (each owns 64 rows: queries
+// in forward and dQ, keys in dK/dV) and the streamed tile's rows; both tiles' row counts are
+// wgmma N sizes (64 or 128). Defaults for a first run; tuned like the table above (macros
+// LMT_FLASH_SM90_FWD_GROUPS / _TILE, likewise DKDV and DQ).
+#define LMT_SM90_TILES(g, t) static constexpr int kGroups = g, kTile = t
+template <int DH> struct Sm90FwdTraits {
+#ifdef LMT_FLASH_SM90_FWD_GROUPS
+  LMT_SM90_TILES(LMT_FLASH_SM90_FWD_GROUPS, LMT_FLASH_SM90_FWD_TILE);
+#else
+  LMT_SM90_TILES(2, 128);
+#endif
+};
+template <int DH> struct Sm90DkdvTraits {
+#ifdef LMT_FLASH_SM90_DKDV_GROUPS
+  LMT_SM90_TILES(LMT_FLASH_SM90_DKDV_GROUPS, LMT_FLASH_SM90_DKDV_TILE);
+#else
+  LMT_SM90_TILES(2, 64);
+#endif
+};
+template <int DH> struct Sm90DqTraits {
+#ifdef LMT_FLASH_SM90_DQ_GROUPS
+  LMT_SM90_TILES(LMT_FLASH_SM90_DQ_GROUPS, LMT_FLASH_SM90_DQ_TILE);
+#else
+  LMT_SM90_TILES(2, 64);
+#endif
+};
+#undef LMT_SM90_TILES
+
 // The head dims that have kernels (kFlashHeadDims). dispatch(dh, f) calls f with
 // std::integral_constant<int, dh>: the one place a run-time head dim becomes a template argument.
 template <int... Ds> struct HeadDimList {
@@ -90,6 +119,14 @@ template <auto Kernel> void allow_smem(size_t bytes) {
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Launches Kernel(p) on a grid of row tiles (`rows` of T each) x B * H heads.
+template <auto Kernel>
+void launch_tiles(const Params& p, int64_t B, int rows, int threads, size_t smem, cudaStream_t s) {
+  allow_smem<Kernel>(smem);
+  Kernel<<<dim3(unsigned(ceil_div(p.T, rows)), unsigned(B * p.H)), threads, smem, s>>>(p);
+  CUDA_LAUNCH_CHECK();
+}
 
 // Element (b, h, row 0, column 0) of a tensor with the given strides.
 template <typename E>
@@ -136,6 +173,12 @@ template <typename E> void fwd_tc(const Params& p, int64_t B, int64_t dh, cudaSt
 template <typename E> void bwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 void fwd_fp32(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 void bwd_fp32(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
+// The Hopper kernels: head dims 64 and 128 (whole 64-column panels), bf16 tensor cores. sm90(dh):
+// this process's GPU runs them (compute capability 9.0) and dh is one of theirs.
+using Sm90HeadDims = HeadDimList<64, 128>;
+template <typename E> void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
+template <typename E> void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
+bool sm90(int64_t dh);
 // D = rowsum(dO * O) per (b, h, t); with round_do, dO rounded to bf16 first (as the matmuls read it).
 template <typename E> void bwd_rowsum(const Params& p, int64_t B, int64_t dh, bool round_do, cudaStream_t s);
 

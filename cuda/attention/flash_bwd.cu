@@ -14,6 +14,7 @@
 #include "../common.cuh"
 #include "flash.cuh"
 #include "mma.cuh"
+#include "softmax.cuh"
 
 namespace lmt::cuda::attn {
 namespace {
@@ -34,18 +35,6 @@ __global__ void flash_bwd_rowsum_kernel(const Params p, int64_t rows, int dh) {
   }
   acc = warp_reduce<false>(acc);
   if (lane == 0) p.D[r] = acc;
-}
-
-// One tile of L (times log2 e, so that P = exp2(S * scale_log2 - L)) and D for queries
-// q0 .. q0 + rows - 1; queries at or past T get L = +inf, hence P = 0.
-template <int ROWS>
-__device__ __forceinline__ void load_stats(float* sL, float* sD, const Params& p, int64_t bh,
-                                           int64_t q0) {
-  for (int i = threadIdx.x; i < ROWS; i += blockDim.x) {
-    const int64_t t = q0 + i;
-    sL[i] = t < p.T ? p.lse[bh * p.T + t] * kLog2e : INFINITY;
-    sD[i] = t < p.T ? p.D[bh * p.T + t] : 0.0f;
-  }
 }
 
 template <typename E, int DH>
@@ -85,17 +74,11 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
   // L = +inf, hence P = 0: no mask needed for them.)
   const int64_t masked_end = p.causal ? min64(tiles, ceil_div(k0 + BC - 1, BR)) : first;
   auto step = [&](int64_t i, auto mask) {
-    const int buf = int((i - first) & 1), nxt = buf ^ 1;
-    if (i + 1 < tiles) {
-      load_tile<E, BR, DH, THREADS>(sQ + nxt * BR * LD, Q, (i + 1) * BR, p.T, p.qkv_row);
-      load_tile<E, BR, DH, THREADS>(sdO + nxt * BR * LD, G, (i + 1) * BR, p.T, p.o_row);
-      cp_async_commit();
-      load_stats<BR>(sL + nxt * BR, sD + nxt * BR, p, bh, (i + 1) * BR);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const int buf = int((i - first) & 1);
+    next_tile_pair<E, BR, DH, THREADS, false>(sQ, sdO, Q, G, p.qkv_row, p.o_row, i, buf, tiles, p.T,
+                                              [&](int nxt) {
+                                                load_stats<BR>(sL + nxt * BR, sD + nxt * BR, p, bh, (i + 1) * BR);
+                                              });
     const bf16 *q_t = sQ + buf * BR * LD, *g_t = sdO + buf * BR * LD;
     const float *l_t = sL + buf * BR, *d_t = sD + buf * BR;
     const int64_t q0 = i * BR;
@@ -106,25 +89,13 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
       mma_abt<MT, DH, BR, LD>(s, sK, warp * 16 * MT, q_t, lane);
       if constexpr (decltype(mask)::value)
         mask_tile<true, MT, BR>(s, int(warp_k0), int(q0), int(p.T), true, lane);
-#pragma unroll
-      for (int r = 0; r < MT; ++r)
-#pragma unroll
-        for (int n = 0; n < BR / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s[r][n][e] = fast_exp2(fmaf(s[r][n][e], p.scale_log2, -l_t[n * 8 + 2 * (lane % 4) + (e & 1)]));
+      probs<MT, BR>(s, p.scale_log2, by_col(l_t, lane));
       mma_pb<MT, BR, DH, LD>(dv, s, g_t, lane);  // dV += P^T dO
 
       float ds[MT][BR / 8][4];  // dP^T, then dS^T
       zero(ds);
       mma_abt<MT, DH, BR, LD>(ds, sV, warp * 16 * MT, g_t, lane);
-#pragma unroll
-      for (int r = 0; r < MT; ++r)
-#pragma unroll
-        for (int n = 0; n < BR / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            ds[r][n][e] = s[r][n][e] * (ds[r][n][e] - d_t[n * 8 + 2 * (lane % 4) + (e & 1)]);
+      dscores<MT, BR>(ds, s, by_col(d_t, lane));
       mma_pb<MT, BR, DH, LD>(dk, ds, q_t, lane);  // dK += dS^T Q (scaled at the end)
     }
     __syncthreads();  // every warp is done with `buf` before the next iteration refills it
@@ -133,21 +104,7 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
   for (; i < masked_end; ++i) step(i, std::true_type{});
   for (; i < tiles; ++i) step(i, std::false_type{});
 
-  E* dK = head<E>(p.dk, b, h, DH, p.qkv_batch);
-  E* dV = head<E>(p.dv, b, h, DH, p.qkv_batch);
-#pragma unroll
-  for (int r = 0; r < MT; ++r)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int64_t t = key + 16 * r + 8 * hh;
-      if (t >= p.T) continue;
-#pragma unroll
-      for (int n = 0; n < DH / 8; ++n) {
-        const int64_t at = t * p.qkv_row + n * 8 + 2 * (lane % 4);
-        store2(dK + at, dk[r][n][2 * hh] * p.scale, dk[r][n][2 * hh + 1] * p.scale);
-        store2(dV + at, dv[r][n][2 * hh], dv[r][n][2 * hh + 1]);
-      }
-    }
+  store_dkdv<E, MT, DH>(p, b, h, key, dk, dv, lane);
 }
 
 template <typename E, int DH>
@@ -177,14 +134,7 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
   // Row tile i of this warp holds queries row + 16 i and row + 16 i + 8.
   const int64_t warp_q0 = q0 + warp * 16 * MT, row = warp_q0 + lane / 4;
   float L[MT][2], D[MT][2];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int64_t t = row + 16 * i + 8 * hh;
-      L[i][hh] = t < p.T ? p.lse[bh * p.T + t] * kLog2e : 0.0f;
-      D[i][hh] = t < p.T ? p.D[bh * p.T + t] : 0.0f;
-    }
+  row_stats(L, D, p, bh, row);
   float dq[MT][DH / 8][4];
   zero(dq);
 
@@ -200,21 +150,11 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
       mma_abt<MT, DH, BC, LD>(s, sQ, warp * 16 * MT, k_t, lane);
       if constexpr (decltype(mask)::value)
         mask_tile<false, MT, BC>(s, int(warp_q0), int(k0), int(p.T), p.causal, lane);
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int n = 0; n < BC / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[i][n][e] = fast_exp2(fmaf(s[i][n][e], p.scale_log2, -L[i][e / 2]));
+      probs<MT, BC>(s, p.scale_log2, by_row(L));
       float ds[MT][BC / 8][4];  // dP, then dS
       zero(ds);
       mma_abt<MT, DH, BC, LD>(ds, sdO, warp * 16 * MT, v_t, lane);
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int n = 0; n < BC / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) ds[i][n][e] = s[i][n][e] * (ds[i][n][e] - D[i][e / 2]);
+      dscores<MT, BC>(ds, s, by_row(D));
       mma_pb<MT, BC, DH, LD>(dq, ds, k_t, lane);  // dQ += dS K (scaled at the end)
     }
     __syncthreads();
@@ -223,18 +163,7 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
   for (; j < clean; ++j) step(j, std::false_type{});
   for (; j < tiles; ++j) step(j, std::true_type{});
 
-  E* dQ = head<E>(p.dq, b, h, DH, p.qkv_batch);
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int64_t t = row + 16 * i + 8 * hh;
-      if (t >= p.T) continue;
-#pragma unroll
-      for (int n = 0; n < DH / 8; ++n)
-        store2(dQ + t * p.qkv_row + n * 8 + 2 * (lane % 4), dq[i][n][2 * hh] * p.scale,
-               dq[i][n][2 * hh + 1] * p.scale);
-    }
+  store_dq<E, MT, DH>(p, b, h, row, dq, lane);
 }
 
 template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
@@ -242,19 +171,13 @@ template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream
     constexpr int BR = DkdvTraits<DH>::kTile;
     constexpr int BC = 16 * DkdvTraits<DH>::kMTiles * DkdvTraits<DH>::kWarps;
     constexpr size_t smem = size_t(2 * BC + 4 * BR) * kLd<DH> * sizeof(bf16) + 4 * BR * sizeof(float);
-    allow_smem<flash_dkdv_kernel<E, DH>>(smem);
-    dim3 grid(unsigned(ceil_div(p.T, BC)), unsigned(B * p.H));
-    flash_dkdv_kernel<E, DH><<<grid, DkdvTraits<DH>::kWarps * 32, smem, stream>>>(p);
-    CUDA_LAUNCH_CHECK();
+    launch_tiles<flash_dkdv_kernel<E, DH>>(p, B, BC, DkdvTraits<DH>::kWarps * 32, smem, stream);
   }
   {
     constexpr int BR = 16 * DqTraits<DH>::kMTiles * DqTraits<DH>::kWarps;
     constexpr int BC = DqTraits<DH>::kTile;
     constexpr size_t smem = size_t(2 * BR + 4 * BC) * kLd<DH> * sizeof(bf16);
-    allow_smem<flash_dq_kernel<E, DH>>(smem);
-    dim3 grid(unsigned(ceil_div(p.T, BR)), unsigned(B * p.H));
-    flash_dq_kernel<E, DH><<<grid, DqTraits<DH>::kWarps * 32, smem, stream>>>(p);
-    CUDA_LAUNCH_CHECK();
+    launch_tiles<flash_dq_kernel<E, DH>>(p, B, BR, DqTraits<DH>::kWarps * 32, smem, stream);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "../common.cuh"
 #include "flash.cuh"
 #include "mma.cuh"
+#include "softmax.cuh"
 
 namespace lmt::cuda::attn {
 namespace {
@@ -45,8 +46,8 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
   float o[MT][DH / 8][4];
   zero(o);
   float m[MT][2], l[MT][2];
-#pragma unroll
-  for (int i = 0; i < MT; ++i) m[i][0] = m[i][1] = -INFINITY, l[i][0] = l[i][1] = 0.0f;
+  fill(m, -INFINITY);
+  fill(l, 0.0f);
   // Row tile i of this warp holds queries row + 16 i and row + 16 i + 8.
   const int64_t warp_q0 = q0 + warp * 16 * MT, row = warp_q0 + lane / 4;
 
@@ -65,31 +66,7 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
 
       if constexpr (decltype(mask)::value)
         mask_tile<false, MT, BC>(s, int(warp_q0), int(k0), int(p.T), p.causal, lane);
-      // m is the running max of the raw scores; exponents are (s - m) * scale * log2 e, one FFMA.
-#pragma unroll
-      for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          float mx = m[i][hh];
-#pragma unroll
-          for (int n = 0; n < BC / 8; ++n)
-            mx = fmaxf(mx, fmaxf(s[i][n][2 * hh], s[i][n][2 * hh + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          // A row with nothing visible yet keeps exponent base 0 (its scores are all -inf).
-          const float base = mx == -INFINITY ? 0.0f : mx * p.scale_log2;
-          const float alpha = fast_exp2(fmaf(m[i][hh], p.scale_log2, -base));
-          m[i][hh] = mx;
-          float sum = 0;
-#pragma unroll
-          for (int n = 0; n < BC / 8; ++n)
-#pragma unroll
-            for (int e = 2 * hh; e < 2 * hh + 2; ++e)
-              sum += (s[i][n][e] = fast_exp2(fmaf(s[i][n][e], p.scale_log2, -base)));
-          l[i][hh] = l[i][hh] * alpha + sum;  // this thread's columns; the quad is summed at the end
-#pragma unroll
-          for (int n = 0; n < DH / 8; ++n) o[i][n][2 * hh] *= alpha, o[i][n][2 * hh + 1] *= alpha;
-        }
+      online_softmax<MT, BC, DH>(s, m, l, o, p.scale_log2);
       mma_pb<MT, BC, DH, LD>(o, s, v_t, lane);
     }
     __syncthreads();  // every warp is done with `buf` before the next iteration refills it
@@ -98,33 +75,14 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
   for (; j < clean; ++j) step(j, std::false_type{});
   for (; j < tiles; ++j) step(j, std::true_type{});
 
-  E* O = head<E>(p.out, b, h, DH, p.o_batch);
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float sum = l[i][hh];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int64_t t = row + 16 * i + 8 * hh;
-      if (t >= p.T) continue;
-      const float inv = 1.0f / sum;
-#pragma unroll
-      for (int n = 0; n < DH / 8; ++n)
-        store2(O + t * p.o_row + n * 8 + 2 * (lane % 4), o[i][n][2 * hh] * inv,
-               o[i][n][2 * hh + 1] * inv);
-      if (lane % 4 == 0) p.lse[blockIdx.y * p.T + t] = m[i][hh] * p.scale + log2f(sum) * kLn2;
-    }
+  store_fwd<E, MT, DH>(p, b, h, row, o, m, l, lane);
 }
 
 template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   constexpr int BR = 16 * FwdTraits<DH>::kMTiles * FwdTraits<DH>::kWarps;
   constexpr int BC = FwdTraits<DH>::kTile;
   constexpr size_t smem = size_t(BR + 4 * BC) * kLd<DH> * sizeof(bf16);
-  allow_smem<flash_fwd_kernel<E, DH>>(smem);
-  dim3 grid(unsigned(ceil_div(p.T, BR)), unsigned(B * p.H));
-  flash_fwd_kernel<E, DH><<<grid, FwdTraits<DH>::kWarps * 32, smem, stream>>>(p);
-  CUDA_LAUNCH_CHECK();
+  launch_tiles<flash_fwd_kernel<E, DH>>(p, B, BR, FwdTraits<DH>::kWarps * 32, smem, stream);
 }
 
 }  // namespace

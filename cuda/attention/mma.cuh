@@ -148,49 +148,86 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Rows row0 .. row0 + ROWS - 1 of one head (row t at g + t * row_stride, DH elements) into a
-// padded bf16 tile; rows at or past T become zeros. bf16 rows are copied asynchronously (wait
-// with cp_async_wait); fp32 rows are read, rounded to bf16 and stored before this returns.
-template <typename E, int ROWS, int DH, int THREADS>
+// One 16-byte chunk of a bf16 tile: elements c .. c + 7 of row t of one head (row t at
+// g + t * row_stride), zeros if t is at or past T. bf16 rows are copied asynchronously (wait with
+// cp_async_wait); fp32 rows are read, rounded to bf16 and stored before this returns.
+template <typename E>
+__device__ __forceinline__ void copy_chunk(bf16* dst, const E* g, int64_t t, int64_t T,
+                                           int64_t row_stride, int c) {
+  if constexpr (sizeof(E) == 2) {
+    cp_async_16(dst, t < T ? g + t * row_stride + c : g, t < T);
+  } else {
+    float4 x0 = make_float4(0, 0, 0, 0), x1 = x0;
+    if (t < T) {
+      const float4* src = reinterpret_cast<const float4*>(g + t * row_stride + c);
+      x0 = __ldg(src);
+      x1 = __ldg(src + 1);
+    }
+    uint4 v{pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
+            pack_bf16(x1.z, x1.w)};
+    *reinterpret_cast<uint4*>(dst) = v;
+  }
+}
+
+// Shared-memory tiles for wgmma (wgmma.cuh) instead: ROWS rows of DH bf16 as DH / 64 panels of
+// ROWS x 64, each panel row 128 bytes whose eight 16-byte chunks are permuted by XOR with
+// (row % 8), the "128-byte swizzle" (every group of 8 rows, 1024 bytes, starts 1024-byte aligned).
+// Element offset of (row r, column c):
+template <int ROWS> __device__ __forceinline__ int swizzled(int r, int c) {
+  return (c / 64) * ROWS * 64 + r * 64 + (((c / 8) % 8) ^ (r % 8)) * 8 + c % 8;
+}
+template <int ROWS, int DH, bool Swizzled> constexpr int kTileElems = Swizzled ? ROWS * DH : ROWS * kLd<DH>;
+
+// Orders this thread's earlier generic-proxy writes to shared memory (st.shared, cp.async once
+// waited for) before reads by the async proxy (wgmma, sm_90); a barrier must follow before
+// another thread's wgmma reads them.
+__device__ __forceinline__ void fence_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Rows row0 .. row0 + ROWS - 1 of one head into a bf16 tile, padded or swizzled (copy_chunk per
+// 16 bytes).
+template <typename E, int ROWS, int DH, int THREADS, bool Swizzled = false>
 __device__ __forceinline__ void load_tile(bf16* tile, const E* g, int64_t row0, int64_t T,
                                           int64_t row_stride) {
   constexpr int kChunks = DH / 8;  // 8 elements = 16 bytes of bf16
   for (int i = threadIdx.x; i < ROWS * kChunks; i += THREADS) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
-    const int64_t t = row0 + r;
-    bf16* dst = tile + r * kLd<DH> + c;
-    if constexpr (sizeof(E) == 2) {
-      cp_async_16(dst, t < T ? g + t * row_stride + c : g, t < T);
-    } else {
-      float4 x0 = make_float4(0, 0, 0, 0), x1 = x0;
-      if (t < T) {
-        const float4* src = reinterpret_cast<const float4*>(g + t * row_stride + c);
-        x0 = __ldg(src);
-        x1 = __ldg(src + 1);
-      }
-      uint4 v{pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
-              pack_bf16(x1.z, x1.w)};
-      *reinterpret_cast<uint4*>(dst) = v;
-    }
+    copy_chunk<E>(tile + (Swizzled ? swizzled<ROWS>(r, c) : r * kLd<DH> + c), g, row0 + r, T,
+                  row_stride, c);
   }
 }
 
-// Double-buffered streaming of key and value tiles (BC rows each; buffer b at sK + b * BC * LD,
-// likewise sV): starts copying tile j + 1 into the buffer tile j does not use, if there is a next
-// tile, then waits until tile j is in shared memory for the whole block. Returns tile j's buffer.
-template <typename E, int BC, int DH, int THREADS>
-__device__ __forceinline__ int next_kv_tile(bf16* sK, bf16* sV, const E* K, const E* V, int64_t j,
-                                            int64_t tiles, int64_t T, int64_t row_stride) {
-  const int buf = int(j & 1);
+// Double-buffered streaming of a pair of tiles (ROWS rows each of A and B, e.g. keys and values;
+// buffer b at sA + b * kTileElems, likewise sB), tile j in buffer `buf`: starts copying tile j + 1
+// into the other buffer if there is a next tile (then calls more(other buffer) for loads that go
+// along with it), then waits until tile j is in shared memory for the whole block (and, swizzled,
+// visible to wgmma). The buffer being refilled must be free: every caller's loop body ends in a
+// barrier after its last read.
+template <typename E, int ROWS, int DH, int THREADS, bool Swizzled, typename More>
+__device__ __forceinline__ void next_tile_pair(bf16* sA, bf16* sB, const E* A, const E* B,
+                                               int64_t stride_a, int64_t stride_b, int64_t j,
+                                               int buf, int64_t tiles, int64_t T, More&& more) {
+  constexpr int kStride = kTileElems<ROWS, DH, Swizzled>;
   if (j + 1 < tiles) {
-    load_tile<E, BC, DH, THREADS>(sK + (buf ^ 1) * BC * kLd<DH>, K, (j + 1) * BC, T, row_stride);
-    load_tile<E, BC, DH, THREADS>(sV + (buf ^ 1) * BC * kLd<DH>, V, (j + 1) * BC, T, row_stride);
+    load_tile<E, ROWS, DH, THREADS, Swizzled>(sA + (buf ^ 1) * kStride, A, (j + 1) * ROWS, T, stride_a);
+    load_tile<E, ROWS, DH, THREADS, Swizzled>(sB + (buf ^ 1) * kStride, B, (j + 1) * ROWS, T, stride_b);
     cp_async_commit();
+    more(buf ^ 1);
     cp_async_wait<1>();
   } else {
     cp_async_wait<0>();
   }
+  if constexpr (Swizzled) fence_async_smem();
   __syncthreads();
+}
+// Key and value tiles of BC rows, tile j in buffer j % 2, which this returns.
+template <typename E, int BC, int DH, int THREADS, bool Swizzled = false>
+__device__ __forceinline__ int next_kv_tile(bf16* sK, bf16* sV, const E* K, const E* V, int64_t j,
+                                            int64_t tiles, int64_t T, int64_t row_stride) {
+  const int buf = int(j & 1);
+  next_tile_pair<E, BC, DH, THREADS, Swizzled>(sK, sV, K, V, row_stride, row_stride, j, buf, tiles,
+                                               T, [](int) {});
   return buf;
 }
 

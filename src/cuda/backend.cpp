@@ -264,7 +264,7 @@ class CudaBackend : public Backend<float> {
   // (tf32 included: the flash kernels have no TF32 path, fp32 is the more precise).
   static cuda::FlashShape flash_shape(int64_t B, int64_t T, int64_t H, int64_t dh, Precision p) {
     return cuda::FlashShape{B, H, T, dh, /*causal=*/true, /*bf16_storage=*/false,
-                            /*tensor_cores=*/p == Precision::bf16,
+                            /*tensor_cores=*/p == Precision::bf16, /*wgmma=*/true,
                             {T * 3 * H * dh, 3 * H * dh}, {T * H * dh, H * dh}};
   }
   static cuda::Operands ops(Precision p) {

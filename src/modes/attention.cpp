@@ -74,7 +74,7 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       for (size_t i = 0; i < size_t(elems); ++i) store(t, host.data(), i, float(rng.normal()));
       be->upload_bytes(p, host.data(), host.size());
     };
-    if (pt.impl == "flash") {
+    if (pt.impl != "naive") {
       const size_t es = bf16 ? 2 : 4;
       char *q = alloc(n, es), *k = alloc(n, es), *v = alloc(n, es), *o = alloc(n, es);
       char *g = alloc(n, es), *dq = alloc(n, es), *dk = alloc(n, es), *dv = alloc(n, es);
@@ -82,7 +82,7 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       auto* D = reinterpret_cast<float*>(alloc(B * H * T, 4));
       for (char* p : {q, k, v, g}) randomize(p, n);
       cuda::FlashShape s{B, H, T, dh, pt.mask == "causal", bf16, /*tensor_cores=*/bf16,
-                         {T * d, d}, {T * d, d}};
+                         /*wgmma=*/pt.impl == "flash", {T * d, d}, {T * d, d}};
       fwd = [=] { cuda::flash_fwd(s, q, k, v, o, lse, stream); };
       bwd = [=] { cuda::flash_bwd(s, q, k, v, o, g, lse, D, dq, dk, dv, stream); };
     } else {

@@ -111,14 +111,18 @@ struct DeviceArray {
 
 struct Mode {
   const char* name;
-  bool bf16_storage, tensor_cores;
+  bool bf16_storage, tensor_cores, wgmma;
   double tol;  // ||out - ref|| / ||ref|| for O, dQ, dK, dV (L is checked to 1e-5 in every mode)
 };
 // fp32: fp32 rounding only. bf16 tensor cores: P and dS are rounded to bf16 as matmul operands
-// (relative error 2^-9 each); bf16 storage also rounds every output to bf16.
-const Mode kModes[] = {{"fp32", false, false, 2e-5},
-                       {"bf16 tensor cores, fp32 storage", false, true, 1e-2},
-                       {"bf16 tensor cores, bf16 storage", true, true, 1.5e-2}};
+// (relative error 2^-9 each); bf16 storage also rounds every output to bf16. The mma.sync kernels
+// and, on a Hopper GPU at head dims 64 and 128, the wgmma ones (elsewhere those modes run the
+// mma.sync kernels again).
+const Mode kModes[] = {{"fp32", false, false, false, 2e-5},
+                       {"bf16 mma.sync, fp32 storage", false, true, false, 1e-2},
+                       {"bf16 mma.sync, bf16 storage", true, true, false, 1.5e-2},
+                       {"bf16 wgmma, fp32 storage", false, true, true, 1e-2},
+                       {"bf16 wgmma, bf16 storage", true, true, true, 1.5e-2}};
 
 // Runs forward and backward for one problem and mode; `fused` puts q, k, v (and dq, dk, dv)
 // side by side in one [B*T, 3*H*dh] buffer as the model does, else each is its own tensor.
@@ -145,7 +149,7 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
     for (int w = 0; w < 3; ++w) qkv.put(w == 0 ? q : w == 1 ? k : v, rs, qs, off[w]);
     dout.put(g, rs, rs, 0);
     o.poison(), dqkv.poison(), lse.poison();
-    cuda::FlashShape s{B, H, T, int64_t(dh), causal, m.bf16_storage, m.tensor_cores,
+    cuda::FlashShape s{B, H, T, int64_t(dh), causal, m.bf16_storage, m.tensor_cores, m.wgmma,
                        {int64_t(T * qs), int64_t(qs)}, {int64_t(T * rs), int64_t(rs)}};
     const size_t es = m.bf16_storage ? 2 : 4;
     auto ptr = [&](DeviceArray& a, size_t offset) { return static_cast<char*>(a.p) + offset * es; };

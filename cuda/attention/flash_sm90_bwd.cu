@@ -1,0 +1,177 @@
+// FlashAttention-2 backward on Hopper's warpgroup tensor cores (wgmma, sm_90a): flash_bwd.cu's
+// algorithm and arithmetic (D from flash_bwd_rowsum_kernel; P and dS recomputed per tile and
+// rounded to bf16 as matmul operands; a dK/dV kernel whose blocks own keys and a dQ kernel whose
+// blocks own queries, each output row written once: no atomics, deterministic), each warpgroup
+// owning 64 rows. Operands from shared memory are read K-major (the left factor and the tile whose
+// rows are the output's columns: K, Q, V, dO for S, S^T, dP, dP^T) or MN-major (the streamed tile
+// as stored, for dV += P^T dO, dK += dS^T Q, dQ += dS K), P and dS from registers.
+#include <type_traits>
+
+#include "../common.cuh"
+#include "flash.cuh"
+#include "softmax.cuh"
+#include "wgmma.cuh"
+
+namespace lmt::cuda::attn {
+namespace {
+
+// Block: kGroups warpgroups, 64 * kGroups keys of one (batch, head); query tiles of kTile rows
+// (Q, dO, and their L and D) stream through shared memory, double-buffered.
+template <typename E, int DH>
+__global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
+    flash_dkdv_sm90_kernel(const Params p) {
+#ifdef LMT_SM90_DEVICE_CODE
+  constexpr int BR = Sm90DkdvTraits<DH>::kTile, BC = 64 * Sm90DkdvTraits<DH>::kGroups;
+  constexpr int THREADS = BC * 2;
+  bf16* sK = smem_1024();
+  bf16* sV = sK + BC * DH;
+  bf16* sQ = sV + BC * DH;                                // 2 buffers of BR rows
+  bf16* sdO = sQ + 2 * BR * DH;                           // 2 buffers of BR rows
+  float* sL = reinterpret_cast<float*>(sdO + 2 * BR * DH);  // 2 x BR
+  float* sD = sL + 2 * BR;                                  // 2 x BR
+
+  const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
+  const E* Q = head<E>(p.q, b, h, DH, p.qkv_batch);
+  const E* G = head<E>(p.dout, b, h, DH, p.o_batch);
+  const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
+
+  load_tile<E, BC, DH, THREADS, true>(sK, head<E>(p.k, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
+  load_tile<E, BC, DH, THREADS, true>(sV, head<E>(p.v, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
+  load_tile<E, BR, DH, THREADS, true>(sQ, Q, first * BR, p.T, p.qkv_row);
+  load_tile<E, BR, DH, THREADS, true>(sdO, G, first * BR, p.T, p.o_row);
+  cp_async_commit();
+  load_stats<BR>(sL, sD, p, bh, first * BR);
+
+  float dk[1][DH / 8][4], dv[1][DH / 8][4];
+  zero(dk);
+  zero(dv);
+  const int64_t group_k0 = k0 + 64 * group, warp_k0 = group_k0 + 16 * warp, key = warp_k0 + lane / 4;
+
+  // As in flash_bwd.cu: query tiles at the diagonal are masked, the later ones not.
+  const int64_t masked_end = p.causal ? min64(tiles, ceil_div(k0 + BC - 1, BR)) : first;
+  auto step = [&](int64_t i, auto mask) {
+    const int buf = int((i - first) & 1);
+    next_tile_pair<E, BR, DH, THREADS, true>(sQ, sdO, Q, G, p.qkv_row, p.o_row, i, buf, tiles, p.T,
+                                             [&](int nxt) {
+                                               load_stats<BR>(sL + nxt * BR, sD + nxt * BR, p, bh, (i + 1) * BR);
+                                             });
+    const bf16 *q_t = sQ + buf * BR * DH, *g_t = sdO + buf * BR * DH;
+    const int64_t q0 = i * BR;
+    // A warpgroup whose keys all lie after this tile's last query gets nothing from it.
+    if (!p.causal || group_k0 <= q0 + BR - 1) {
+      float s[1][BR / 8][4], ds[1][BR / 8][4];  // S^T, dP^T: keys x queries
+      wgmma_fence();
+      wgmma_abt<BR, DH, BC>(s[0], sK, 64 * group, q_t);
+      wgmma_abt<BR, DH, BC>(ds[0], sV, 64 * group, g_t);
+      wgmma_commit();
+      wgmma_wait<0>();
+      if constexpr (decltype(mask)::value)
+        mask_tile<true, 1, BR>(s, int(warp_k0), int(q0), int(p.T), true, lane);
+      probs<1, BR>(s, p.scale_log2, by_col(sL + buf * BR, lane));
+      dscores<1, BR>(ds, s, by_col(sD + buf * BR, lane));
+      uint32_t pa[BR / 16][4], dsa[BR / 16][4];
+      wgmma_pb<DH, BR>(dv[0], pa, s[0], g_t);   // dV += P^T dO
+      wgmma_pb<DH, BR>(dk[0], dsa, ds[0], q_t);  // dK += dS^T Q (scaled at the end)
+      wgmma_commit();
+      wgmma_wait<0>();
+    }
+    __syncthreads();  // every warp is done with `buf` before the next iteration refills it
+  };
+  int64_t i = first;
+  for (; i < masked_end; ++i) step(i, std::true_type{});
+  for (; i < tiles; ++i) step(i, std::false_type{});
+
+  store_dkdv<E, 1, DH>(p, b, h, key, dk, dv, lane);
+#else
+  __trap();  // launched only where sm90() holds
+#endif
+}
+
+// Block: kGroups warpgroups, 64 * kGroups queries of one (batch, head) with their dO, L and D;
+// key and value tiles of kTile rows stream through shared memory, double-buffered.
+template <typename E, int DH>
+__global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
+    flash_dq_sm90_kernel(const Params p) {
+#ifdef LMT_SM90_DEVICE_CODE
+  constexpr int BC = Sm90DqTraits<DH>::kTile, BR = 64 * Sm90DqTraits<DH>::kGroups;
+  constexpr int THREADS = BR * 2;
+  bf16* sQ = smem_1024();
+  bf16* sdO = sQ + BR * DH;
+  bf16* sK = sdO + BR * DH;     // 2 buffers of BC rows
+  bf16* sV = sK + 2 * BC * DH;  // 2 buffers of BC rows
+
+  const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int64_t qtile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = qtile * BR;
+  const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
+  const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
+  const int64_t tiles = key_tiles(p, q0, BR, BC);
+
+  load_tile<E, BR, DH, THREADS, true>(sQ, head<E>(p.q, b, h, DH, p.qkv_batch), q0, p.T, p.qkv_row);
+  load_tile<E, BR, DH, THREADS, true>(sdO, head<E>(p.dout, b, h, DH, p.o_batch), q0, p.T, p.o_row);
+  load_tile<E, BC, DH, THREADS, true>(sK, K, 0, p.T, p.qkv_row);
+  load_tile<E, BC, DH, THREADS, true>(sV, V, 0, p.T, p.qkv_row);
+  cp_async_commit();
+
+  const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
+  float L[1][2], D[1][2], dq[1][DH / 8][4];
+  row_stats(L, D, p, bh, row);
+  zero(dq);
+
+  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
+  auto step = [&](int64_t j, auto mask) {
+    const int buf = next_kv_tile<E, BC, DH, THREADS, true>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
+    const bf16 *k_t = sK + buf * BC * DH, *v_t = sV + buf * BC * DH;
+    const int64_t k0 = j * BC;
+    if (!p.causal || k0 <= group_q0 + 63) {
+      float s[1][BC / 8][4], ds[1][BC / 8][4];  // S, dP: queries x keys
+      wgmma_fence();
+      wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, k_t);
+      wgmma_abt<BC, DH, BR>(ds[0], sdO, 64 * group, v_t);
+      wgmma_commit();
+      wgmma_wait<0>();
+      if constexpr (decltype(mask)::value)
+        mask_tile<false, 1, BC>(s, int(warp_q0), int(k0), int(p.T), p.causal, lane);
+      probs<1, BC>(s, p.scale_log2, by_row(L));
+      dscores<1, BC>(ds, s, by_row(D));
+      uint32_t dsa[BC / 16][4];
+      wgmma_pb<DH, BC>(dq[0], dsa, ds[0], k_t);  // dQ += dS K (scaled at the end)
+      wgmma_commit();
+      wgmma_wait<0>();
+    }
+    __syncthreads();
+  };
+  int64_t j = 0;
+  for (; j < clean; ++j) step(j, std::false_type{});
+  for (; j < tiles; ++j) step(j, std::true_type{});
+
+  store_dq<E, 1, DH>(p, b, h, row, dq, lane);
+#else
+  __trap();  // launched only where sm90() holds
+#endif
+}
+
+template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+  {
+    constexpr int BR = Sm90DkdvTraits<DH>::kTile, BC = 64 * Sm90DkdvTraits<DH>::kGroups;
+    constexpr size_t smem =
+        size_t(2 * BC + 4 * BR) * DH * sizeof(bf16) + 4 * BR * sizeof(float) + kSmemAlignSlack;
+    launch_tiles<flash_dkdv_sm90_kernel<E, DH>>(p, B, BC, BC * 2, smem, stream);
+  }
+  {
+    constexpr int BR = 64 * Sm90DqTraits<DH>::kGroups, BC = Sm90DqTraits<DH>::kTile;
+    constexpr size_t smem = size_t(2 * BR + 4 * BC) * DH * sizeof(bf16) + kSmemAlignSlack;
+    launch_tiles<flash_dq_sm90_kernel<E, DH>>(p, B, BR, BR * 2, smem, stream);
+  }
+}
+
+}  // namespace
+
+template <typename E> void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
+  Sm90HeadDims::dispatch(dh, [&](auto d) { launch<E, decltype(d)::value>(p, B, s); });
+}
+template void bwd_sm90<float>(const Params&, int64_t, int64_t, cudaStream_t);
+template void bwd_sm90<bf16>(const Params&, int64_t, int64_t, cudaStream_t);
+
+}  // namespace lmt::cuda::attn

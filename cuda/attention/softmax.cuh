@@ -1,0 +1,165 @@
+// The register-tile arithmetic that every FlashAttention tensor-core kernel shares, whatever
+// issues its matmuls (mma.sync in flash_fwd.cu / flash_bwd.cu, wgmma in flash_sm90_*.cu): a
+// thread holds MT row tiles of 16 rows x N columns as C fragments (mma.cuh), rows
+// row + 16 i + lane / 4 (+ 8 for elements 2, 3), columns 8 n + 2 (lane % 4) (+ 1 for odd e).
+#pragma once
+#include <cmath>
+
+#include "flash.cuh"
+#include "mma.cuh"
+
+namespace lmt::cuda::attn {
+
+// One key tile of the forward's online softmax, in place: raw scores s (-inf where masked) become
+// P = exp2(c (s - m')) with m' = max(m, rowmax s), c = scale * log2 e; l = l * exp2(c (m - m')) +
+// rowsum P over this thread's columns (the quad is summed at the end), O is rescaled alike.
+template <int MT, int BC, int DH>
+__device__ __forceinline__ void online_softmax(float (&s)[MT][BC / 8][4], float (&m)[MT][2],
+                                               float (&l)[MT][2], float (&o)[MT][DH / 8][4],
+                                               float scale_log2) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float mx = m[i][hh];
+#pragma unroll
+      for (int n = 0; n < BC / 8; ++n) mx = fmaxf(mx, fmaxf(s[i][n][2 * hh], s[i][n][2 * hh + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // A row with nothing visible yet keeps exponent base 0 (its scores are all -inf).
+      const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;
+      const float alpha = fast_exp2(fmaf(m[i][hh], scale_log2, -base));
+      m[i][hh] = mx;
+      float sum = 0;
+#pragma unroll
+      for (int n = 0; n < BC / 8; ++n)
+#pragma unroll
+        for (int e = 2 * hh; e < 2 * hh + 2; ++e)
+          sum += (s[i][n][e] = fast_exp2(fmaf(s[i][n][e], scale_log2, -base)));
+      l[i][hh] = l[i][hh] * alpha + sum;
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n) o[i][n][2 * hh] *= alpha, o[i][n][2 * hh + 1] *= alpha;
+    }
+}
+
+// acc * scale[i][hh] into rows t = row + 16 i + 8 hh < T of a [T, DH] tensor (row t at
+// base + t * row_stride).
+template <typename E, int MT, int DH>
+__device__ __forceinline__ void store_rows(E* base, int64_t row_stride, int64_t row, int64_t T,
+                                           const float (&acc)[MT][DH / 8][4],
+                                           const float (&scale)[MT][2], int lane) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int64_t t = row + 16 * i + 8 * hh;
+      if (t >= T) continue;
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n)
+        store2(base + t * row_stride + n * 8 + 2 * (lane % 4), acc[i][n][2 * hh] * scale[i][hh],
+               acc[i][n][2 * hh + 1] * scale[i][hh]);
+    }
+}
+template <int MT> __device__ __forceinline__ void fill(float (&x)[MT][2], float v) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i) x[i][0] = x[i][1] = v;
+}
+
+// The forward's end for one thread's rows: O / l, and L = scale m + ln l into lse[bh, t].
+template <typename E, int MT, int DH>
+__device__ __forceinline__ void store_fwd(const Params& p, int64_t b, int64_t h, int64_t row,
+                                          const float (&o)[MT][DH / 8][4], const float (&m)[MT][2],
+                                          float (&l)[MT][2], int lane) {
+  const int64_t bh = b * p.H + h;
+  float inv[MT][2];
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float sum = l[i][hh];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inv[i][hh] = 1.0f / sum;
+      const int64_t t = row + 16 * i + 8 * hh;
+      if (t < p.T && lane % 4 == 0) p.lse[bh * p.T + t] = m[i][hh] * p.scale + log2f(sum) * kLn2;
+    }
+  store_rows<E, MT, DH>(head<E>(p.out, b, h, DH, p.o_batch), p.o_row, row, p.T, o, inv, lane);
+}
+
+// The backward's statistics of one thread's query rows: L (times log2 e) and D; 0 past T.
+template <int MT>
+__device__ __forceinline__ void row_stats(float (&L)[MT][2], float (&D)[MT][2], const Params& p,
+                                          int64_t bh, int64_t row) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int64_t t = row + 16 * i + 8 * hh;
+      L[i][hh] = t < p.T ? p.lse[bh * p.T + t] * kLog2e : 0.0f;
+      D[i][hh] = t < p.T ? p.D[bh * p.T + t] : 0.0f;
+    }
+}
+
+// One tile of L (times log2 e, so that P = exp2(S * scale_log2 - L)) and D for queries
+// q0 .. q0 + rows - 1; queries at or past T get L = +inf, hence P = 0.
+template <int ROWS>
+__device__ __forceinline__ void load_stats(float* sL, float* sD, const Params& p, int64_t bh,
+                                           int64_t q0) {
+  for (int i = threadIdx.x; i < ROWS; i += blockDim.x) {
+    const int64_t t = q0 + i;
+    sL[i] = t < p.T ? p.lse[bh * p.T + t] * kLog2e : INFINITY;
+    sD[i] = t < p.T ? p.D[bh * p.T + t] : 0.0f;
+  }
+}
+
+// Backward, in place: raw scores s become P = exp2(c s - L), and dP becomes dS = P (dP - D);
+// stat(i, n, e) gives element (i, n, e)'s L or D: per row in the dQ kernels (queries are rows),
+// per column in the dK/dV kernels (keys are rows).
+template <int MT, int N, typename Stat>
+__device__ __forceinline__ void probs(float (&s)[MT][N / 8][4], float scale_log2, Stat L) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][n][e] = fast_exp2(fmaf(s[i][n][e], scale_log2, -L(i, n, e)));
+}
+template <int MT, int N, typename Stat>
+__device__ __forceinline__ void dscores(float (&ds)[MT][N / 8][4], const float (&s)[MT][N / 8][4],
+                                        Stat D) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[i][n][e] = s[i][n][e] * (ds[i][n][e] - D(i, n, e));
+}
+
+template <int MT> __device__ __forceinline__ auto by_row(const float (&x)[MT][2]) {
+  return [&x](int i, int, int e) { return x[i][e / 2]; };
+}
+__device__ __forceinline__ auto by_col(const float* x, int lane) {
+  return [x, lane](int, int n, int e) { return x[n * 8 + 2 * (lane % 4) + (e & 1)]; };
+}
+
+// The backward's outputs: dQ = scale dS K for one thread's query rows; dK = scale dS^T Q and
+// dV = P^T dO for its key rows.
+template <typename E, int MT, int DH>
+__device__ __forceinline__ void store_dq(const Params& p, int64_t b, int64_t h, int64_t row,
+                                         const float (&dq)[MT][DH / 8][4], int lane) {
+  float scale[MT][2];
+  fill(scale, p.scale);
+  store_rows<E, MT, DH>(head<E>(p.dq, b, h, DH, p.qkv_batch), p.qkv_row, row, p.T, dq, scale, lane);
+}
+template <typename E, int MT, int DH>
+__device__ __forceinline__ void store_dkdv(const Params& p, int64_t b, int64_t h, int64_t key,
+                                           const float (&dk)[MT][DH / 8][4],
+                                           const float (&dv)[MT][DH / 8][4], int lane) {
+  float scale[MT][2], one[MT][2];
+  fill(scale, p.scale);
+  fill(one, 1.0f);
+  store_rows<E, MT, DH>(head<E>(p.dk, b, h, DH, p.qkv_batch), p.qkv_row, key, p.T, dk, scale, lane);
+  store_rows<E, MT, DH>(head<E>(p.dv, b, h, DH, p.qkv_batch), p.qkv_row, key, p.T, dv, one, lane);
+}
+
+}  // namespace lmt::cuda::attn

@@ -1,0 +1,142 @@
+// Hopper (sm_90a) building blocks for the FlashAttention kernels of flash_sm90_*.cu: warpgroup
+// matrix multiplies (wgmma.mma_async, bf16 operands, fp32 accumulators) reading B, and A where it
+// is not in registers, from shared memory through 64-bit matrix descriptors of the 128-byte
+// swizzled tiles that mma.cuh's load_tile<..., Swizzled = true> fills.
+//
+// A warpgroup is 4 consecutive warps (128 threads, the first warp index a multiple of 4); one
+// wgmma computes a 64 x N tile, warp w of the group holding rows 16 w .. 16 w + 15. Per warp the
+// accumulator d[N/8][4] has mma.sync's C layout (mma.cuh) for each 8-column block, and an A
+// operand in registers has its A layout: the S -> P -> next-matmul hand-over of mma.cuh carries
+// over unchanged (PTX ISA, "wgmma.mma_async": register fragments, shared memory layouts).
+//
+// Swizzled tiles (mma.cuh: DH / 64 panels of ROWS x 64 columns, rows of 128 bytes) serve both
+// ways a matmul reads them: K-major (rows are M or N, the contiguous dimension is K, as K
+// for S = Q K^T) and MN-major (rows are K, as V for O = P V). The swizzle keeps both the loader's
+// 16-byte stores and the tensor cores' reads free of bank conflicts.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "mma.cuh"
+
+// The sm90 kernels' bodies exist only in the sm_90a pass of the build; other targets get a trap
+// (the launchers run them only where sm90() holds).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LMT_SM90_DEVICE_CODE 1
+#endif
+
+namespace lmt::cuda::attn {
+
+// Dynamic shared memory from its first 1024-byte boundary (swizzled tiles need it); launchers ask
+// for kSmemAlignSlack bytes more than the tiles take.
+constexpr size_t kSmemAlignSlack = 1024;
+__device__ __forceinline__ bf16* smem_1024() {
+  extern __shared__ __align__(16) unsigned char smem_dynamic[];
+  return reinterpret_cast<bf16*>(smem_dynamic + ((1024 - (smem_addr(smem_dynamic) & 1023)) & 1023));
+}
+
+// Descriptor of a swizzled operand starting at p: `lbo` is the leading byte offset (MN-major: from
+// one panel to the next; K-major: unused, 16), the stride byte offset is 1024 (from one group of
+// 8 rows to the next), swizzle mode 1 (128 bytes).
+__device__ __forceinline__ uint64_t smem_desc(const bf16* p, uint32_t lbo) {
+  return uint64_t((smem_addr(p) & 0x3FFFF) >> 4) | uint64_t((lbo & 0x3FFFF) >> 4) << 16 |
+         uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
+}
+// K-major operand: rows row0 .. row0 + 63 (A) or all ROWS (B) of a tile, columns 16 ks .. 16 ks + 15.
+// Within a panel the 16 columns are 32 bytes further along each row; the hardware applies the
+// swizzle to the address it forms, so the start may sit inside a 128-byte row.
+template <int ROWS>
+__device__ __forceinline__ uint64_t kmajor_desc(const bf16* tile, int row0, int ks) {
+  return smem_desc(tile + (ks / 4) * ROWS * 64 + row0 * 64 + (ks % 4) * 16, 16);
+}
+// MN-major operand (B = the tile as stored, K along rows): rows 16 ks .. 16 ks + 15, every column.
+template <int ROWS> __device__ __forceinline__ uint64_t mnmajor_desc(const bf16* tile, int ks) {
+  return smem_desc(tile + ks * 16 * 64, ROWS * 128);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+#define LMT_D4(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+#define LMT_D32 LMT_D4(0), LMT_D4(1), LMT_D4(2), LMT_D4(3), LMT_D4(4), LMT_D4(5), LMT_D4(6), LMT_D4(7)
+#define LMT_D64 LMT_D32, LMT_D4(8), LMT_D4(9), LMT_D4(10), LMT_D4(11), LMT_D4(12), LMT_D4(13), \
+                LMT_D4(14), LMT_D4(15)
+#define LMT_R32                                                                                 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define LMT_R64                                                                                 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "   \
+  "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
+  "%56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d (64 x N) = [d +] A B: A and B K-major in shared memory. `accumulate` false starts from zero.
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, bool accumulate);
+template <>
+__device__ __forceinline__ void wgmma_ss<64>(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LMT_R32
+               ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : LMT_D32
+               : "l"(a), "l"(b), "r"(int(accumulate)));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<128>(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " LMT_R64
+               ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+               : LMT_D64
+               : "l"(a), "l"(b), "r"(int(accumulate)));
+}
+
+// d (64 x N) += A B: A (64 x 16) in registers (mma.sync's A fragment per warp), B MN-major in
+// shared memory.
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b);
+template <>
+__device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LMT_R32
+               ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+               : LMT_D32
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " LMT_R64
+               ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+               : LMT_D64
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+#undef LMT_D4
+#undef LMT_D32
+#undef LMT_D64
+#undef LMT_R32
+#undef LMT_R64
+
+// acc (64 x N) = A B^T over K = DH: A rows row0 .. row0 + 63 of tile `a` (AR rows), B^T = all N
+// rows of tile `bt`; both K-major. Issued, not waited for (commit and wait follow).
+template <int N, int DH, int AR>
+__device__ __forceinline__ void wgmma_abt(float (&acc)[N / 8][4], const bf16* a, int row0, const bf16* bt) {
+#pragma unroll
+  for (int ks = 0; ks < DH / 16; ++ks)
+    wgmma_ss<N>(acc, kmajor_desc<AR>(a, row0, ks), kmajor_desc<N>(bt, 0, ks), ks > 0);
+}
+// acc (64 x N) += P B over K: P (64 x K) in C-fragment registers, rounded to bf16 into `pa` (which
+// must stay untouched until the wgmma completes), B = tile `b` of K rows, MN-major.
+template <int N, int K>
+__device__ __forceinline__ void wgmma_pb(float (&acc)[N / 8][4], uint32_t (&pa)[K / 16][4],
+                                         const float (&p)[K / 8][4], const bf16* b) {
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) c_to_a(pa[ks], p[2 * ks], p[2 * ks + 1]);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) wgmma_rs<N>(acc, pa[ks], mnmajor_desc<K>(b, ks));
+}
+
+}  // namespace lmt::cuda::attn
