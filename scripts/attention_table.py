@@ -8,7 +8,7 @@ for each implementation with rows in the CSVs, in IMPLS's order.
 import csv
 import sys
 
-IMPLS = ["lmtrain naive", "lmtrain flash", "torch naive", "torch naive-compiled", "torch torch-flash",
+IMPLS = ["lmtrain naive", "lmtrain flash", "lmtrain flash-mma", "torch naive", "torch naive-compiled", "torch torch-flash",
          "torch sdpa-flash", "torch sdpa-cudnn"]
 
 

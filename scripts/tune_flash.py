@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """Tile-shape sweep of the FlashAttention kernels on this machine's GPU.
 
-For each candidate (warps per block, row tiles of 16 per warp, streamed tile) of one kernel, a
-copy of build/ is rebuilt with that kernel's table entry replaced
-(EXTRA_NVCCFLAGS=-DLMT_FLASH_<KERNEL>_WARPS=w ..., sm_90 only; candidates build in parallel) and
-its attention mode times flash on the grid. Rows go to results/flash_tuning.csv; the best
-candidate per kernel and head dim is printed (forward time for fwd, backward time for dkdv and dq:
-the backward runs both kernels, the other one fixed at its table entry). The table itself lives
-in cuda/attention/flash.cuh.
+For each candidate of one kernel, a copy of build/ is rebuilt with that kernel's table entry
+replaced (EXTRA_NVCCFLAGS=-DLMT_FLASH_<KERNEL>_..., sm_90a only; only the kernel's own object is
+recompiled; candidates build in parallel) and its attention mode times flash on the grid. The
+mma.sync kernels (fwd, dkdv, dq: run by flash-mma) take (warps per block, row tiles of 16 per
+warp, streamed tile); the Hopper wgmma kernels (sm90_fwd, sm90_dkdv, sm90_dq: run by flash on an
+H100 or H200) take (warpgroups per block, streamed tile), written to the CSV as warps = 4 x
+warpgroups, row_tiles = 1. Rows go to results/flash_tuning.csv; the best candidate per kernel and
+head dim is printed (forward time for the forward kernels, backward time for the others: the
+backward runs both of its kernels, the other one fixed at its table entry). The tables
+themselves live in cuda/attention/flash.cuh.
 
-    make -j all && scripts/tune_flash.py [--kernels dkdv dq] [--head-dims 64 128]
-        [--seq-lens 8192 16384] [--jobs 8]
+    make -j all && scripts/tune_flash.py [--kernels sm90_dkdv sm90_dq] [--head-dims 64 128]
+        [--seq-lens 8192 16384] [--jobs 8] [--test]
 """
 import argparse
 import csv
@@ -25,23 +28,40 @@ CANDIDATES = {
     "fwd": [(4, 2, 64), (4, 2, 32), (4, 1, 64), (8, 1, 64), (4, 1, 128), (8, 1, 128), (8, 2, 64)],
     "dkdv": [(4, 2, 32), (4, 1, 32), (4, 1, 64), (8, 1, 32)],
     "dq": [(4, 2, 64), (4, 1, 64), (4, 2, 32), (8, 1, 64)],
+    "sm90_fwd": [(2, 128), (2, 64), (3, 64), (3, 128)],
+    "sm90_dkdv": [(2, 64), (1, 64), (2, 128), (3, 64)],
+    "sm90_dq": [(2, 64), (1, 64), (3, 64)],
 }
+# The object each kernel's table entry is compiled into, and the impl that runs it.
+SOURCE = {"fwd": "flash_fwd", "dkdv": "flash_bwd", "dq": "flash_bwd", "sm90_fwd": "flash_sm90_fwd",
+          "sm90_dkdv": "flash_sm90_bwd", "sm90_dq": "flash_sm90_bwd"}
+
+
+def flags(kernel, cand):
+    k = kernel.upper()
+    if kernel.startswith("sm90_"):
+        g, t = cand
+        return f"-DLMT_FLASH_{k}_GROUPS={g} -DLMT_FLASH_{k}_TILE={t}"
+    w, m, t = cand
+    return f"-DLMT_FLASH_{k}_WARPS={w} -DLMT_FLASH_{k}_MTILES={m} -DLMT_FLASH_{k}_TILE={t}"
+
+
+def shape(kernel, cand):
+    """(warps, row_tiles, tile) for the CSV."""
+    return (4 * cand[0], 1, cand[1]) if kernel.startswith("sm90_") else cand
 COLUMNS = ["date_utc", "device_name", "kernel", "warps", "row_tiles", "tile", "head_dim", "seq_len",
            "fwd_ms", "bwd_ms", "status"]
 
 
 def build(kernel, cand, env):
-    w, m, t = cand
-    out = os.path.join("build_tune", f"{kernel}_{w}_{m}_{t}")
+    out = os.path.join("build_tune", kernel + "".join(f"_{x}" for x in cand))
     if not os.path.exists(out):
         shutil.copytree("build", out, symlinks=True)
-    for f in os.listdir(os.path.join(out, "obj", "cuda", "attention")):
-        if f.endswith(".o"):
-            os.remove(os.path.join(out, "obj", "cuda", "attention", f))
-    k = kernel.upper()
-    flags = f"-DLMT_FLASH_{k}_WARPS={w} -DLMT_FLASH_{k}_MTILES={m} -DLMT_FLASH_{k}_TILE={t}"
-    cmd = ["make", f"BUILD={out}", f"EXTRA_NVCCFLAGS={flags}",
-           "CUDA_ARCHS=-gencode arch=compute_90,code=sm_90", f"{out}/lmtrain"]
+    obj = os.path.join(out, "obj", "cuda", "attention", SOURCE[kernel] + ".o")
+    if os.path.exists(obj):
+        os.remove(obj)
+    cmd = ["make", f"BUILD={out}", f"EXTRA_NVCCFLAGS={flags(kernel, cand)}",
+           "CUDA_ARCHS=-gencode arch=compute_90a,code=sm_90a", f"{out}/lmtrain", f"{out}/tests"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     return out, r.returncode, r.stdout[-2000:] + r.stderr[-2000:]
 
@@ -52,6 +72,8 @@ def main():
     ap.add_argument("--head-dims", nargs="+", type=int, default=[64, 128])
     ap.add_argument("--seq-lens", nargs="+", type=int, default=[8192, 16384])
     ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--test", action="store_true",
+                    help="also run each candidate's FlashAttention tests (status 'wrong' if they fail)")
     ap.add_argument("--csv", default="results/flash_tuning.csv")
     args = ap.parse_args()
     if not os.path.exists("build/lmtrain"):
@@ -63,7 +85,7 @@ def main():
     rows = []
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     for (kernel, cand), (out, rc, log) in zip(todo, built):
-        w, m, t = cand
+        w, m, t = shape(kernel, cand)
         base = {"date_utc": date, "kernel": kernel, "warps": w, "row_tiles": m, "tile": t}
         if rc != 0:
             print(f"{kernel} {cand}: build failed\n{log}", file=sys.stderr)
@@ -72,7 +94,8 @@ def main():
         att = os.path.join(out, "attention.csv")
         if os.path.exists(att):
             os.remove(att)
-        cmd = [f"{out}/lmtrain", "--set", "run.mode=attention", "--set", 'attention.impls=["flash"]',
+        impl = "flash" if kernel.startswith("sm90_") else "flash-mma"
+        cmd = [f"{out}/lmtrain", "--set", "run.mode=attention", "--set", f'attention.impls=["{impl}"]',
                "--set", f"attention.seq_lens={args.seq_lens}", "--set", f"attention.head_dims={args.head_dims}",
                "--set", "attention.warmup=3", "--set", "attention.iters=10", "--csv", att]
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -80,20 +103,26 @@ def main():
             print(f"{kernel} {cand}: run failed\n{r.stdout[-1500:]}{r.stderr[-1500:]}", file=sys.stderr)
             rows.append({**base, "status": "run failed"})
             continue
+        wrong = False
+        if args.test:
+            t = subprocess.run([f"{out}/tests", "-tc=flash attention: O*"], capture_output=True, text=True)
+            wrong = t.returncode != 0
+            if wrong:
+                print(f"{kernel} {cand}: tests failed\n{t.stdout[-1500:]}", file=sys.stderr)
         with open(att, newline="") as f:
             for a in csv.DictReader(f):
                 rows.append({**base, "device_name": a["device_name"], "head_dim": a["head_dim"],
                              "seq_len": a["seq_len"], "fwd_ms": a["fwd_ms"], "bwd_ms": a["bwd_ms"],
-                             "status": a["status"]})
+                             "status": "wrong" if wrong else a["status"]})
     new = not os.path.exists(args.csv) or os.path.getsize(args.csv) == 0
     with open(args.csv, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         if new:
             w.writeheader()
         w.writerows({c: r.get(c, "") for c in COLUMNS} for r in rows)
-    print(f"{'kernel':6} {'dh':>4} {'warps,tiles,tile':>16} {'sum ms':>8}   (lower is better; * = best)")
+    print(f"{'kernel':9} {'dh':>4} {'warps,tiles,tile':>16} {'sum ms':>8}   (lower is better; * = best)")
     for kernel in args.kernels:
-        col = "fwd_ms" if kernel == "fwd" else "bwd_ms"
+        col = "fwd_ms" if kernel.endswith("fwd") else "bwd_ms"
         for dh in args.head_dims:
             scores = {}
             for r in rows:
@@ -102,7 +131,7 @@ def main():
                     scores[key] = scores.get(key, 0.0) + float(r[col])
             best = min(scores, key=scores.get) if scores else None
             for key, ms in sorted(scores.items()):
-                print(f"{kernel:6} {dh:4} {str(key):>16} {ms:8.3f} {'*' if key == best else ''}")
+                print(f"{kernel:9} {dh:4} {str(key):>16} {ms:8.3f} {'*' if key == best else ''}")
 
 
 if __name__ == "__main__":

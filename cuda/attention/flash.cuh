@@ -68,28 +68,35 @@ template <int DH> struct DqTraits {
 
 // The Hopper kernels (flash_sm90_*.cu, wgmma): warpgroups per block (each owns 64 rows: queries
 // in forward and dQ, keys in dK/dV) and the streamed tile's rows; both tiles' row counts are
-// wgmma N sizes (64 or 128). Defaults for a first run; tuned like the table above (macros
-// LMT_FLASH_SM90_FWD_GROUPS / _TILE, likewise DKDV and DQ).
+// wgmma N sizes (64 or 128). Chosen by scripts/tune_flash.py --kernels sm90_fwd sm90_dkdv sm90_dq
+// --test on one H100 (bf16, causal, B 1, H 16, T 8192 and 16384; rows in
+// results/flash_tuning.csv, 2026-11-23), summed times per head dim: forward (3, 128) 2.61 ms at
+// d 64 against (2, 128) 2.71, (2, 128) 4.21 ms at d 128 (3 warpgroups spill there; and at d 64
+// with fp32 storage, the model's, whose loader needs more registers: it keeps (2, 128), the
+// tiles the model's bench measured); dQ (3, 64)
+// 6.97 ms at d 64, (2, 64) 11.97 at d 128 (a 128-key tile spills once pipelined); dK/dV
+// (2, 128) 8.32 ms at d 64, (2, 64) 13.17 at d 128. Macros LMT_FLASH_SM90_FWD_GROUPS / _TILE
+// (likewise DKDV and DQ) replace an entry for a tuning build.
 #define LMT_SM90_TILES(g, t) static constexpr int kGroups = g, kTile = t
-template <int DH> struct Sm90FwdTraits {
+template <typename E, int DH> struct Sm90FwdTraits {
 #ifdef LMT_FLASH_SM90_FWD_GROUPS
   LMT_SM90_TILES(LMT_FLASH_SM90_FWD_GROUPS, LMT_FLASH_SM90_FWD_TILE);
 #else
-  LMT_SM90_TILES(2, 128);
+  LMT_SM90_TILES(DH >= 128 || sizeof(E) == 4 ? 2 : 3, 128);
 #endif
 };
 template <int DH> struct Sm90DkdvTraits {
 #ifdef LMT_FLASH_SM90_DKDV_GROUPS
   LMT_SM90_TILES(LMT_FLASH_SM90_DKDV_GROUPS, LMT_FLASH_SM90_DKDV_TILE);
 #else
-  LMT_SM90_TILES(2, 64);
+  LMT_SM90_TILES(2, DH >= 128 ? 64 : 128);
 #endif
 };
 template <int DH> struct Sm90DqTraits {
 #ifdef LMT_FLASH_SM90_DQ_GROUPS
   LMT_SM90_TILES(LMT_FLASH_SM90_DQ_GROUPS, LMT_FLASH_SM90_DQ_TILE);
 #else
-  LMT_SM90_TILES(2, 64);
+  LMT_SM90_TILES(DH >= 128 ? 2 : 3, 64);
 #endif
 };
 #undef LMT_SM90_TILES

@@ -66,7 +66,9 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
 
       if constexpr (decltype(mask)::value)
         mask_tile<false, MT, BC>(s, int(warp_q0), int(k0), int(p.T), p.causal, lane);
-      online_softmax<MT, BC, DH>(s, m, l, o, p.scale_log2);
+      float alpha[MT][2];
+      softmax_tile<MT, BC>(s, m, l, alpha, p.scale_log2);
+      rescale<MT, DH>(o, alpha);
       mma_pb<MT, BC, DH, LD>(o, s, v_t, lane);
     }
     __syncthreads();  // every warp is done with `buf` before the next iteration refills it

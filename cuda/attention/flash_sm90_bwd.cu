@@ -60,21 +60,34 @@ __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
     const int64_t q0 = i * BR;
     // A warpgroup whose keys all lie after this tile's last query gets nothing from it.
     if (!p.causal || group_k0 <= q0 + BR - 1) {
+      // Each step's elementwise work runs beside the tensor cores' next matmul: P^T beside dP^T,
+      // dS^T beside dV += P^T dO.
       float s[1][BR / 8][4], ds[1][BR / 8][4];  // S^T, dP^T: keys x queries
+      uint32_t pa[BR / 16][4], dsa[BR / 16][4];
       wgmma_fence();
       wgmma_abt<BR, DH, BC>(s[0], sK, 64 * group, q_t);
+      wgmma_commit();
       wgmma_abt<BR, DH, BC>(ds[0], sV, 64 * group, g_t);
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<1>();
+      fence_regs(s[0]);
       if constexpr (decltype(mask)::value)
         mask_tile<true, 1, BR>(s, int(warp_k0), int(q0), int(p.T), true, lane);
       probs<1, BR>(s, p.scale_log2, by_col(sL + buf * BR, lane));
+      to_a<BR>(pa, s[0]);
+      wgmma_fence();
+      wgmma_pb<DH, BR>(dv[0], pa, g_t);  // dV += P^T dO
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_regs(ds[0]);
       dscores<1, BR>(ds, s, by_col(sD + buf * BR, lane));
-      uint32_t pa[BR / 16][4], dsa[BR / 16][4];
-      wgmma_pb<DH, BR>(dv[0], pa, s[0], g_t);   // dV += P^T dO
-      wgmma_pb<DH, BR>(dk[0], dsa, ds[0], q_t);  // dK += dS^T Q (scaled at the end)
+      to_a<BR>(dsa, ds[0]);
+      wgmma_fence();
+      wgmma_pb<DH, BR>(dk[0], dsa, q_t);  // dK += dS^T Q (scaled at the end)
       wgmma_commit();
       wgmma_wait<0>();
+      fence_regs(dv[0]);
+      fence_regs(dk[0]);
     }
     __syncthreads();  // every warp is done with `buf` before the next iteration refills it
   };
@@ -89,62 +102,98 @@ __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
 }
 
 // Block: kGroups warpgroups, 64 * kGroups queries of one (batch, head) with their dO, L and D;
-// key and value tiles of kTile rows stream through shared memory, double-buffered.
+// key and value tiles of kTile rows stream through shared memory. Software-pipelined by one tile
+// as the forward is: while the tensor cores run dQ += dS_j K_j, the warpgroup
+// turns S_{j+1} and dP_{j+1}, issued just before it, into dS_{j+1}. K_j and K_{j+1} are read in
+// iteration j while K_{j+2} arrives: three key buffers, two value buffers.
 template <typename E, int DH>
 __global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
     flash_dq_sm90_kernel(const Params p) {
 #ifdef LMT_SM90_DEVICE_CODE
   constexpr int BC = Sm90DqTraits<DH>::kTile, BR = 64 * Sm90DqTraits<DH>::kGroups;
-  constexpr int THREADS = BR * 2;
+  constexpr int THREADS = BR * 2, KV = BC * DH;  // KV: elements of one K or V buffer
   bf16* sQ = smem_1024();
   bf16* sdO = sQ + BR * DH;
-  bf16* sK = sdO + BR * DH;     // 2 buffers of BC rows
-  bf16* sV = sK + 2 * BC * DH;  // 2 buffers of BC rows
+  bf16* sK = sdO + BR * DH;  // key tile t in buffer t % 3
+  bf16* sV = sK + 3 * KV;    // value tile t in buffer t % 2
 
   const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int64_t qtile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = qtile * BR;
   const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
   const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
-  const int64_t tiles = key_tiles(p, q0, BR, BC);
+  const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
+  const int64_t tiles = key_tiles(p, q0, BR, BC), mine = key_tiles(p, group_q0, 64, BC);
+  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
+  auto load_kv = [&](int64_t t) {
+    load_tile<E, BC, DH, THREADS, true>(sK + (t % 3) * KV, K, t * BC, p.T, p.qkv_row);
+    load_tile<E, BC, DH, THREADS, true>(sV + (t % 2) * KV, V, t * BC, p.T, p.qkv_row);
+  };
 
+  // cp.async groups: {Q, dO, K_0, V_0}, {K_1, V_1}, then in iteration j {K_{j+2}, V_{j+2}};
+  // iteration j waits for all but the newest: K_{j+1} and V_{j+1} (K_j came earlier).
   load_tile<E, BR, DH, THREADS, true>(sQ, head<E>(p.q, b, h, DH, p.qkv_batch), q0, p.T, p.qkv_row);
   load_tile<E, BR, DH, THREADS, true>(sdO, head<E>(p.dout, b, h, DH, p.o_batch), q0, p.T, p.o_row);
-  load_tile<E, BC, DH, THREADS, true>(sK, K, 0, p.T, p.qkv_row);
-  load_tile<E, BC, DH, THREADS, true>(sV, V, 0, p.T, p.qkv_row);
+  load_kv(0);
   cp_async_commit();
-
-  const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
-  float L[1][2], D[1][2], dq[1][DH / 8][4];
+  if (tiles > 1) load_kv(1);
+  cp_async_commit();
+  float L[1][2], D[1][2], dq[1][DH / 8][4], s[1][BC / 8][4], ds[1][BC / 8][4];  // s, ds: S/P, dP/dS
+  uint32_t dsa[BC / 16][4];  // dS_j, the A operand of dS K
   row_stats(L, D, p, bh, row);
   zero(dq);
+  cp_async_wait<1>();
+  fence_async_smem();
+  __syncthreads();
 
-  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
-  auto step = [&](int64_t j, auto mask) {
-    const int buf = next_kv_tile<E, BC, DH, THREADS, true>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
-    const bf16 *k_t = sK + buf * BC * DH, *v_t = sV + buf * BC * DH;
-    const int64_t k0 = j * BC;
-    if (!p.causal || k0 <= group_q0 + 63) {
-      float s[1][BC / 8][4], ds[1][BC / 8][4];  // S, dP: queries x keys
-      wgmma_fence();
-      wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, k_t);
-      wgmma_abt<BC, DH, BR>(ds[0], sdO, 64 * group, v_t);
-      wgmma_commit();
-      wgmma_wait<0>();
-      if constexpr (decltype(mask)::value)
-        mask_tile<false, 1, BC>(s, int(warp_q0), int(k0), int(p.T), p.causal, lane);
-      probs<1, BC>(s, p.scale_log2, by_row(L));
-      dscores<1, BC>(ds, s, by_row(D));
-      uint32_t dsa[BC / 16][4];
-      wgmma_pb<DH, BC>(dq[0], dsa, ds[0], k_t);  // dQ += dS K (scaled at the end)
-      wgmma_commit();
-      wgmma_wait<0>();
-    }
+  auto issue_scores = [&](int64_t t) {  // s = Q K_t^T, ds = dO V_t^T
+    wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, sK + (t % 3) * KV);
+    wgmma_abt<BC, DH, BR>(ds[0], sdO, 64 * group, sV + (t % 2) * KV);
+    wgmma_commit();
+  };
+  auto grads = [&](int64_t t, auto mask) {  // ds = dS_t (after the wait for its scores)
+    fence_regs(s[0]);
+    fence_regs(ds[0]);
+    if constexpr (decltype(mask)::value)
+      mask_tile<false, 1, BC>(s, int(warp_q0), int(t * BC), int(p.T), p.causal, lane);
+    probs<1, BC>(s, p.scale_log2, by_row(L));
+    dscores<1, BC>(ds, s, by_row(D));
+  };
+  auto advance = [&](int64_t j) {
+    __syncthreads();  // K_{j-1}'s and V_j's buffers, refilled now, were last read in iteration j - 1
+    if (j + 2 < tiles) load_kv(j + 2);
+    cp_async_commit();
+    cp_async_wait<1>();
+    fence_async_smem();
     __syncthreads();
   };
+  // As in the forward: branches hold whole issue-to-wait sequences.
+  auto step = [&](int64_t j, auto mask_next, auto has_next) {
+    advance(j);
+    wgmma_fence();
+    if constexpr (decltype(has_next)::value) issue_scores(j + 1);
+    wgmma_pb<DH, BC>(dq[0], dsa, sK + (j % 3) * KV);  // dQ += dS_j K_j (scaled at the end)
+    wgmma_commit();
+    if constexpr (decltype(has_next)::value) {
+      wgmma_wait<1>();
+      grads(j + 1, mask_next);
+    }
+    wgmma_wait<0>();
+    fence_regs(dq[0]);
+    if constexpr (decltype(has_next)::value) to_a<BC>(dsa, ds[0]);
+  };
+  using std::false_type, std::true_type;
+  wgmma_fence();
+  issue_scores(0);
+  wgmma_wait<0>();
+  if (clean > 0) grads(0, false_type{});
+  else grads(0, true_type{});
+  to_a<BC>(dsa, ds[0]);
   int64_t j = 0;
-  for (; j < clean; ++j) step(j, std::false_type{});
-  for (; j < tiles; ++j) step(j, std::true_type{});
+  for (; j + 1 < min64(clean, mine); ++j) step(j, false_type{}, true_type{});
+  for (; j + 1 < mine; ++j) step(j, true_type{}, true_type{});
+  step(j, false_type{}, false_type{});
+  for (++j; j < tiles; ++j) advance(j);
 
   store_dq<E, 1, DH>(p, b, h, row, dq, lane);
 #else
@@ -161,7 +210,7 @@ template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream
   }
   {
     constexpr int BR = 64 * Sm90DqTraits<DH>::kGroups, BC = Sm90DqTraits<DH>::kTile;
-    constexpr size_t smem = size_t(2 * BR + 4 * BC) * DH * sizeof(bf16) + kSmemAlignSlack;
+    constexpr size_t smem = size_t(2 * BR + 5 * BC) * DH * sizeof(bf16) + kSmemAlignSlack;
     launch_tiles<flash_dq_sm90_kernel<E, DH>>(p, B, BR, BR * 2, smem, stream);
   }
 }

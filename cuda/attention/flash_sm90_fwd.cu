@@ -1,13 +1,15 @@
 // FlashAttention-2 forward on Hopper's warpgroup tensor cores (wgmma, sm_90a): flash_fwd.cu's
 // algorithm and arithmetic (online softmax in fp32 on exp2, P rounded to bf16 for P V, causal
-// tiles past the block's last query never loaded, only diagonal and end tiles masked), with each
+// tiles past the last query never visited, only diagonal and end tiles masked), with each
 // warpgroup computing a 64-query slice of S = Q K^T and of O += P V per instruction instead of
 // each warp a 16-row one: Q and the K tile are read by the tensor cores straight from shared
 // memory, P from registers, V from shared memory as stored (MN-major).
 //
 // Block: kGroups warpgroups, 64 * kGroups queries of one (batch, head); K and V stream through
 // shared memory in tiles of kTile keys, double-buffered with cp.async by all threads (swizzled
-// tiles, wgmma.cuh).
+// tiles, wgmma.cuh). Software-pipelined by one tile: while the tensor cores run P_j V_j, the
+// warpgroup takes the softmax of S_{j+1}, issued just before it. So key tile j + 1 must be in
+// shared memory with value tile j: K runs one tile ahead of V.
 #include <type_traits>
 
 #include "../common.cuh"
@@ -19,57 +21,98 @@ namespace lmt::cuda::attn {
 namespace {
 
 template <typename E, int DH>
-__global__ void __launch_bounds__(Sm90FwdTraits<DH>::kGroups * 128, 1)
+__global__ void __launch_bounds__(Sm90FwdTraits<E, DH>::kGroups * 128, 1)
     flash_fwd_sm90_kernel(const Params p) {
 #ifdef LMT_SM90_DEVICE_CODE
-  constexpr int BC = Sm90FwdTraits<DH>::kTile, BR = 64 * Sm90FwdTraits<DH>::kGroups;
-  constexpr int THREADS = BR * 2;
+  constexpr int BC = Sm90FwdTraits<E, DH>::kTile, BR = 64 * Sm90FwdTraits<E, DH>::kGroups;
+  constexpr int THREADS = BR * 2, KV = BC * DH;  // KV: elements of one K or V buffer
   bf16* sQ = smem_1024();
-  bf16* sK = sQ + BR * DH;      // 2 buffers of BC rows
-  bf16* sV = sK + 2 * BC * DH;  // 2 buffers of BC rows
+  bf16* sK = sQ + BR * DH;  // key tile t in buffer t % 2
+  bf16* sV = sK + 2 * KV;   // value tile t in buffer t % 2
 
   const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int64_t qtile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // longest first
   const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = qtile * BR;
   const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
   const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
-  const int64_t tiles = key_tiles(p, q0, BR, BC);
+  const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
+  // Key tiles the block loads, and those this warpgroup uses (causal: the first warpgroup may
+  // need one fewer); tiles from `clean` on need the mask for some query of the block.
+  const int64_t tiles = key_tiles(p, q0, BR, BC), mine = key_tiles(p, group_q0, 64, BC);
+  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
+  auto load = [&](bf16* buffers, const E* src, int64_t t) {
+    load_tile<E, BC, DH, THREADS, true>(buffers + (t % 2) * KV, src, t * BC, p.T, p.qkv_row);
+  };
 
+  // cp.async groups: {Q, K_0}, {K_1, V_0}, then in iteration j {K_{j+2}, V_{j+1}}; iteration j
+  // waits for all but the newest group: K_{j+1} and V_j.
   load_tile<E, BR, DH, THREADS, true>(sQ, head<E>(p.q, b, h, DH, p.qkv_batch), q0, p.T, p.qkv_row);
-  load_tile<E, BC, DH, THREADS, true>(sK, K, 0, p.T, p.qkv_row);
-  load_tile<E, BC, DH, THREADS, true>(sV, V, 0, p.T, p.qkv_row);
+  load(sK, K, 0);
   cp_async_commit();
+  if (tiles > 1) load(sK, K, 1);
+  load(sV, V, 0);
+  cp_async_commit();
+  cp_async_wait<1>();
+  fence_async_smem();
+  __syncthreads();
 
-  float o[1][DH / 8][4], m[1][2], l[1][2];
+  float o[1][DH / 8][4], m[1][2], l[1][2], alpha[1][2], s[1][BC / 8][4];
+  uint32_t pa[BC / 16][4];  // P_j, the A operand of P V
   zero(o);
   fill(m, -INFINITY);
   fill(l, 0.0f);
-  const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
-
-  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
-  auto step = [&](int64_t j, auto mask) {
-    const int buf = next_kv_tile<E, BC, DH, THREADS, true>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
-    const int64_t k0 = j * BC;
-    // A warpgroup whose queries all lie before this tile's first key sees none of it.
-    if (!p.causal || k0 <= group_q0 + 63) {
-      float s[1][BC / 8][4];
-      wgmma_fence();
-      wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, sK + buf * BC * DH);
-      wgmma_commit();
-      wgmma_wait<0>();
-      if constexpr (decltype(mask)::value)
-        mask_tile<false, 1, BC>(s, int(warp_q0), int(k0), int(p.T), p.causal, lane);
-      online_softmax<1, BC, DH>(s, m, l, o, p.scale_log2);
-      uint32_t pa[BC / 16][4];
-      wgmma_pb<DH, BC>(o[0], pa, s[0], sV + buf * BC * DH);
-      wgmma_commit();
-      wgmma_wait<0>();
-    }
-    __syncthreads();  // every warp is done with `buf` before the next iteration refills it
+  auto issue_scores = [&](int64_t t) {  // s = Q K_t^T
+    wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, sK + (t % 2) * KV);
+    wgmma_commit();
   };
+  auto softmax = [&](int64_t t, auto mask) {  // s = P_t (after the wait for its scores); alpha
+    fence_regs(s[0]);
+    if constexpr (decltype(mask)::value)
+      mask_tile<false, 1, BC>(s, int(warp_q0), int(t * BC), int(p.T), p.causal, lane);
+    softmax_tile<1, BC>(s, m, l, alpha, p.scale_log2);
+  };
+  // Iteration j: tile j + 2 of K and j + 1 of V start to load, K_{j+1} and V_j are waited for.
+  auto advance = [&](int64_t j) {
+    __syncthreads();  // K_j's and V_{j-1}'s buffers, refilled now, were last read in iteration j - 1
+    if (j + 2 < tiles) load(sK, K, j + 2);
+    if (j + 1 < tiles) load(sV, V, j + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    fence_async_smem();
+    __syncthreads();
+  };
+  // Then O += P_j V_j, beside S_{j+1} and its softmax if this warpgroup has a tile j + 1. The
+  // branches that pick a step are uniform per warpgroup and hold whole issue-to-wait sequences:
+  // a branch between a wgmma and its wait makes ptxas serialize every wgmma of the kernel.
+  auto step = [&](int64_t j, auto mask_next, auto has_next) {
+    advance(j);
+    wgmma_fence();
+    if constexpr (decltype(has_next)::value) issue_scores(j + 1);
+    wgmma_pb<DH, BC>(o[0], pa, sV + (j % 2) * KV);
+    wgmma_commit();
+    if constexpr (decltype(has_next)::value) {
+      wgmma_wait<1>();  // S_{j+1}; P_j V_j may still run
+      softmax(j + 1, mask_next);
+    }
+    wgmma_wait<0>();
+    fence_regs(o[0]);
+    if constexpr (decltype(has_next)::value) {
+      rescale<1, DH>(o, alpha);
+      to_a<BC>(pa, s[0]);
+    }
+  };
+  using std::false_type, std::true_type;
+  wgmma_fence();
+  issue_scores(0);
+  wgmma_wait<0>();
+  if (clean > 0) softmax(0, false_type{});
+  else softmax(0, true_type{});
+  to_a<BC>(pa, s[0]);
   int64_t j = 0;
-  for (; j < clean; ++j) step(j, std::false_type{});
-  for (; j < tiles; ++j) step(j, std::true_type{});
+  for (; j + 1 < min64(clean, mine); ++j) step(j, false_type{}, true_type{});
+  for (; j + 1 < mine; ++j) step(j, true_type{}, true_type{});
+  step(j, false_type{}, false_type{});
+  for (++j; j < tiles; ++j) advance(j);  // the block's barriers, for tiles only the others use
 
   store_fwd<E, 1, DH>(p, b, h, row, o, m, l, lane);
 #else
@@ -78,7 +121,7 @@ __global__ void __launch_bounds__(Sm90FwdTraits<DH>::kGroups * 128, 1)
 }
 
 template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
-  constexpr int BR = 64 * Sm90FwdTraits<DH>::kGroups, BC = Sm90FwdTraits<DH>::kTile;
+  constexpr int BR = 64 * Sm90FwdTraits<E, DH>::kGroups, BC = Sm90FwdTraits<E, DH>::kTile;
   constexpr size_t smem = size_t(BR + 4 * BC) * DH * sizeof(bf16) + kSmemAlignSlack;
   launch_tiles<flash_fwd_sm90_kernel<E, DH>>(p, B, BR, BR * 2, smem, stream);
 }

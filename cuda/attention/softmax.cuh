@@ -11,12 +11,13 @@
 namespace lmt::cuda::attn {
 
 // One key tile of the forward's online softmax, in place: raw scores s (-inf where masked) become
-// P = exp2(c (s - m')) with m' = max(m, rowmax s), c = scale * log2 e; l = l * exp2(c (m - m')) +
-// rowsum P over this thread's columns (the quad is summed at the end), O is rescaled alike.
-template <int MT, int BC, int DH>
-__device__ __forceinline__ void online_softmax(float (&s)[MT][BC / 8][4], float (&m)[MT][2],
-                                               float (&l)[MT][2], float (&o)[MT][DH / 8][4],
-                                               float scale_log2) {
+// P = exp2(c (s - m')) with m' = max(m, rowmax s), c = scale * log2 e; l = l * alpha + rowsum P
+// over this thread's columns (the quad is summed at the end), alpha = exp2(c (m - m')), by which
+// the caller rescales O (rescale).
+template <int MT, int BC>
+__device__ __forceinline__ void softmax_tile(float (&s)[MT][BC / 8][4], float (&m)[MT][2],
+                                             float (&l)[MT][2], float (&alpha)[MT][2],
+                                             float scale_log2) {
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -28,7 +29,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][BC / 8][4], float 
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       // A row with nothing visible yet keeps exponent base 0 (its scores are all -inf).
       const float base = mx == -INFINITY ? 0.0f : mx * scale_log2;
-      const float alpha = fast_exp2(fmaf(m[i][hh], scale_log2, -base));
+      alpha[i][hh] = fast_exp2(fmaf(m[i][hh], scale_log2, -base));
       m[i][hh] = mx;
       float sum = 0;
 #pragma unroll
@@ -36,10 +37,17 @@ __device__ __forceinline__ void online_softmax(float (&s)[MT][BC / 8][4], float 
 #pragma unroll
         for (int e = 2 * hh; e < 2 * hh + 2; ++e)
           sum += (s[i][n][e] = fast_exp2(fmaf(s[i][n][e], scale_log2, -base)));
-      l[i][hh] = l[i][hh] * alpha + sum;
-#pragma unroll
-      for (int n = 0; n < DH / 8; ++n) o[i][n][2 * hh] *= alpha, o[i][n][2 * hh + 1] *= alpha;
+      l[i][hh] = l[i][hh] * alpha[i][hh] + sum;
     }
+}
+template <int MT, int DH>
+__device__ __forceinline__ void rescale(float (&o)[MT][DH / 8][4], const float (&alpha)[MT][2]) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int n = 0; n < DH / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][n][e] *= alpha[i][e / 2];
 }
 
 // acc * scale[i][hh] into rows t = row + 16 i + 8 hh < T of a [T, DH] tensor (row t at

@@ -120,23 +120,36 @@ __device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const uint32_t 
 #undef LMT_R64
 
 // acc (64 x N) = A B^T over K = DH: A rows row0 .. row0 + 63 of tile `a` (AR rows), B^T = all N
-// rows of tile `bt`; both K-major. Issued, not waited for (commit and wait follow).
+// rows of tile `bt`; both K-major. Issued, not waited for.
 template <int N, int DH, int AR>
 __device__ __forceinline__ void wgmma_abt(float (&acc)[N / 8][4], const bf16* a, int row0, const bf16* bt) {
 #pragma unroll
   for (int ks = 0; ks < DH / 16; ++ks)
     wgmma_ss<N>(acc, kmajor_desc<AR>(a, row0, ks), kmajor_desc<N>(bt, 0, ks), ks > 0);
 }
-// acc (64 x N) += P B over K: P (64 x K) in C-fragment registers, rounded to bf16 into `pa` (which
-// must stay untouched until the wgmma completes), B = tile `b` of K rows, MN-major.
-template <int N, int K>
-__device__ __forceinline__ void wgmma_pb(float (&acc)[N / 8][4], uint32_t (&pa)[K / 16][4],
-                                         const float (&p)[K / 8][4], const bf16* b) {
+// P (64 x K, C fragments) rounded to bf16 A fragments, one per 16 columns.
+template <int K>
+__device__ __forceinline__ void to_a(uint32_t (&pa)[K / 16][4], const float (&p)[K / 8][4]) {
 #pragma unroll
   for (int ks = 0; ks < K / 16; ++ks) c_to_a(pa[ks], p[2 * ks], p[2 * ks + 1]);
-  wgmma_fence();
+}
+// acc (64 x N) += P B over K: P in registers (pa, which must stay untouched until the wgmma
+// completes), B = tile `b` of K rows, MN-major. Issued, not waited for.
+template <int N, int K>
+__device__ __forceinline__ void wgmma_pb(float (&acc)[N / 8][4], const uint32_t (&pa)[K / 16][4],
+                                         const bf16* b) {
 #pragma unroll
   for (int ks = 0; ks < K / 16; ++ks) wgmma_rs<N>(acc, pa[ks], mnmajor_desc<K>(b, ks));
+}
+
+// Pins registers a wgmma reads or writes at this point of the instruction stream: the compiler
+// moves no access to them across it (it knows nothing of the asynchronous wgmma, nor of the wait
+// that ends it). After each wait, on what the waited-for wgmma wrote.
+template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
 }  // namespace lmt::cuda::attn
