@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
 
 // Block: kGroups warpgroups, 64 * kGroups queries of one (batch, head) with their dO, L and D;
 // key and value tiles of kTile rows stream through shared memory. Software-pipelined by one tile
-// as the forward is: while the tensor cores run dQ += dS_j K_j, the warpgroup
+// as the forward is (key_pipeline): while the tensor cores run dQ += dS_j K_j, the warpgroup
 // turns S_{j+1} and dP_{j+1}, issued just before it, into dS_{j+1}. K_j and K_{j+1} are read in
 // iteration j while K_{j+2} arrives: three key buffers, two value buffers.
 template <typename E, int DH>
@@ -146,18 +146,26 @@ __global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
   fence_async_smem();
   __syncthreads();
 
-  auto issue_scores = [&](int64_t t) {  // s = Q K_t^T, ds = dO V_t^T
+  auto scores = [&](int64_t t) {  // s = Q K_t^T, ds = dO V_t^T
     wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, sK + (t % 3) * KV);
     wgmma_abt<BC, DH, BR>(ds[0], sdO, 64 * group, sV + (t % 2) * KV);
     wgmma_commit();
   };
-  auto grads = [&](int64_t t, auto mask) {  // ds = dS_t (after the wait for its scores)
+  auto grads = [&](int64_t t, auto mask) {  // ds = dS_t
     fence_regs(s[0]);
     fence_regs(ds[0]);
     if constexpr (decltype(mask)::value)
       mask_tile<false, 1, BC>(s, int(warp_q0), int(t * BC), int(p.T), p.causal, lane);
     probs<1, BC>(s, p.scale_log2, by_row(L));
     dscores<1, BC>(ds, s, by_row(D));
+  };
+  auto dsk = [&](int64_t j) {  // dQ += dS_j K_j (scaled at the end)
+    wgmma_pb<DH, BC>(dq[0], dsa, sK + (j % 3) * KV);
+    wgmma_commit();
+  };
+  auto after = [&](auto has_next) {
+    fence_regs(dq[0]);
+    if constexpr (decltype(has_next)::value) to_a<BC>(dsa, ds[0]);
   };
   auto advance = [&](int64_t j) {
     __syncthreads();  // K_{j-1}'s and V_j's buffers, refilled now, were last read in iteration j - 1
@@ -167,33 +175,7 @@ __global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
     fence_async_smem();
     __syncthreads();
   };
-  // As in the forward: branches hold whole issue-to-wait sequences.
-  auto step = [&](int64_t j, auto mask_next, auto has_next) {
-    advance(j);
-    wgmma_fence();
-    if constexpr (decltype(has_next)::value) issue_scores(j + 1);
-    wgmma_pb<DH, BC>(dq[0], dsa, sK + (j % 3) * KV);  // dQ += dS_j K_j (scaled at the end)
-    wgmma_commit();
-    if constexpr (decltype(has_next)::value) {
-      wgmma_wait<1>();
-      grads(j + 1, mask_next);
-    }
-    wgmma_wait<0>();
-    fence_regs(dq[0]);
-    if constexpr (decltype(has_next)::value) to_a<BC>(dsa, ds[0]);
-  };
-  using std::false_type, std::true_type;
-  wgmma_fence();
-  issue_scores(0);
-  wgmma_wait<0>();
-  if (clean > 0) grads(0, false_type{});
-  else grads(0, true_type{});
-  to_a<BC>(dsa, ds[0]);
-  int64_t j = 0;
-  for (; j + 1 < min64(clean, mine); ++j) step(j, false_type{}, true_type{});
-  for (; j + 1 < mine; ++j) step(j, true_type{}, true_type{});
-  step(j, false_type{}, false_type{});
-  for (++j; j < tiles; ++j) advance(j);
+  key_pipeline(tiles, mine, clean, scores, grads, dsk, after, advance);
 
   store_dq<E, 1, DH>(p, b, h, row, dq, lane);
 #else

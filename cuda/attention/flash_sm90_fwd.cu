@@ -7,11 +7,9 @@
 //
 // Block: kGroups warpgroups, 64 * kGroups queries of one (batch, head); K and V stream through
 // shared memory in tiles of kTile keys, double-buffered with cp.async by all threads (swizzled
-// tiles, wgmma.cuh). Software-pipelined by one tile: while the tensor cores run P_j V_j, the
-// warpgroup takes the softmax of S_{j+1}, issued just before it. So key tile j + 1 must be in
-// shared memory with value tile j: K runs one tile ahead of V.
-#include <type_traits>
-
+// tiles, wgmma.cuh). Software-pipelined by one tile (key_pipeline): while the tensor cores run
+// P_j V_j, the warpgroup takes the softmax of S_{j+1}, issued just before it. So key tile j + 1
+// must be in shared memory with value tile j: K runs one tile ahead of V.
 #include "../common.cuh"
 #include "flash.cuh"
 #include "softmax.cuh"
@@ -61,15 +59,26 @@ __global__ void __launch_bounds__(Sm90FwdTraits<E, DH>::kGroups * 128, 1)
   zero(o);
   fill(m, -INFINITY);
   fill(l, 0.0f);
-  auto issue_scores = [&](int64_t t) {  // s = Q K_t^T
+  auto scores = [&](int64_t t) {  // s = Q K_t^T
     wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, sK + (t % 2) * KV);
     wgmma_commit();
   };
-  auto softmax = [&](int64_t t, auto mask) {  // s = P_t (after the wait for its scores); alpha
+  auto softmax = [&](int64_t t, auto mask) {  // s = P_t; alpha
     fence_regs(s[0]);
     if constexpr (decltype(mask)::value)
       mask_tile<false, 1, BC>(s, int(warp_q0), int(t * BC), int(p.T), p.causal, lane);
     softmax_tile<1, BC>(s, m, l, alpha, p.scale_log2);
+  };
+  auto pv = [&](int64_t j) {  // O += P_j V_j
+    wgmma_pb<DH, BC>(o[0], pa, sV + (j % 2) * KV);
+    wgmma_commit();
+  };
+  auto after = [&](auto has_next) {  // O is final for tile j: rescale for j + 1, P_{j+1} to bf16
+    fence_regs(o[0]);
+    if constexpr (decltype(has_next)::value) {
+      rescale<1, DH>(o, alpha);
+      to_a<BC>(pa, s[0]);
+    }
   };
   // Iteration j: tile j + 2 of K and j + 1 of V start to load, K_{j+1} and V_j are waited for.
   auto advance = [&](int64_t j) {
@@ -81,38 +90,7 @@ __global__ void __launch_bounds__(Sm90FwdTraits<E, DH>::kGroups * 128, 1)
     fence_async_smem();
     __syncthreads();
   };
-  // Then O += P_j V_j, beside S_{j+1} and its softmax if this warpgroup has a tile j + 1. The
-  // branches that pick a step are uniform per warpgroup and hold whole issue-to-wait sequences:
-  // a branch between a wgmma and its wait makes ptxas serialize every wgmma of the kernel.
-  auto step = [&](int64_t j, auto mask_next, auto has_next) {
-    advance(j);
-    wgmma_fence();
-    if constexpr (decltype(has_next)::value) issue_scores(j + 1);
-    wgmma_pb<DH, BC>(o[0], pa, sV + (j % 2) * KV);
-    wgmma_commit();
-    if constexpr (decltype(has_next)::value) {
-      wgmma_wait<1>();  // S_{j+1}; P_j V_j may still run
-      softmax(j + 1, mask_next);
-    }
-    wgmma_wait<0>();
-    fence_regs(o[0]);
-    if constexpr (decltype(has_next)::value) {
-      rescale<1, DH>(o, alpha);
-      to_a<BC>(pa, s[0]);
-    }
-  };
-  using std::false_type, std::true_type;
-  wgmma_fence();
-  issue_scores(0);
-  wgmma_wait<0>();
-  if (clean > 0) softmax(0, false_type{});
-  else softmax(0, true_type{});
-  to_a<BC>(pa, s[0]);
-  int64_t j = 0;
-  for (; j + 1 < min64(clean, mine); ++j) step(j, false_type{}, true_type{});
-  for (; j + 1 < mine; ++j) step(j, true_type{}, true_type{});
-  step(j, false_type{}, false_type{});
-  for (++j; j < tiles; ++j) advance(j);  // the block's barriers, for tiles only the others use
+  key_pipeline(tiles, mine, clean, scores, softmax, pv, after, advance);
 
   store_fwd<E, 1, DH>(p, b, h, row, o, m, l, lane);
 #else

@@ -17,6 +17,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "mma.cuh"
 
@@ -150,6 +151,46 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N][4]) {
   for (int i = 0; i < N; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+// The one-tile software pipeline of the forward and dQ kernels over a warpgroup's key tiles
+// 0 .. mine - 1 (of the block's `tiles`; from `clean` on they need the mask): while the tensor
+// cores run tile j's second matmul, the warpgroup does the elementwise work of tile j + 1's
+// scores, issued just before it. scores(t) issues and commits tile t's first matmuls; math(t,
+// mask) turns them, once waited for, into the second matmul's operand; second(j) issues and
+// commits tile j's second matmul; after(has_next) follows its wait (and the first tile's math);
+// advance(j) streams the block's tiles and holds its barriers, once per tile for every
+// warpgroup. The branches that pick a step are uniform per warpgroup and hold whole
+// issue-to-wait sequences: a branch between a wgmma and its wait makes ptxas serialize every
+// wgmma of the kernel (C7520).
+template <typename Scores, typename Math, typename Second, typename After, typename Advance>
+__device__ __forceinline__ void key_pipeline(int64_t tiles, int64_t mine, int64_t clean,
+                                             Scores&& scores, Math&& math, Second&& second,
+                                             After&& after, Advance&& advance) {
+  using std::false_type, std::true_type;
+  auto step = [&](int64_t j, auto mask_next, auto has_next) {
+    advance(j);
+    wgmma_fence();
+    if constexpr (decltype(has_next)::value) scores(j + 1);
+    second(j);
+    if constexpr (decltype(has_next)::value) {
+      wgmma_wait<1>();  // tile j + 1's scores; tile j's second matmul may still run
+      math(j + 1, mask_next);
+    }
+    wgmma_wait<0>();
+    after(has_next);
+  };
+  wgmma_fence();
+  scores(0);
+  wgmma_wait<0>();
+  if (clean > 0) math(0, false_type{});
+  else math(0, true_type{});
+  after(true_type{});
+  int64_t j = 0;
+  for (; j + 1 < (clean < mine ? clean : mine); ++j) step(j, false_type{}, true_type{});
+  for (; j + 1 < mine; ++j) step(j, true_type{}, true_type{});
+  step(j, false_type{}, false_type{});
+  for (++j; j < tiles; ++j) advance(j);
 }
 
 }  // namespace lmt::cuda::attn
