@@ -147,12 +147,32 @@ __device__ __forceinline__ E* head(void* base, int64_t b, int64_t h, int64_t dh,
   return static_cast<E*>(base) + b * batch_stride + h * dh;
 }
 
+// The query tile a block of a query-tiled kernel owns: causal blocks differ in work, and the
+// longest (the last query tiles) start first.
+__device__ __forceinline__ int64_t query_tile(const Params& p) {
+  return p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+}
+
 // Key tiles of `tile` rows that queries q0 .. q0 + rows - 1 see.
 __device__ __forceinline__ int64_t key_tiles(const Params& p, int64_t q0, int rows, int tile) {
   const int64_t all = ceil_div(p.T, tile);
   if (!p.causal) return all;
   const int64_t last = (q0 + rows - 1) / tile + 1;
   return last < all ? last : all;
+}
+
+// Of those `tiles`, how many come first that no query from q0 on must mask (inside T, causal:
+// before q0); the rest, at the diagonal or the end, need mask_tile.
+__device__ __forceinline__ int64_t unmasked_key_tiles(const Params& p, int64_t q0, int64_t tiles,
+                                                      int tile) {
+  return min64(tiles, p.causal ? min64(p.T, q0 + 1) / tile : p.T / tile);
+}
+// For keys k0 .. k0 + keys - 1 (dK/dV), visiting query tiles `first` .. `tiles` - 1: the end of
+// those that need mask_tile (causal: the ones at the diagonal; queries past T have L = +inf, hence
+// P = 0, and need no mask).
+__device__ __forceinline__ int64_t masked_query_tiles_end(const Params& p, int64_t k0, int keys,
+                                                          int tile, int64_t first, int64_t tiles) {
+  return p.causal ? min64(tiles, ceil_div(k0 + keys - 1, tile)) : first;
 }
 
 // Sets the scores that must not count to -inf in a warp's tile of raw scores s[MT][16 x N] (C

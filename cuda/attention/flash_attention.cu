@@ -34,6 +34,9 @@ attn::Params params(const FlashShape& s) {
 using bf16 = __nv_bfloat16;
 constexpr const char* kUnaligned = "flash attention: tensors must start 16-byte aligned";
 
+// The wgmma kernels run this problem (else the mma.sync or fp32 ones).
+bool wgmma_kernels(const FlashShape& s) { return s.tensor_cores && s.wgmma && attn::sm90(s.dh); }
+
 }  // namespace
 
 bool flash_supports(int64_t dh) { return attn::HeadDims::has(dh); }
@@ -54,10 +57,10 @@ void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v,
   attn::Params p = params(s);
   check_aligned16({q, k, v, o}, kUnaligned);
   p.q = q, p.k = k, p.v = v, p.out = o, p.lse = lse;
-  const bool hopper = s.tensor_cores && s.wgmma && attn::sm90(s.dh);
+  const bool wg = wgmma_kernels(s);
   if (!s.tensor_cores) attn::fwd_fp32(p, s.B, s.dh, stream);
-  else if (s.bf16_storage) (hopper ? attn::fwd_sm90<bf16> : attn::fwd_tc<bf16>)(p, s.B, s.dh, stream);
-  else (hopper ? attn::fwd_sm90<float> : attn::fwd_tc<float>)(p, s.B, s.dh, stream);
+  else if (s.bf16_storage) (wg ? attn::fwd_sm90<bf16> : attn::fwd_tc<bf16>)(p, s.B, s.dh, stream);
+  else (wg ? attn::fwd_sm90<float> : attn::fwd_tc<float>)(p, s.B, s.dh, stream);
 }
 
 void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
@@ -67,14 +70,14 @@ void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v,
   check_aligned16({q, k, v, o, dout, dq, dk, dv}, kUnaligned);
   p.q = q, p.k = k, p.v = v, p.o = o, p.dout = dout, p.lse = const_cast<float*>(lse), p.D = D;
   p.dq = dq, p.dk = dk, p.dv = dv;
-  const bool hopper = s.tensor_cores && s.wgmma && attn::sm90(s.dh);
+  const bool wg = wgmma_kernels(s);
   if (s.bf16_storage) {
     attn::bwd_rowsum<bf16>(p, s.B, s.dh, false, stream);
-    (hopper ? attn::bwd_sm90<bf16> : attn::bwd_tc<bf16>)(p, s.B, s.dh, stream);
+    (wg ? attn::bwd_sm90<bf16> : attn::bwd_tc<bf16>)(p, s.B, s.dh, stream);
   } else {
     attn::bwd_rowsum<float>(p, s.B, s.dh, s.tensor_cores, stream);
     if (!s.tensor_cores) attn::bwd_fp32(p, s.B, s.dh, stream);
-    else (hopper ? attn::bwd_sm90<float> : attn::bwd_tc<float>)(p, s.B, s.dh, stream);
+    else (wg ? attn::bwd_sm90<float> : attn::bwd_tc<float>)(p, s.B, s.dh, stream);
   }
 }
 

@@ -72,13 +72,10 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
   // Query tiles that no key of the block must mask (causal: from the block's last key on) run a
   // body without the mask; the first ones, at the diagonal, with it. (Queries past T have
   // L = +inf, hence P = 0: no mask needed for them.)
-  const int64_t masked_end = p.causal ? min64(tiles, ceil_div(k0 + BC - 1, BR)) : first;
+  const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
   auto step = [&](int64_t i, auto mask) {
-    const int buf = int((i - first) & 1);
-    next_tile_pair<E, BR, DH, THREADS, false>(sQ, sdO, Q, G, p.qkv_row, p.o_row, i, buf, tiles, p.T,
-                                              [&](int nxt) {
-                                                load_stats<BR>(sL + nxt * BR, sD + nxt * BR, p, bh, (i + 1) * BR);
-                                              });
+    const int buf =
+        next_query_tile<E, BR, DH, THREADS, false>(sQ, sdO, sL, sD, Q, G, p, bh, i, first, tiles);
     const bf16 *q_t = sQ + buf * BR * LD, *g_t = sdO + buf * BR * LD;
     const float *l_t = sL + buf * BR, *d_t = sD + buf * BR;
     const int64_t q0 = i * BR;
@@ -119,8 +116,7 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
   bf16* sV = sK + 2 * BC * LD;  // 2 buffers of BC rows
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t qtile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = qtile * BR;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = query_tile(p) * BR;
   const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
   const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
   const int64_t tiles = key_tiles(p, q0, BR, BC);
@@ -139,7 +135,7 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
   zero(dq);
 
   // As in forward: key tiles without any masking first, then the diagonal and end tiles.
-  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
+  const int64_t clean = unmasked_key_tiles(p, q0, tiles, BC);
   auto step = [&](int64_t j, auto mask) {
     const int buf = next_kv_tile<E, BC, DH, THREADS>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
     const bf16 *k_t = sK + buf * BC * LD, *v_t = sV + buf * BC * LD;

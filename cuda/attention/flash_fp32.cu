@@ -28,8 +28,7 @@ template <int DH> __global__ void __launch_bounds__(kRows) flash_fwd_fp32_kernel
   float* sQ = sm;                        // [kRows][DH + 1]: thread t reads row t
   float* sK = sQ + kRows * (DH + 1);     // [kRows][DH]: every thread reads the same row
   float* sV = sK + kRows * DH;
-  const int64_t qtile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = qtile * kRows;
+  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * kRows;
   const int64_t row = q0 + threadIdx.x;
   const float* K = head<float>(p.k, b, h, DH, p.qkv_batch);
   const float* V = head<float>(p.v, b, h, DH, p.qkv_batch);
@@ -115,8 +114,7 @@ template <int DH> __global__ void __launch_bounds__(kRows) flash_dq_fp32_kernel(
   extern __shared__ float sm[];
   constexpr int LD = DH + 1;
   float *sQ = sm, *sG = sQ + kRows * LD, *sK = sG + kRows * LD, *sV = sK + kRows * DH;
-  const int64_t qtile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = qtile * kRows;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = query_tile(p) * kRows;
   const int64_t row = q0 + threadIdx.x;
   const float* K = head<float>(p.k, b, h, DH, p.qkv_batch);
   const float* V = head<float>(p.v, b, h, DH, p.qkv_batch);

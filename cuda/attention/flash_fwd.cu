@@ -30,9 +30,7 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
   bf16* sV = sK + 2 * BC * LD;  // 2 buffers of BC rows
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // Causal blocks differ in work: the longest (last query tiles) start first.
-  const int64_t qtile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = qtile * BR;
+  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
   const E* Q = head<E>(p.q, b, h, DH, p.qkv_batch);
   const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
   const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
@@ -53,7 +51,7 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
 
   // Key tiles that no query of the block must mask (inside T, causal: before the block's first
   // query) run a body without the mask; the few others, at the diagonal or the end, with it.
-  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
+  const int64_t clean = unmasked_key_tiles(p, q0, tiles, BC);
   auto step = [&](int64_t j, auto mask) {
     const int buf = next_kv_tile<E, BC, DH, THREADS>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
     const bf16 *k_t = sK + buf * BC * LD, *v_t = sV + buf * BC * LD;

@@ -49,13 +49,10 @@ __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
   const int64_t group_k0 = k0 + 64 * group, warp_k0 = group_k0 + 16 * warp, key = warp_k0 + lane / 4;
 
   // As in flash_bwd.cu: query tiles at the diagonal are masked, the later ones not.
-  const int64_t masked_end = p.causal ? min64(tiles, ceil_div(k0 + BC - 1, BR)) : first;
+  const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
   auto step = [&](int64_t i, auto mask) {
-    const int buf = int((i - first) & 1);
-    next_tile_pair<E, BR, DH, THREADS, true>(sQ, sdO, Q, G, p.qkv_row, p.o_row, i, buf, tiles, p.T,
-                                             [&](int nxt) {
-                                               load_stats<BR>(sL + nxt * BR, sD + nxt * BR, p, bh, (i + 1) * BR);
-                                             });
+    const int buf =
+        next_query_tile<E, BR, DH, THREADS, true>(sQ, sdO, sL, sD, Q, G, p, bh, i, first, tiles);
     const bf16 *q_t = sQ + buf * BR * DH, *g_t = sdO + buf * BR * DH;
     const int64_t q0 = i * BR;
     // A warpgroup whose keys all lie after this tile's last query gets nothing from it.
@@ -118,13 +115,12 @@ __global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
   bf16* sV = sK + 3 * KV;    // value tile t in buffer t % 2
 
   const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const int64_t qtile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = qtile * BR;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = query_tile(p) * BR;
   const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
   const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
   const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
   const int64_t tiles = key_tiles(p, q0, BR, BC), mine = key_tiles(p, group_q0, 64, BC);
-  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
+  const int64_t clean = unmasked_key_tiles(p, q0, tiles, BC);
   auto load_kv = [&](int64_t t) {
     load_tile<E, BC, DH, THREADS, true>(sK + (t % 3) * KV, K, t * BC, p.T, p.qkv_row);
     load_tile<E, BC, DH, THREADS, true>(sV + (t % 2) * KV, V, t * BC, p.T, p.qkv_row);

@@ -29,15 +29,14 @@ __global__ void __launch_bounds__(Sm90FwdTraits<E, DH>::kGroups * 128, 1)
   bf16* sV = sK + 2 * KV;   // value tile t in buffer t % 2
 
   const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const int64_t qtile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // longest first
-  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = qtile * BR;
+  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
   const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
   const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
   const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
   // Key tiles the block loads, and those this warpgroup uses (causal: the first warpgroup may
   // need one fewer); tiles from `clean` on need the mask for some query of the block.
   const int64_t tiles = key_tiles(p, q0, BR, BC), mine = key_tiles(p, group_q0, 64, BC);
-  const int64_t clean = min64(tiles, p.causal ? min64(p.T, q0 + 1) / BC : p.T / BC);
+  const int64_t clean = unmasked_key_tiles(p, q0, tiles, BC);
   auto load = [&](bf16* buffers, const E* src, int64_t t) {
     load_tile<E, BC, DH, THREADS, true>(buffers + (t % 2) * KV, src, t * BC, p.T, p.qkv_row);
   };

@@ -120,6 +120,20 @@ __device__ __forceinline__ void load_stats(float* sL, float* sD, const Params& p
   }
 }
 
+// The dK/dV kernels' streaming of query tiles: Q, dO (next_tile_pair) and their L and D, tile i
+// in buffer (i - first) % 2, which this returns once tile i is in shared memory.
+template <typename E, int BR, int DH, int THREADS, bool Swizzled>
+__device__ __forceinline__ int next_query_tile(bf16* sQ, bf16* sdO, float* sL, float* sD,
+                                               const E* Q, const E* G, const Params& p,
+                                               int64_t bh, int64_t i, int64_t first,
+                                               int64_t tiles) {
+  const int buf = int((i - first) & 1);
+  next_tile_pair<E, BR, DH, THREADS, Swizzled>(
+      sQ, sdO, Q, G, p.qkv_row, p.o_row, i, buf, tiles, p.T,
+      [&](int nxt) { load_stats<BR>(sL + nxt * BR, sD + nxt * BR, p, bh, (i + 1) * BR); });
+  return buf;
+}
+
 // Backward, in place: raw scores s become P = exp2(c s - L), and dP becomes dS = P (dP - D);
 // stat(i, n, e) gives element (i, n, e)'s L or D: per row in the dQ kernels (queries are rows),
 // per column in the dK/dV kernels (keys are rows).
