@@ -84,6 +84,16 @@ template <typename E, int DH> struct Sm90FwdTraits {
 #else
   LMT_SM90_TILES(DH >= 128 || sizeof(E) == 4 ? 2 : 3, 128);
 #endif
+#ifdef LMT_FLASH_SM90_FWD_STAGES
+  static constexpr int kStages = LMT_FLASH_SM90_FWD_STAGES;
+#else
+  static constexpr int kStages = 2;  // K and V buffers each (bf16 storage: TMA)
+#endif
+#ifdef LMT_FLASH_SM90_FWD_PINGPONG
+  static constexpr bool kPingPong = LMT_FLASH_SM90_FWD_PINGPONG;
+#else
+  static constexpr bool kPingPong = true;  // consumers take turns at the tensor cores (TMA)
+#endif
 };
 template <int DH> struct Sm90DkdvTraits {
 #ifdef LMT_FLASH_SM90_DKDV_GROUPS
@@ -127,11 +137,12 @@ template <auto Kernel> void allow_smem(size_t bytes) {
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// Launches Kernel(p) on a grid of row tiles (`rows` of T each) x B * H heads.
-template <auto Kernel>
-void launch_tiles(const Params& p, int64_t B, int rows, int threads, size_t smem, cudaStream_t s) {
+// Launches Kernel(p, more...) on a grid of row tiles (`rows` of T each) x B * H heads.
+template <auto Kernel, typename... More>
+void launch_tiles(const Params& p, int64_t B, int rows, int threads, size_t smem, cudaStream_t s,
+                  const More&... more) {
   allow_smem<Kernel>(smem);
-  Kernel<<<dim3(unsigned(ceil_div(p.T, rows)), unsigned(B * p.H)), threads, smem, s>>>(p);
+  Kernel<<<dim3(unsigned(ceil_div(p.T, rows)), unsigned(B * p.H)), threads, smem, s>>>(p, more...);
   CUDA_LAUNCH_CHECK();
 }
 

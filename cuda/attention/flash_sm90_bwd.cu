@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
     wgmma_pb<DH, BC>(dq[0], dsa, sK + (j % 3) * KV);
     wgmma_commit();
   };
-  auto after = [&](auto has_next) {
+  auto after = [&](int64_t, auto has_next) {
     fence_regs(dq[0]);
     if constexpr (decltype(has_next)::value) to_a<BC>(dsa, ds[0]);
   };
