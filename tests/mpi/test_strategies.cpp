@@ -35,7 +35,11 @@ Config::Model tiny() {
 // `precision` (bf16: matmul operands rounded to bf16 after sums whose order differs between the
 // per-rank and the global-batch runs, so a rounding flips now and then and the tolerances widen:
 // on the CPU, 6 runs on 4 ranks differed by up to 1.8e-4 in the norm and 1.2e-5 in the
-// parameters, while an RMSNorm gain wrongly sent as bf16 by zero1 gave 2.9e-3 and 2.4e-4).
+// parameters, and a later run by 1.9e-4 in the parameters (zero1, a bucket per parameter: a
+// flipped rounding can flip the sign of a gradient near zero, and AdamW's step does not shrink
+// with the gradient). RMSNorm gains wrongly sent as bf16 by zero1 (ln1 left out of its exact
+// all-gather) fail the check that what forward reads is the same on every rank: 3 runs of 3 on 4
+// ranks, where the parameter tolerance, even at 1e-4, passed them.)
 void check_strategy(const std::string& strategy, double bucket_mb, const std::string& device,
                     const std::string& precision = "fp32") {
   const Runtime rt = runtime_init(nullptr, nullptr);
@@ -48,7 +52,7 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
   Config::Model m = tiny();
   m.precision = precision;
   const bool b16 = precision == "bf16", gpu = device == "cuda";
-  const double param_tol = !b16 ? 1e-5 : gpu ? 2e-3 : 1e-4;
+  const double param_tol = !b16 ? 1e-5 : gpu ? 2e-3 : 1e-3;
   const double norm_tol = !b16 ? 1e-5 : 1e-3;
   Config::Optim o;
   o.lr = 3e-3;
