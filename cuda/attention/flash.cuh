@@ -66,17 +66,23 @@ template <int DH> struct DqTraits {
 };
 #undef LMT_TILES
 
-// The Hopper kernels (flash_sm90_*.cu, wgmma): warpgroups per block (each owns 64 rows: queries
-// in forward and dQ, keys in dK/dV) and the streamed tile's rows; both tiles' row counts are
-// wgmma N sizes (64 or 128). Chosen by scripts/tune_flash.py --kernels sm90_fwd sm90_dkdv sm90_dq
-// --test on one H100 (bf16, causal, B 1, H 16, T 8192 and 16384; rows in
-// results/flash_tuning.csv, 2026-11-23), summed times per head dim: forward (3, 128) 2.61 ms at
-// d 64 against (2, 128) 2.71, (2, 128) 4.21 ms at d 128 (3 warpgroups spill there; and at d 64
-// with fp32 storage, the model's, whose loader needs more registers: it keeps (2, 128), the
-// tiles the model's bench measured); dQ (3, 64)
-// 6.97 ms at d 64, (2, 64) 11.97 at d 128 (a 128-key tile spills once pipelined); dK/dV
-// (2, 128) 8.32 ms at d 64, (2, 64) 13.17 at d 128. Macros LMT_FLASH_SM90_FWD_GROUPS / _TILE
-// (likewise DKDV and DQ) replace an entry for a tuning build.
+// The Hopper kernels (flash_sm90_*.cu, wgmma): warpgroups per block that compute (each owns 64
+// rows: queries in forward and dQ, keys in dK/dV; the TMA-fed bf16 forward and dQ add a producer
+// warpgroup) and the streamed tile's rows; both tiles' row counts are wgmma N sizes (64 or 128).
+// Chosen by scripts/tune_flash.py --kernels sm90_fwd sm90_dkdv sm90_dq --test on one H100 (bf16,
+// causal, B 1, H 16, T 8192 and 16384; rows in results/flash_tuning.csv, 2026-11-23), summed
+// times per head dim. Forward (the TMA kernel, 17:19 rows): (3, 128) 1.63 ms at d 64 against
+// (2, 128) 1.65; (2, 128) 2.19 ms at d 128 against (2, 64) 2.69 and (3, 128) 7.68 (three
+// consumers get 160 registers each and spill). The fp32-storage forward (the model's; its loader
+// needs more registers) keeps (2, 128). dQ (3, 64) 6.97 ms at d 64, (2, 64) 11.97 at d 128 (a
+// 128-key tile spills once pipelined); dK/dV (2, 128) 8.32 ms at d 64, (2, 64) 13.17 at d 128
+// (dQ's and dK/dV's from before the TMA dQ kernel). Ping-pong (kPingPong, TMA kernels): the
+// forward with it took 1.24 ms against 1.34 at T 16384, d 64 and the same at d 128; the dQ
+// kernel without it took a 2.5% shorter backward at T 16384, d 64 (4.68 against 4.80 ms) and
+// the same at d 128, in one comparison whose build's kernel tests did not run: it stays on until
+// a sweep with tests decides. Three forward stages instead of two: 1.47 ms against 1.34 at
+// T 16384, d 64. Macros LMT_FLASH_SM90_FWD_GROUPS / _TILE / _STAGES / _PINGPONG, DKDV_GROUPS /
+// _TILE, DQ_GROUPS / _TILE / _PINGPONG replace an entry for a tuning build.
 #define LMT_SM90_TILES(g, t) static constexpr int kGroups = g, kTile = t
 template <typename E, int DH> struct Sm90FwdTraits {
 #ifdef LMT_FLASH_SM90_FWD_GROUPS
@@ -107,6 +113,11 @@ template <int DH> struct Sm90DqTraits {
   LMT_SM90_TILES(LMT_FLASH_SM90_DQ_GROUPS, LMT_FLASH_SM90_DQ_TILE);
 #else
   LMT_SM90_TILES(DH >= 128 ? 2 : 3, 64);
+#endif
+#ifdef LMT_FLASH_SM90_DQ_PINGPONG
+  static constexpr bool kPingPong = LMT_FLASH_SM90_DQ_PINGPONG;
+#else
+  static constexpr bool kPingPong = true;  // as the forward's (bf16 storage: TMA)
 #endif
 };
 #undef LMT_SM90_TILES

@@ -7,6 +7,7 @@
 #include "../common.cuh"
 #include "flash.cuh"
 #include "flash_attention.hpp"
+#include "tma.cuh"
 
 namespace lmt::cuda {
 namespace {
@@ -81,4 +82,34 @@ void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v,
   }
 }
 
+namespace attn {
+
+// The driver's cuTensorMapEncodeTiled, found through the runtime (no link against libcuda).
+static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                                &found));
+    LMT_ASSERT(found == cudaDriverEntryPointSuccess && f, "flash attention: no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+CUtensorMap tensor_map(const void* base, int64_t B, int64_t H, int64_t T, int64_t dh, int64_t batch,
+                       int64_t row, int rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[4] = {cuuint64_t(dh), cuuint64_t(T), cuuint64_t(H), cuuint64_t(B)};
+  const cuuint64_t strides[3] = {cuuint64_t(row) * 2, cuuint64_t(dh) * 2, cuuint64_t(batch) * 2};
+  const cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1}, step[4] = {1, 1, 1, 1};
+  const CUresult rc = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base),
+                                     dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  LMT_ASSERT(rc == CUDA_SUCCESS, strf("flash attention: cuTensorMapEncodeTiled failed (%d)", int(rc)));
+  return map;
+}
+
+}  // namespace attn
 }  // namespace lmt::cuda

@@ -10,6 +10,7 @@
 #include "../common.cuh"
 #include "flash.cuh"
 #include "softmax.cuh"
+#include "tma.cuh"
 #include "wgmma.cuh"
 
 namespace lmt::cuda::attn {
@@ -98,11 +99,60 @@ __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
 #endif
 }
 
-// Block: kGroups warpgroups, 64 * kGroups queries of one (batch, head) with their dO, L and D;
-// key and value tiles of kTile rows stream through shared memory. Software-pipelined by one tile
-// as the forward is (key_pipeline): while the tensor cores run dQ += dS_j K_j, the warpgroup
-// turns S_{j+1} and dP_{j+1}, issued just before it, into dS_{j+1}. K_j and K_{j+1} are read in
-// iteration j while K_{j+2} arrives: three key buffers, two value buffers.
+// dQ for one consumer warpgroup's queries 64 group .. + 63 of the block's tile at q0 (sQ and sdO
+// hold its BR rows): key tile t at K.tile(t), value tile t at V.tile(t). Software-pipelined by
+// one tile as the forward is (key_pipeline): while the tensor cores run dQ += dS_j K_j, the
+// warpgroup turns S_{j+1} and dP_{j+1}, issued just before it, into dS_{j+1}; so K_j and K_{j+1}
+// are read in iteration j. advance(j) is key_pipeline's (K_{j+1} and V_{j+1} ready once it
+// returns); issued() follows the issue of each dS K; release(j, has_next) follows each tile's
+// matmuls (j = -1: the first scores), when V_{j+1} (if has_next) and K_j (if j >= 0) are no
+// longer read.
+template <typename E, int DH, int BR, int BC, typename KTiles, typename VTiles, typename Advance,
+          typename Issued, typename Release>
+__device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, int64_t q0, int group,
+                                        const bf16* sQ, const bf16* sdO, const KTiles& K,
+                                        const VTiles& V, Advance&& advance, Issued&& issued,
+                                        Release&& release) {
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int64_t bh = b * p.H + h;
+  const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
+  const int64_t tiles = key_tiles(p, q0, BR, BC), mine = key_tiles(p, group_q0, 64, BC);
+  const int64_t clean = unmasked_key_tiles(p, q0, tiles, BC);
+  float L[1][2], D[1][2], dq[1][DH / 8][4], s[1][BC / 8][4], ds[1][BC / 8][4];  // s, ds: S/P, dP/dS
+  uint32_t dsa[BC / 16][4];  // dS_j, the A operand of dS K
+  row_stats(L, D, p, bh, row);
+  zero(dq);
+
+  auto scores = [&](int64_t t) {  // s = Q K_t^T, ds = dO V_t^T
+    wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, K.tile(t));
+    wgmma_abt<BC, DH, BR>(ds[0], sdO, 64 * group, V.tile(t));
+    wgmma_commit();
+  };
+  auto grads = [&](int64_t t, auto mask) {  // ds = dS_t
+    fence_regs(s[0]);
+    fence_regs(ds[0]);
+    if constexpr (decltype(mask)::value)
+      mask_tile<false, 1, BC>(s, int(warp_q0), int(t * BC), int(p.T), p.causal, lane);
+    probs<1, BC>(s, p.scale_log2, by_row(L));
+    dscores<1, BC>(ds, s, by_row(D));
+  };
+  auto dsk = [&](int64_t j) {  // dQ += dS_j K_j (scaled at the end)
+    wgmma_pb<DH, BC>(dq[0], dsa, K.tile(j));
+    wgmma_commit();
+    issued();
+  };
+  auto after = [&](int64_t j, auto has_next) {
+    fence_regs(dq[0]);
+    release(j, has_next);
+    if constexpr (decltype(has_next)::value) to_a<BC>(dsa, ds[0]);
+  };
+  key_pipeline(tiles, mine, clean, scores, grads, dsk, after, advance);
+
+  store_dq<E, 1, DH>(p, b, h, row, dq, lane);
+}
+
+// fp32 storage: every thread loads; three key buffers (K_{j+2} arrives while K_j and K_{j+1} are
+// read), two value buffers.
 template <typename E, int DH>
 __global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
     flash_dq_sm90_kernel(const Params p) {
@@ -114,13 +164,10 @@ __global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
   bf16* sK = sdO + BR * DH;  // key tile t in buffer t % 3
   bf16* sV = sK + 3 * KV;    // value tile t in buffer t % 2
 
-  const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = query_tile(p) * BR;
+  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
   const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
   const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
-  const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
-  const int64_t tiles = key_tiles(p, q0, BR, BC), mine = key_tiles(p, group_q0, 64, BC);
-  const int64_t clean = unmasked_key_tiles(p, q0, tiles, BC);
+  const int64_t tiles = key_tiles(p, q0, BR, BC);
   auto load_kv = [&](int64_t t) {
     load_tile<E, BC, DH, THREADS, true>(sK + (t % 3) * KV, K, t * BC, p.T, p.qkv_row);
     load_tile<E, BC, DH, THREADS, true>(sV + (t % 2) * KV, V, t * BC, p.T, p.qkv_row);
@@ -134,35 +181,10 @@ __global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
   cp_async_commit();
   if (tiles > 1) load_kv(1);
   cp_async_commit();
-  float L[1][2], D[1][2], dq[1][DH / 8][4], s[1][BC / 8][4], ds[1][BC / 8][4];  // s, ds: S/P, dP/dS
-  uint32_t dsa[BC / 16][4];  // dS_j, the A operand of dS K
-  row_stats(L, D, p, bh, row);
-  zero(dq);
   cp_async_wait<1>();
   fence_async_smem();
   __syncthreads();
 
-  auto scores = [&](int64_t t) {  // s = Q K_t^T, ds = dO V_t^T
-    wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, sK + (t % 3) * KV);
-    wgmma_abt<BC, DH, BR>(ds[0], sdO, 64 * group, sV + (t % 2) * KV);
-    wgmma_commit();
-  };
-  auto grads = [&](int64_t t, auto mask) {  // ds = dS_t
-    fence_regs(s[0]);
-    fence_regs(ds[0]);
-    if constexpr (decltype(mask)::value)
-      mask_tile<false, 1, BC>(s, int(warp_q0), int(t * BC), int(p.T), p.causal, lane);
-    probs<1, BC>(s, p.scale_log2, by_row(L));
-    dscores<1, BC>(ds, s, by_row(D));
-  };
-  auto dsk = [&](int64_t j) {  // dQ += dS_j K_j (scaled at the end)
-    wgmma_pb<DH, BC>(dq[0], dsa, sK + (j % 3) * KV);
-    wgmma_commit();
-  };
-  auto after = [&](int64_t, auto has_next) {
-    fence_regs(dq[0]);
-    if constexpr (decltype(has_next)::value) to_a<BC>(dsa, ds[0]);
-  };
   auto advance = [&](int64_t j) {
     __syncthreads();  // K_{j-1}'s and V_j's buffers, refilled now, were last read in iteration j - 1
     if (j + 2 < tiles) load_kv(j + 2);
@@ -171,9 +193,73 @@ __global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
     fence_async_smem();
     __syncthreads();
   };
-  key_pipeline(tiles, mine, clean, scores, grads, dsk, after, advance);
+  dq_rows<E, DH, BR, BC>(p, b, h, q0, threadIdx.x / 128, sQ, sdO, Buffers<3, KV>{sK},
+                         Buffers<2, KV>{sV}, advance, [] {}, [](int64_t, auto) {});
+#else
+  __trap();  // launched only where sm90() holds
+#endif
+}
 
-  store_dq<E, 1, DH>(p, b, h, row, dq, lane);
+// bf16 storage: warpgroup 0 produces (TMA: Q and dO once, then K_t and V_t in order), warpgroups
+// 1 .. kGroups consume (tma.cuh), taking turns at the tensor cores if kPingPong.
+template <int DH> struct TmaDq {
+  using T = Sm90DqTraits<DH>;
+  static constexpr int kGroups = T::kGroups, BR = 64 * kGroups, BC = T::kTile;
+  using QRing = Ring<1, BR, DH>;
+  using KRing = Ring<3, BC, DH>;
+  using VRing = Ring<2, BC, DH>;
+  using Smem = SmemRings<QRing, QRing, KRing, VRing>;
+};
+
+template <int DH>
+__global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
+    dq_tma_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
+                  const __grid_constant__ CUtensorMap do_map, const __grid_constant__ CUtensorMap k_map,
+                  const __grid_constant__ CUtensorMap v_map) {
+#ifdef LMT_SM90_DEVICE_CODE
+  using F = TmaDq<DH>;
+  constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
+  typename F::Smem smem;
+  const auto Q = smem.template next<typename F::QRing>(), dO = smem.template next<typename F::QRing>();
+  const auto K = smem.template next<typename F::KRing>();
+  const auto V = smem.template next<typename F::VRing>();
+  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
+  const int64_t tiles = key_tiles(p, q0, BR, BC);
+  if (threadIdx.x == 0) {
+    Q.init(1), dO.init(1), K.init(4 * G), V.init(4 * G);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  auto produce = [&] {
+    Q.fill(0, q_map, q0, b, h);
+    dO.fill(0, do_map, q0, b, h);
+    for (int64_t t = 0; t < tiles; ++t) K.fill(t, k_map, t * BC, b, h), V.fill(t, v_map, t * BC, b, h);
+  };
+  auto consume = [&](int me) {
+    const Turns<G, Sm90DqTraits<DH>::kPingPong && (G > 1)> turns{me};
+    const bool signal = threadIdx.x % 32 == 0;  // one arrival per warp frees a buffer
+    const int64_t mine = key_tiles(p, q0 + 64 * me, 64, BC);
+    Q.wait(0);
+    dO.wait(0);
+    K.wait(0);
+    V.wait(0);
+    turns.begin();
+    auto advance = [&](int64_t j) {  // K_{j+1} and V_{j+1}
+      turns.advance(j, mine, [&] {
+        if (j + 1 < mine) K.wait(j + 1), V.wait(j + 1);
+      });
+    };
+    auto release = [&](int64_t j, auto has_next) {
+      turns.released(j);
+      if constexpr (decltype(has_next)::value) V.release(j + 1, signal);
+      if (j >= 0) K.release(j, signal);
+    };
+    dq_rows<bf16, DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, advance,
+                              [&] { turns.pass(); }, release);
+    turns.end();
+  };
+  specialize<G>(produce, consume);
 #else
   __trap();  // launched only where sm90() holds
 #endif
@@ -186,7 +272,17 @@ template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream
         size_t(2 * BC + 4 * BR) * DH * sizeof(bf16) + 4 * BR * sizeof(float) + kSmemAlignSlack;
     launch_tiles<flash_dkdv_sm90_kernel<E, DH>>(p, B, BC, BC * 2, smem, stream);
   }
-  {
+  if constexpr (sizeof(E) == 2) {
+    using F = TmaDq<DH>;
+    auto map = [&](const void* x, int64_t batch, int64_t row, int rows) {
+      return tensor_map(x, B, p.H, p.T, DH, batch, row, rows);
+    };
+    launch_tiles<dq_tma_kernel<DH>>(p, B, F::BR, 128 * (F::kGroups + 1), F::Smem::kBytes, stream,
+                                    map(p.q, p.qkv_batch, p.qkv_row, F::BR),
+                                    map(p.dout, p.o_batch, p.o_row, F::BR),
+                                    map(p.k, p.qkv_batch, p.qkv_row, F::BC),
+                                    map(p.v, p.qkv_batch, p.qkv_row, F::BC));
+  } else {
     constexpr int BR = 64 * Sm90DqTraits<DH>::kGroups, BC = Sm90DqTraits<DH>::kTile;
     constexpr size_t smem = size_t(2 * BR + 5 * BC) * DH * sizeof(bf16) + kSmemAlignSlack;
     launch_tiles<flash_dq_sm90_kernel<E, DH>>(p, B, BR, BR * 2, smem, stream);

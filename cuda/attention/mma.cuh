@@ -178,6 +178,12 @@ template <int ROWS> __device__ __forceinline__ int swizzled(int r, int c) {
 }
 template <int ROWS, int DH, bool Swizzled> constexpr int kTileElems = Swizzled ? ROWS * DH : ROWS * kLd<DH>;
 
+// N buffers of ELEMS elements from p, tile t in buffer t % N.
+template <int N, int ELEMS> struct Buffers {
+  const bf16* p;
+  __device__ const bf16* tile(int64_t t) const { return p + (t % N) * ELEMS; }
+};
+
 // Orders this thread's earlier generic-proxy writes to shared memory (st.shared, cp.async once
 // waited for) before reads by the async proxy (wgmma, sm_90); a barrier must follow before
 // another thread's wgmma reads them.

@@ -153,63 +153,6 @@ template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
-// mbarriers (PTX "mbarrier"): 64-bit shared-memory barriers that count arrivals and, for TMA, the
-// bytes still to land; a phase completes when both reach zero, and waiters test its parity
-// (phase k of a barrier used once per k-th reuse has parity k & 1).
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
-}
-// Makes the initialized barriers visible to the async proxy (TMA); a block barrier follows.
-__device__ __forceinline__ void mbar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// One arrival that also announces `bytes` to come from TMA copies signalling this barrier.
-__device__ __forceinline__ void mbar_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
-               "r"(bytes) : "memory");
-}
-// One arrival where `yes` holds, without a branch (one lane per warp arrives).
-__device__ __forceinline__ void mbar_arrive_if(uint64_t* bar, bool yes) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n"
-               ::"r"(smem_addr(bar)), "r"(int(yes)) : "memory");
-}
-// Until the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile("{\n.reg .pred done;\nLMT_MBAR_WAIT:\n"
-               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-               "@!done bra LMT_MBAR_WAIT;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
-}
-
-// TMA (cp.async.bulk.tensor): one thread copies a box of a 4-d tensor, described by a tensor map
-// made on the host (a __grid_constant__ kernel parameter), into shared memory, swizzled as the
-// map says; rows outside the tensor arrive as zeros; the bytes count down `bar`.
-__device__ __forceinline__ void tma_load_4d(void* dst, const void* map, int c0, int c1, int c2,
-                                            int c3, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-      "%3, %4, %5}], [%6];\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
-      : "memory");
-}
-
-// Named barriers 1..15 (0 is __syncthreads): `threads` arrivals complete one; sync waits for it,
-// arrive does not.
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// Warp specialization: a warpgroup gives up registers (producer) or takes them (consumers), so
-// that the matmul warpgroups can hold more than an even share of the register file.
-template <int R> __device__ __forceinline__ void regs_down() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
-}
-template <int R> __device__ __forceinline__ void regs_up() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
-}
-
 // The one-tile software pipeline of the forward and dQ kernels over a warpgroup's key tiles
 // 0 .. mine - 1 (of the block's `tiles`; from `clean` on they need the mask): while the tensor
 // cores run tile j's second matmul, the warpgroup does the elementwise work of tile j + 1's

@@ -1,0 +1,173 @@
+// Hopper (sm_90a) streaming for the FlashAttention kernels of flash_sm90_*.cu with bf16 storage:
+// warp specialization. Warpgroup 0 of a block, the producer, only copies tiles from global into
+// shared memory with TMA (one thread issues each copy; the hardware swizzles it as wgmma.cuh's
+// tiles are, and fills rows past T with zeros); the other warpgroups, the consumers, only compute.
+// A streamed operand is a Ring of buffers with two mbarriers each: `full` completes when a copy's
+// bytes have landed, `free` when every consumer warp is done with the buffer. No barrier spans the
+// block, so the consumers drift apart and one's softmax runs under another's matmuls; Turns makes
+// that a rule (ping-pong). The producer gives most of its registers to the consumers (setmaxnreg).
+#pragma once
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstdint>
+
+#include "../common.cuh"
+#include "flash.cuh"
+#include "mma.cuh"
+#include "wgmma.cuh"
+
+namespace lmt::cuda::attn {
+
+// mbarriers (PTX "mbarrier"): 64-bit shared-memory barriers that count arrivals and, for TMA, the
+// bytes still to land; a phase completes when both reach zero, and waiters test its parity
+// (phase k of a barrier used once per k-th reuse has parity k & 1).
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
+}
+// Makes the initialized barriers visible to the async proxy (TMA); a block barrier follows.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` to come from TMA copies signalling this barrier.
+__device__ __forceinline__ void mbar_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes) : "memory");
+}
+// One arrival where `yes` holds, without a branch (one lane per warp arrives).
+__device__ __forceinline__ void mbar_arrive_if(uint64_t* bar, bool yes) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n"
+               ::"r"(smem_addr(bar)), "r"(int(yes)) : "memory");
+}
+// Until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile("{\n.reg .pred done;\nLMT_MBAR_WAIT:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra LMT_MBAR_WAIT;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// TMA (cp.async.bulk.tensor): one thread copies a box of a 4-d tensor, described by a tensor map
+// made on the host (a __grid_constant__ kernel parameter), into shared memory, swizzled as the
+// map says; rows outside the tensor arrive as zeros; the bytes count down `bar`.
+__device__ __forceinline__ void tma_load_4d(void* dst, const void* map, int c0, int c1, int c2,
+                                            int c3, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+      "%3, %4, %5}], [%6];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// Named barriers 1..15 (0 is __syncthreads): `threads` arrivals complete one; sync waits for it,
+// arrive does not.
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// STAGES buffers of ROWS x DH bf16 (tile t in buffer t % STAGES), each with its full and free
+// mbarriers (barriers: 2 STAGES of them). The producer thread fills, consumers wait and release.
+template <int STAGES, int ROWS, int DH> struct Ring {
+  static constexpr int kElems = ROWS * DH;
+  static constexpr size_t kTileBytes = size_t(STAGES) * kElems * sizeof(bf16), kBarriers = 2 * STAGES;
+  bf16* tiles;
+  uint64_t* bars;  // full[STAGES], free[STAGES]
+
+  __device__ const bf16* tile(int64_t t) const { return tiles + (t % STAGES) * kElems; }
+  __device__ void init(uint32_t consumer_warps) const {
+    for (int i = 0; i < STAGES; ++i) mbar_init(bars + i, 1), mbar_init(bars + STAGES + i, consumer_warps);
+  }
+  // Tile t: rows row0 .. row0 + ROWS - 1 of (batch b, head h), once the buffer's previous tile has
+  // been released.
+  __device__ void fill(int64_t t, const CUtensorMap& map, int64_t row0, int64_t b, int64_t h) const {
+    const int i = int(t % STAGES);
+    const uint32_t reuse = uint32_t(t / STAGES);
+    if (reuse > 0) mbar_wait(bars + STAGES + i, (reuse - 1) & 1);
+    mbar_expect(bars + i, uint32_t(kElems * sizeof(bf16)));
+#pragma unroll
+    for (int c = 0; c < DH / 64; ++c)  // 64-column panels
+      tma_load_4d(tiles + i * kElems + c * ROWS * 64, &map, 64 * c, int(row0), int(h), int(b),
+                  bars + i);
+  }
+  __device__ void wait(int64_t t) const { mbar_wait(bars + t % STAGES, uint32_t(t / STAGES) & 1); }
+  // One arrival per consumer warp (`signal`: its lane 0).
+  __device__ void release(int64_t t, bool signal) const {
+    mbar_arrive_if(bars + STAGES + t % STAGES, signal);
+  }
+};
+
+// A block's dynamic shared memory for rings of types Rs, taken in that order by next(): first
+// every ring's tiles (from a 1024-byte boundary), then every ring's barriers.
+template <typename... Rs> struct SmemRings {
+  static constexpr size_t kTileBytes = (Rs::kTileBytes + ...);
+  static constexpr size_t kBytes = kTileBytes + (Rs::kBarriers + ...) * sizeof(uint64_t) + kSmemAlignSlack;
+  char *tiles = reinterpret_cast<char*>(smem_1024()), *bars = tiles + kTileBytes;
+  template <typename R> __device__ R next() {
+    R r{reinterpret_cast<bf16*>(tiles), reinterpret_cast<uint64_t*>(bars)};
+    tiles += R::kTileBytes, bars += R::kBarriers * sizeof(uint64_t);
+    return r;
+  }
+};
+
+// Ping-pong among GROUPS consumers (ON): they take turns to issue their matmuls, in a ring. Named
+// barrier 1 + c is consumer c's turn (its 128 threads wait, the previous consumer's 128 arrive).
+// Every consumer takes the same number of turns; begin() makes the first consumer 0's, end()
+// takes the last consumer's last pass.
+template <int GROUPS, bool ON> struct Turns {
+  int me;
+  __device__ void take() const {
+    if constexpr (ON) bar_sync(1 + me, 256);
+  }
+  __device__ void pass() const {
+    if constexpr (ON) bar_arrive(1 + (me + 1) % GROUPS, 256);
+  }
+  __device__ void begin() const {
+    if (me == GROUPS - 1) pass();
+    take();
+  }
+  __device__ void end() const {
+    if (me == 0) take();
+  }
+  // key_pipeline's advance(j) for a consumer with `mine` tiles: ready() (its waits for the tiles
+  // of step j), then its turn; past its tiles, an empty turn.
+  template <typename Ready> __device__ void advance(int64_t j, int64_t mine, Ready&& ready) const {
+    if (j < mine) {
+      ready();
+      take();
+    } else {
+      take();
+      pass();
+    }
+  }
+  // In the release hook: the first scores (j = -1) pass their turn once done; later turns pass
+  // once issued (issued()).
+  __device__ void released(int64_t j) const {
+    if (j < 0) pass();
+  }
+};
+
+// A block of 128 (GROUPS + 1) threads after its barriers are initialized: thread 0 runs produce(),
+// the other producer threads leave; consumer c runs consume(c). The producer keeps 24 registers
+// per thread, the consumers share the rest of the 64 K (at most 240 each).
+template <int GROUPS, typename Produce, typename Consume>
+__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
+  constexpr int kProducerRegs = 24, kShare = (65536 / 128 - kProducerRegs) / GROUPS / 8 * 8;
+  constexpr int kConsumerRegs = kShare > 240 ? 240 : kShare;
+  if (threadIdx.x < 128) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (threadIdx.x == 0) produce();
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    consume(int(threadIdx.x / 128) - 1);
+  }
+}
+
+// Host: one head's [T, dh] bf16 rows (row t at base + b batch + t row + h dh, element strides) as
+// TMA reads them: a 4-d tensor (column, row, head, batch) in boxes of 64 columns x `rows` rows,
+// 128-byte swizzled.
+CUtensorMap tensor_map(const void* base, int64_t B, int64_t H, int64_t T, int64_t dh, int64_t batch,
+                       int64_t row, int rows);
+
+}  // namespace lmt::cuda::attn
