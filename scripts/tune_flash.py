@@ -9,9 +9,9 @@ warp, streamed tile); the Hopper wgmma kernels (sm90_fwd, sm90_dkdv, sm90_dq: ru
 H100 or H200) take (warpgroups per block, streamed tile), written to the CSV as warps = 4 x
 warpgroups, row_tiles = 1 (the computing warpgroups: with bf16 storage the forward and dQ kernels
 have one more, the TMA producer). Rows go to results/flash_tuning.csv; the best candidate per
-kernel and head dim is printed (forward time for the forward kernels, backward time for the others: the
-backward runs both of its kernels, the other one fixed at its table entry). The tables
-themselves live in cuda/attention/flash.cuh.
+kernel and head dim is printed (forward time for the forward kernels, backward time for the
+others: the backward runs both of its kernels, the other one fixed at its table entry). The
+tables themselves live in cuda/attention/flash.cuh.
 
     make -j all && scripts/tune_flash.py [--kernels sm90_dkdv sm90_dq] [--head-dims 64 128]
         [--seq-lens 8192 16384] [--jobs 8] [--test]

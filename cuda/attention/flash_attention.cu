@@ -89,9 +89,10 @@ static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
     void* f = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                                &found));
-    LMT_ASSERT(found == cudaDriverEntryPointSuccess && f, "flash attention: no cuTensorMapEncodeTiled");
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                cudaEnableDefault, &found));
+    LMT_ASSERT(found == cudaDriverEntryPointSuccess && f,
+               "flash attention: no cuTensorMapEncodeTiled");
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;
@@ -103,10 +104,10 @@ CUtensorMap tensor_map(const void* base, int64_t B, int64_t H, int64_t T, int64_
   const cuuint64_t dims[4] = {cuuint64_t(dh), cuuint64_t(T), cuuint64_t(H), cuuint64_t(B)};
   const cuuint64_t strides[3] = {cuuint64_t(row) * 2, cuuint64_t(dh) * 2, cuuint64_t(batch) * 2};
   const cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1}, step[4] = {1, 1, 1, 1};
-  const CUresult rc = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base),
-                                     dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult rc = encode_tiled()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box, step,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   LMT_ASSERT(rc == CUDA_SUCCESS, strf("flash attention: cuTensorMapEncodeTiled failed (%d)", int(rc)));
   return map;
 }
