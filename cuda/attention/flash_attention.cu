@@ -98,10 +98,10 @@ static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-CUtensorMap tensor_map(const void* base, int64_t B, int64_t H, int64_t T, int64_t dh, int64_t batch,
+CUtensorMap tensor_map(const Params& p, int64_t B, int64_t dh, const void* base, int64_t batch,
                        int64_t row, int rows) {
   CUtensorMap map;
-  const cuuint64_t dims[4] = {cuuint64_t(dh), cuuint64_t(T), cuuint64_t(H), cuuint64_t(B)};
+  const cuuint64_t dims[4] = {cuuint64_t(dh), cuuint64_t(p.T), cuuint64_t(p.H), cuuint64_t(B)};
   const cuuint64_t strides[3] = {cuuint64_t(row) * 2, cuuint64_t(dh) * 2, cuuint64_t(batch) * 2};
   const cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1}, step[4] = {1, 1, 1, 1};
   const CUresult rc = encode_tiled()(

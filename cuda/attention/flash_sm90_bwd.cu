@@ -274,14 +274,10 @@ template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream
   }
   if constexpr (sizeof(E) == 2) {
     using F = TmaDq<DH>;
-    auto map = [&](const void* x, int64_t batch, int64_t row, int rows) {
-      return tensor_map(x, B, p.H, p.T, DH, batch, row, rows);
-    };
-    launch_tiles<dq_tma_kernel<DH>>(p, B, F::BR, 128 * (F::kGroups + 1), F::Smem::kBytes, stream,
-                                    map(p.q, p.qkv_batch, p.qkv_row, F::BR),
-                                    map(p.dout, p.o_batch, p.o_row, F::BR),
-                                    map(p.k, p.qkv_batch, p.qkv_row, F::BC),
-                                    map(p.v, p.qkv_batch, p.qkv_row, F::BC));
+    launch_specialized<dq_tma_kernel<DH>, F>(p, B, F::BR, stream, qkv_map(p, B, DH, p.q, F::BR),
+                                             o_map(p, B, DH, p.dout, F::BR),
+                                             qkv_map(p, B, DH, p.k, F::BC),
+                                             qkv_map(p, B, DH, p.v, F::BC));
   } else {
     constexpr int BR = 64 * Sm90DqTraits<DH>::kGroups, BC = Sm90DqTraits<DH>::kTile;
     constexpr size_t smem = size_t(2 * BR + 5 * BC) * DH * sizeof(bf16) + kSmemAlignSlack;

@@ -185,11 +185,9 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH>::kGroups + 1), 1)
 template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   if constexpr (sizeof(E) == 2) {
     using F = TmaFwd<DH>;
-    auto map = [&](const void* x, int rows) {
-      return tensor_map(x, B, p.H, p.T, DH, p.qkv_batch, p.qkv_row, rows);
-    };
-    launch_tiles<fwd_tma_kernel<DH>>(p, B, F::BR, 128 * (F::kGroups + 1), F::Smem::kBytes, stream,
-                                     map(p.q, F::BR), map(p.k, F::BC), map(p.v, F::BC));
+    launch_specialized<fwd_tma_kernel<DH>, F>(p, B, F::BR, stream, qkv_map(p, B, DH, p.q, F::BR),
+                                              qkv_map(p, B, DH, p.k, F::BC),
+                                              qkv_map(p, B, DH, p.v, F::BC));
   } else {
     constexpr int BR = 64 * Sm90FwdTraits<E, DH>::kGroups, BC = Sm90FwdTraits<E, DH>::kTile;
     constexpr size_t smem = size_t(BR + 4 * BC) * DH * sizeof(bf16) + kSmemAlignSlack;

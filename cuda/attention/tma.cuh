@@ -165,9 +165,23 @@ __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume)
 }
 
 // Host: one head's [T, dh] bf16 rows (row t at base + b batch + t row + h dh, element strides) as
-// TMA reads them: a 4-d tensor (column, row, head, batch) in boxes of 64 columns x `rows` rows,
-// 128-byte swizzled.
-CUtensorMap tensor_map(const void* base, int64_t B, int64_t H, int64_t T, int64_t dh, int64_t batch,
+// TMA reads them: a 4-d tensor (column, row, head, batch) of p's B x H heads in boxes of 64
+// columns x `rows` rows, 128-byte swizzled. qkv_map: Q, K, V and their gradients' strides;
+// o_map: O's and dO's.
+CUtensorMap tensor_map(const Params& p, int64_t B, int64_t dh, const void* base, int64_t batch,
                        int64_t row, int rows);
+inline CUtensorMap qkv_map(const Params& p, int64_t B, int64_t dh, const void* x, int rows) {
+  return tensor_map(p, B, dh, x, p.qkv_batch, p.qkv_row, rows);
+}
+inline CUtensorMap o_map(const Params& p, int64_t B, int64_t dh, const void* x, int rows) {
+  return tensor_map(p, B, dh, x, p.o_batch, p.o_row, rows);
+}
+
+// Host: launches a warp-specialized Kernel(p, maps...) (F: its kGroups consumer warpgroups and
+// its SmemRings, Smem) on row tiles of `rows`.
+template <auto Kernel, typename F, typename... Maps>
+void launch_specialized(const Params& p, int64_t B, int rows, cudaStream_t s, const Maps&... maps) {
+  launch_tiles<Kernel>(p, B, rows, 128 * (F::kGroups + 1), F::Smem::kBytes, s, maps...);
+}
 
 }  // namespace lmt::cuda::attn
