@@ -83,23 +83,30 @@ template <typename T> class Backend {
   // have rounded its operand to, so results do not change.
   // SwiGLU's inputs (W1's and W3's outputs) are bf16 activations too, as autocast makes them:
   // linear_fwd's y_bf16 rounds y to bf16, and swiglu's bf16 says its a and b are so stored.
+  // Attention's tensors are bf16 activations too: the QKV projection's output (y_bf16), rotated
+  // in place (rope's bf16), attention's output and, in backward, the output projection's input
+  // gradient (linear_bwd's dx_bf16) and attention's dqkv. Under the bf16 policy attention_fwd
+  // and attention_bwd read and write all of theirs so stored (the assignment's autocast does
+  // the same), and FlashAttention reads them without a cast.
   // The GPU packs all of these as 2-byte bf16 (half the memory, no cast before each matmul),
   // the CPU keeps them as T. bf16_elems(n) is the number of T elements that n such values occupy.
   virtual int64_t bf16_elems(int64_t n) const { return n; }
   virtual void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,
                           Precision p, bool x_bf16, bool y_bf16) = 0;
   virtual void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M,
-                          int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16) = 0;
+                          int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16,
+                          bool dx_bf16) = 0;
   virtual void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
                            double eps, bool y_bf16) = 0;
   virtual void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
                            int64_t rows, int64_t d) = 0;
   virtual void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
-                    double theta, bool inverse) = 0;
+                    double theta, bool inverse, bool bf16) = 0;
   // Attention saves `saved` for backward: the probabilities [B, H, T, T] (naive, where only the
   // causal part, key <= query, need be written; the CPU reference always), or the rows'
-  // logsumexp [B, H, T] (flash); attention_saved() says how many elements. Backward reads qkv,
-  // the forward's out and saved.
+  // logsumexp [B, H, T] (flash), in fp32; attention_saved() says how many elements. Backward
+  // reads qkv, the forward's out and saved. Under p = bf16, qkv, out, dout and dqkv are bf16
+  // activations (above).
   virtual int64_t attention_saved(int64_t B, int64_t T_, int64_t H, int64_t dh,
                                   AttentionImpl a) const {
     (void)dh, (void)a;

@@ -20,8 +20,9 @@ void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rs
                  int64_t d, double eps, cudaStream_t s);
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
                  float* dg, int64_t rows, int64_t d, cudaStream_t s);
-// table: float2 (cos, sin) of angle t * theta^(-2i/dh) at [t * dh/2 + i], t < T.
-void rope(float* x, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,
+// x is float*, or __nv_bfloat16* with bf16. table: float2 (cos, sin) of angle
+// t * theta^(-2i/dh) at [t * dh/2 + i], t < T.
+void rope(void* x, bool bf16, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,
           int64_t row_stride, bool inverse, cudaStream_t s);
 // a, b, g (backward: a, b, da, db) are float*, or all __nv_bfloat16* with bf16; dg is float*.
 void swiglu_fwd(const void* a, const void* b, void* g, bool bf16, int64_t n, cudaStream_t s);

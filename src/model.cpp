@@ -23,10 +23,10 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
   // The RMSNorms' outputs, SwiGLU's gate and backward's da1, da3 are read only by matmuls, and
-  // SwiGLU's inputs a1, a3 are matmul outputs (bf16 activations): under bf16, stored in bf16
-  // (Backend::bf16_elems).
-  const int64_t nd16 = mm16 ? be.bf16_elems(n * d) : n * d;
-  const int64_t nf16 = mm16 ? be.bf16_elems(n * f) : n * f;
+  // SwiGLU's inputs a1, a3 and attention's qkv, att (and backward's dqkv, datt) are bf16
+  // activations: under bf16, stored in bf16 (Backend::bf16_elems).
+  auto stored = [&](int64_t elems) { return mm16 ? be.bf16_elems(elems) : elems; };
+  const int64_t nd16 = stored(n * d), nf16 = stored(n * f), qkv16 = stored(3 * n * d);
   for (int64_t l = 0; l < L; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
     auto off = [&](const char* s) { return layout.get(p + s).offset; };
@@ -41,17 +41,17 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   acts_.resize(size_t(L));
   for (int64_t l = 0; l <= L; ++l) saved.push_back({&x_[size_t(l)], n * d});
   for (auto& a : acts_) {
-    for (auto [ptr, size] : {std::pair{&a.rstd1, n}, {&a.h1, nd16}, {&a.qkv, 3 * n * d},
+    for (auto [ptr, size] : {std::pair{&a.rstd1, n}, {&a.h1, nd16}, {&a.qkv, qkv16},
                              {&a.att_saved, be.attention_saved(B, T_, H, c.head_dim(), attention)},
-                             {&a.att, n * d}, {&a.x_mid, n * d}, {&a.rstd2, n}, {&a.h2, nd16},
+                             {&a.att, nd16}, {&a.x_mid, n * d}, {&a.rstd2, n}, {&a.h2, nd16},
                              {&a.a1, nf16}, {&a.a3, nf16}, {&a.g, nf16}})
       saved.push_back({ptr, size});
   }
   for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, nd16}, {&logits_, n * V},
                            {&dlogits_, n * V}, {&row_loss_, n}})
     saved.push_back({ptr, size});
-  for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d}, {&datt_, n * d},
-                           {&dqkv_, 3 * n * d}, {&dg_, n * f}, {&da1_, nf16}, {&da3_, nf16}})
+  for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d}, {&datt_, nd16},
+                           {&dqkv_, qkv16}, {&dg_, n * f}, {&da1_, nf16}, {&da3_, nf16}})
     scratch.push_back({ptr, size});
   be.set_weights(params_.data(), layout.total);
   activations_ = carve(saved, MemTag::activations);
@@ -143,10 +143,10 @@ void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, doubl
     const LayerWeights& w = weights_[l];
     const LayerActs& a = acts_[l];
     be.rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps, mm16);
-    be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision, mm16, false);
-    be.rope(a.qkv, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, false);  // q and k: 2H heads
+    be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision, mm16, mm16);
+    be.rope(a.qkv, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, false, mm16);  // q and k: 2H heads
     be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention);
-    be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision, false, false);
+    be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision, mm16, false);
     be.add_inplace(a.x_mid, x_[l], n * d);
     be.rmsnorm_fwd(a.x_mid, P + w.ln2, a.h2, a.rstd2, n, d, cfg.norm_eps, mm16);
     be.linear_fwd(a.h2, P + w.w1, a.a1, n, f, d, precision, mm16, mm16);
@@ -175,7 +175,7 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
   be.zero_bytes(G + emb.offset, emb.numel * sizeof(T));
   if (sync) sync->begin_step();
   size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
-  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16, false);
+  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16, false, false);
   be.zero_bytes(dx_, size_t(n * d) * sizeof(T));  // rmsnorm_bwd adds into it
   be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d);
   if (sync) sync->ready(0);
@@ -183,16 +183,17 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
-    be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision, mm16, false);
+    be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision, mm16, false, false);
     be.swiglu_bwd(a.a1, a.a3, dg_, da1_, da3_, n * f, mm16);
-    be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision, mm16, mm16);
-    be.linear_bwd(a.h2, P + w.w3, da3_, dtmp_, G + w.w3, n, f, d, precision, mm16, mm16);
+    be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision, mm16, mm16, false);
+    be.linear_bwd(a.h2, P + w.w3, da3_, dtmp_, G + w.w3, n, f, d, precision, mm16, mm16, false);
     be.add_inplace(dh_, dtmp_, n * d);
     be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dx_, G + w.ln2, n, d);  // dx_: x_mid's
-    be.linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision, false, false);
+    be.linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision, mm16, false, mm16);
     be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention);
-    be.rope(dqkv_, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true);
-    be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision, mm16, false);
+    be.rope(dqkv_, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true, mm16);
+    be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision, mm16, mm16,
+                  false);
     be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dx_, G + w.ln1, n, d);  // x_[l]'s
     if (sync) sync->ready(ParamLayout::layer_group(L, l));
   }

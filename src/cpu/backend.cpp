@@ -55,8 +55,9 @@ template <typename T> class CpuBackend : public Backend<T> {
     if (y_bf16) round_bf16(y, M * N);
   }
   void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
-                  int64_t K, Precision p, bool, bool) override {
+                  int64_t K, Precision p, bool, bool, bool dx_bf16) override {
     cpu::linear_bwd(x, w, dy, dx, dw, M, N, K, p);
+    if (dx_bf16) round_bf16(dx, M * K);
   }
   void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d, double eps,
                    bool y_bf16) override {
@@ -68,16 +69,21 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, d);
   }
   void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t stride, double theta,
-            bool inverse) override {
+            bool inverse, bool bf16) override {
     cpu::rope(x, B, T_, H, dh, stride, theta, inverse);
+    if (bf16)  // the rotated heads of each row
+      for (int64_t r = 0; r < B * T_; ++r) round_bf16(x + r * stride, H * dh);
   }
+  // Under bf16, qkv and dout hold bf16 values already; out and dqkv are stored so.
   void attention_fwd(const T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_t H,
                      int64_t dh, Precision p, AttentionImpl) override {
     cpu::attention_fwd(qkv, out, probs, B, T_, H, dh, p);
+    if (p == Precision::bf16) round_bf16(out, B * T_ * H * dh);
   }
   void attention_bwd(const T* qkv, const T*, const T* probs, const T* dout, T* dqkv, int64_t B,
                      int64_t T_, int64_t H, int64_t dh, Precision p, AttentionImpl) override {
     cpu::attention_bwd(qkv, probs, dout, dqkv, B, T_, H, dh, p);
+    if (p == Precision::bf16) round_bf16(dqkv, B * T_ * 3 * H * dh);
   }
   void swiglu_fwd(const T* a, const T* b, T* g, int64_t n, bool bf16) override {
     cpu::swiglu_fwd(a, b, g, n);  // a and b hold bf16 values already (linear_fwd's y_bf16)

@@ -8,7 +8,8 @@
 // before the matmul.
 // Attention is FlashAttention-2 (cuda/attention/, saving the rows' logsumexp) or the naive
 // baseline: scores materialised by a batched matmul (in bf16 under bf16), a causal softmax
-// kernel, a second matmul (saving the probabilities at key <= query in fp32).
+// kernel, a second matmul (saving the probabilities at key <= query in fp32). Under bf16 its
+// q, k, v, output and their gradients are bf16 activations, stored in bf16.
 #ifdef LMTRAIN_CUDA
 #include <cublas_v2.h>
 
@@ -135,10 +136,11 @@ class CudaBackend : public Backend<float> {
     cuda::gemm(cublas_, false, true, M, N, K, 1, X, K, 0, W, K, 0, 0, y, N, 0, 1, ops(p), y_bf16);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                  int64_t M, int64_t N, int64_t K, Precision p, bool x_bf16,
-                  bool dy_bf16) override {
+                  int64_t M, int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16,
+                  bool dx_bf16) override {
     const void *dY = operand(dy, M * N, p, 0, dy_bf16), *W = operand(w, N * K, p, 1);
-    cuda::gemm(cublas_, false, false, M, K, N, 1, dY, N, 0, W, K, 0, 0, dx, K, 0, 1, ops(p));
+    cuda::gemm(cublas_, false, false, M, K, N, 1, dY, N, 0, W, K, 0, 0, dx, K, 0, 1, ops(p),
+               dx_bf16);
     const void* X = operand(x, M * K, p, 1, x_bf16);  // stream order: the matmul above read slot 1
     cuda::gemm(cublas_, true, false, N, K, M, 1, dY, N, 0, X, K, 0, 0, dw, K, 0, 1, ops(p));
   }
@@ -151,8 +153,8 @@ class CudaBackend : public Backend<float> {
     cuda::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, d, stream_);
   }
   void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride, double theta,
-            bool inverse) override {
-    cuda::rope(x, rope_table(T, dh, theta), B, T, H, dh, stride, inverse, stream_);
+            bool inverse, bool bf16) override {
+    cuda::rope(x, bf16, rope_table(T, dh, theta), B, T, H, dh, stride, inverse, stream_);
   }
   int64_t attention_saved(int64_t B, int64_t T, int64_t H, int64_t dh,
                           AttentionImpl a) const override {
@@ -163,12 +165,14 @@ class CudaBackend : public Backend<float> {
                             flash_head_dims_text().c_str(), (long long)dh));
     return B * H * T;
   }
+  // Under bf16, qkv, out, dout and dqkv are packed bf16 (Backend::attention_fwd).
   void attention_fwd(const float* qkv, float* out, float* saved, int64_t B, int64_t T, int64_t H,
                      int64_t dh, Precision p, AttentionImpl a) override {
     const int64_t d = H * dh, ld = 3 * d;
     if (a == AttentionImpl::flash) {
       NvtxRange r("flash attention forward");
-      cuda::flash_fwd(flash_shape(B, T, H, dh, p), qkv, qkv + d, qkv + 2 * d, out, saved, stream_);
+      cuda::flash_fwd(flash_shape(B, T, H, dh, p), qkv, at(qkv, d, p), at(qkv, 2 * d, p), out,
+                      saved, stream_);
       return;
     }
     // The scores (in bf16 under bf16) are scratch: the softmax turns them into P in place, the
@@ -176,12 +180,11 @@ class CudaBackend : public Backend<float> {
     const bool b16 = p == Precision::bf16;
     void* S = b16 ? bf16_scratch(1, B * H * T * T) : workspace(size_t(B * H * T * T));
     const float scale = float(1.0 / std::sqrt(double(dh)));
-    const void* QKV = operand(qkv, B * T * ld, p, 0);
     {
       NvtxRange r("attention scores matmul");
       for (int64_t b = 0; b < B; ++b)  // S = scale * Q K^T, each head a batch entry
-        cuda::gemm(cublas_, false, true, T, T, dh, scale, at(QKV, b * T * ld, p), ld, dh,
-                   at(QKV, b * T * ld + d, p), ld, dh, 0, at(S, b * H * T * T, p), T, T * T, H,
+        cuda::gemm(cublas_, false, true, T, T, dh, scale, at(qkv, b * T * ld, p), ld, dh,
+                   at(qkv, b * T * ld + d, p), ld, dh, 0, at(S, b * H * T * T, p), T, T * T, H,
                    ops(p), b16);
     }
     {
@@ -191,7 +194,8 @@ class CudaBackend : public Backend<float> {
     NvtxRange r("attention output matmul");
     for (int64_t b = 0; b < B; ++b)  // out = P V
       cuda::gemm(cublas_, false, false, T, dh, T, 1, at(S, b * H * T * T, p), T, T * T,
-                 at(QKV, b * T * ld + 2 * d, p), ld, dh, 0, out + b * T * d, d, dh, H, ops(p));
+                 at(qkv, b * T * ld + 2 * d, p), ld, dh, 0, at(out, b * T * d, p), d, dh, H,
+                 ops(p), b16);
   }
   void attention_bwd(const float* qkv, const float* out, const float* saved, const float* dout,
                      float* dqkv, int64_t B, int64_t T, int64_t H, int64_t dh, Precision p,
@@ -199,8 +203,9 @@ class CudaBackend : public Backend<float> {
     const int64_t d = H * dh, ld = 3 * d;
     if (a == AttentionImpl::flash) {
       NvtxRange r("flash attention backward");
-      cuda::flash_bwd(flash_shape(B, T, H, dh, p), qkv, qkv + d, qkv + 2 * d, out, dout, saved,
-                      workspace(size_t(B * H * T)), dqkv, dqkv + d, dqkv + 2 * d, stream_);
+      cuda::flash_bwd(flash_shape(B, T, H, dh, p), qkv, at(qkv, d, p), at(qkv, 2 * d, p), out,
+                      dout, saved, workspace(size_t(B * H * T)), dqkv, at(dqkv, d, p),
+                      at(dqkv, 2 * d, p), stream_);
       return;
     }
     // dP = dO V^T (in bf16 under bf16) is scratch: the softmax's backward turns it into dS in
@@ -211,18 +216,20 @@ class CudaBackend : public Backend<float> {
     void* P = b16 ? bf16_scratch(2, hTT) : static_cast<float*>(dS) + hTT_aligned;
     const float scale = float(1.0 / std::sqrt(double(dh)));
     NvtxRange r("attention backward");
-    const void *QKV = operand(qkv, B * T * ld, p, 0), *DO = operand(dout, B * T * d, p, 1);
     for (int64_t b = 0; b < B; ++b) {
-      const void *q = at(QKV, b * T * ld, p), *k = at(QKV, b * T * ld + d, p);
-      const void *v = at(QKV, b * T * ld + 2 * d, p), *dO = at(DO, b * T * d, p);
+      const void *q = at(qkv, b * T * ld, p), *k = at(qkv, b * T * ld + d, p);
+      const void *v = at(qkv, b * T * ld + 2 * d, p), *dO = at(dout, b * T * d, p);
       const float* Pf = saved + b * H * T * (T + 1) / 2;
-      float *dq = dqkv + b * T * ld, *dk = dq + d, *dv = dq + 2 * d;
+      void *dq = at(dqkv, b * T * ld, p), *dk = at(dq, d, p), *dv = at(dq, 2 * d, p);
       cuda::gemm(cublas_, false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H,
                  ops(p), b16);
       cuda::softmax_causal_bwd(Pf, dS, P, b16, H * T, T, scale, stream_);
-      cuda::gemm(cublas_, true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H, ops(p));
-      cuda::gemm(cublas_, false, false, T, dh, T, 1, dS, T, T * T, k, ld, dh, 0, dq, ld, dh, H, ops(p));
-      cuda::gemm(cublas_, true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, 0, dk, ld, dh, H, ops(p));
+      cuda::gemm(cublas_, true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H,
+                 ops(p), b16);
+      cuda::gemm(cublas_, false, false, T, dh, T, 1, dS, T, T * T, k, ld, dh, 0, dq, ld, dh, H,
+                 ops(p), b16);
+      cuda::gemm(cublas_, true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, 0, dk, ld, dh, H,
+                 ops(p), b16);
     }
   }
   void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, bool bf16) override {
@@ -260,11 +267,13 @@ class CudaBackend : public Backend<float> {
 
  private:
   // The model's attention as FlashAttention sees it: q, k, v inside the fused [B*T, 3d] QKV
-  // buffer, out [B*T, d]; bf16 tensor cores under the bf16 policy, fp32 arithmetic otherwise
-  // (tf32 included: the flash kernels have no TF32 path, fp32 is the more precise).
+  // buffer, out [B*T, d]; under the bf16 policy all stored in bf16 and bf16 tensor cores, fp32
+  // arithmetic otherwise (tf32 included: the flash kernels have no TF32 path, fp32 is the more
+  // precise).
   static cuda::FlashShape flash_shape(int64_t B, int64_t T, int64_t H, int64_t dh, Precision p) {
-    return cuda::FlashShape{B, H, T, dh, /*causal=*/true, /*bf16_storage=*/false,
-                            /*tensor_cores=*/p == Precision::bf16, /*wgmma=*/true,
+    const bool b16 = p == Precision::bf16;
+    return cuda::FlashShape{B, H, T, dh, /*causal=*/true, /*bf16_storage=*/b16,
+                            /*tensor_cores=*/b16, /*wgmma=*/true,
                             {T * 3 * H * dh, 3 * H * dh}, {T * H * dh, H * dh}};
   }
   static cuda::Operands ops(Precision p) {

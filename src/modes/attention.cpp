@@ -74,8 +74,8 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       for (size_t i = 0; i < size_t(elems); ++i) store(t, host.data(), i, float(rng.normal()));
       be->upload_bytes(p, host.data(), host.size());
     };
+    const size_t es = bf16 ? 2 : 4;  // storage: bf16 or fp32
     if (pt.impl != "naive") {
-      const size_t es = bf16 ? 2 : 4;
       char *q = alloc(n, es), *k = alloc(n, es), *v = alloc(n, es), *o = alloc(n, es);
       char *g = alloc(n, es), *dq = alloc(n, es), *dk = alloc(n, es), *dv = alloc(n, es);
       auto* lse = reinterpret_cast<float*>(alloc(B * H * T, 4));
@@ -86,10 +86,11 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       fwd = [=] { cuda::flash_fwd(s, q, k, v, o, lse, stream); };
       bwd = [=] { cuda::flash_bwd(s, q, k, v, o, g, lse, D, dq, dk, dv, stream); };
     } else {
-      auto* qkv = reinterpret_cast<float*>(alloc(3 * n, 4));
-      auto* o = reinterpret_cast<float*>(alloc(n, 4));
-      auto* g = reinterpret_cast<float*>(alloc(n, 4));
-      auto* dqkv = reinterpret_cast<float*>(alloc(3 * n, 4));
+      // The backend's: under bf16, qkv, out and their gradients in bf16 (Backend::attention_fwd).
+      auto* qkv = reinterpret_cast<float*>(alloc(3 * n, es));
+      auto* o = reinterpret_cast<float*>(alloc(n, es));
+      auto* g = reinterpret_cast<float*>(alloc(n, es));
+      auto* dqkv = reinterpret_cast<float*>(alloc(3 * n, es));
       const int64_t saved = be->attention_saved(B, T, H, dh, AttentionImpl::naive);
       auto* probs = reinterpret_cast<float*>(alloc(saved, 4));
       randomize(reinterpret_cast<char*>(qkv), 3 * n);

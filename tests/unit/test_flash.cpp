@@ -207,6 +207,20 @@ TEST_CASE("flash attention matches the naive GPU path through the backend" *
   const int64_t B = 2, T = 77, H = 3, dh = 32, d = H * dh;
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     INFO("precision " << int(p));
+    // Under bf16 the backend's qkv, out, dout and dqkv are stored in bf16.
+    const bool b16 = p == Precision::bf16;
+    auto upload = [&](BackendArray<float>& dst, const std::vector<float>& v) {
+      if (!b16) return gpu->upload(dst.data(), v.data(), v.size());
+      std::vector<uint16_t> bits(v.size());
+      for (size_t i = 0; i < v.size(); ++i) bits[i] = to_bf16(v[i]);
+      gpu->upload_bytes(dst.data(), bits.data(), bits.size() * 2);
+    };
+    auto download = [&](std::vector<float>& v, const BackendArray<float>& src) {
+      if (!b16) return gpu->download(v.data(), src.data(), v.size());
+      std::vector<uint16_t> bits(v.size());
+      gpu->download_bytes(bits.data(), src.data(), bits.size() * 2);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = from_bf16(bits[i]);
+    };
     std::vector<float> qkv(size_t(B * T * 3 * d)), dout(size_t(B * T * d));
     for (auto& x : qkv) x = float(randn<double>(1)[0]);
     for (auto& x : dout) x = float(randn<double>(1)[0]);
@@ -215,14 +229,14 @@ TEST_CASE("flash attention matches the naive GPU path through the backend" *
       BackendArray<float> q(*gpu, qkv.size(), MemTag::activations), g(*gpu, dout.size(), MemTag::activations);
       BackendArray<float> o(*gpu, dout.size(), MemTag::activations), dq(*gpu, qkv.size(), MemTag::activations);
       BackendArray<float> saved(*gpu, size_t(gpu->attention_saved(B, T, H, dh, a)), MemTag::activations);
-      gpu->upload(q.data(), qkv.data(), qkv.size());
-      gpu->upload(g.data(), dout.data(), dout.size());
+      upload(q, qkv);
+      upload(g, dout);
       gpu->attention_fwd(q.data(), o.data(), saved.data(), B, T, H, dh, p, a);
       gpu->attention_bwd(q.data(), o.data(), saved.data(), g.data(), dq.data(), B, T, H, dh, p, a);
       const int i = a == AttentionImpl::flash;
       out[i].resize(dout.size()), dqkv[i].resize(qkv.size());
-      gpu->download(out[i].data(), o.data(), out[i].size());
-      gpu->download(dqkv[i].data(), dq.data(), dqkv[i].size());
+      download(out[i], o);
+      download(dqkv[i], dq);
     }
     const double t = p == Precision::fp32 ? 1e-5 : 1e-2;
     CHECK(rel_err(out[1], out[0]) < t);

@@ -101,7 +101,7 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doc
     float *gx = g.up(x), *gw = g.up(w), *gy = g.poisoned(M * N), *gdx = g.poisoned(M * K);
     float* gdw = g.poisoned(N * K);  // written, not added to: unwritten elements stay NaN
     gpu->linear_fwd(gx, gw, gy, M, N, K, p, false, false);
-    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p, false, false);
+    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p, false, false, false);
     CHECK(rel_err(g.down(gy, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx, M * K), dx) < tol(p));
     CHECK(rel_err(g.down(gdw, N * K), dw) < tol(p));
@@ -110,17 +110,24 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doc
     float *gx16 = g.up16(x), *gy16 = g.poisoned(M * N), *gdx16 = g.poisoned(M * K);
     float* gdw16 = g.poisoned(N * K);
     gpu->linear_fwd(gx16, gw, gy16, M, N, K, p, true, false);
-    gpu->linear_bwd(gx16, gw, g.up16(dy), gdx16, gdw16, M, N, K, p, true, true);
+    float* gdy16 = g.up16(dy);
+    gpu->linear_bwd(gx16, gw, gdy16, gdx16, gdw16, M, N, K, p, true, true, false);
     CHECK(rel_err(g.down(gy16, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx16, M * K), dx) < tol(p));
     CHECK(rel_err(g.down(gdw16, N * K), dw) < tol(p));
-    // y stored in bf16: y rounded, each element within half a bf16 ulp (2^-8 relative) of the
-    // reference, up to the fp32 sums' order.
-    float* gyb = g.poisoned16(M * N);
+    // y (and in backward dx) stored in bf16: rounded, each element within half a bf16 ulp
+    // (2^-8 relative) of the reference, up to the fp32 sums' order.
+    auto within_half_ulp = [](const Vec& b16, const Vec& ref) {
+      for (size_t i = 0; i < b16.size(); ++i)
+        if (std::abs(b16[i] - ref[i]) > std::abs(ref[i]) * (1.0 / 256 + 1e-5) + 1e-6) return false;
+      return true;
+    };
+    float *gyb = g.poisoned16(M * N), *gdxb = g.poisoned16(M * K), *gdwb = g.poisoned(N * K);
     gpu->linear_fwd(gx16, gw, gyb, M, N, K, p, true, true);
-    const Vec yb = g.down16(gyb, M * N);
-    for (size_t i = 0; i < yb.size(); ++i)
-      CHECK(std::abs(yb[i] - y[i]) <= std::abs(y[i]) * (1.0 / 256 + 1e-5) + 1e-6);
+    gpu->linear_bwd(gx16, gw, gdy16, gdxb, gdwb, M, N, K, p, true, true, true);
+    CHECK(within_half_ulp(g.down16(gyb, M * N), y));
+    CHECK(within_half_ulp(g.down16(gdxb, M * K), dx));
+    CHECK(rel_err(g.down(gdwb, N * K), dw) < tol(p));
   }
 }
 
@@ -152,11 +159,18 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     const int64_t B = 2, T = 37, H = 3, dh = 10, stride = 97;  // rows wider than the heads, odd
     Vec x = as_float(randn<double>(B * T * stride)), ref = x;
     float* gx = g.up(x);
+    float* gx16 = g.up16(x);
     cpu::rope(ref.data(), B, T, H, dh, stride, 10000.0, false);
-    gpu->rope(gx, B, T, H, dh, stride, 10000.0, false);
+    gpu->rope(gx, B, T, H, dh, stride, 10000.0, false, false);
     CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
+    // In bf16: each rotated value the rounding of the fp32 kernel's on the same bf16 inputs, the
+    // columns past the heads untouched.
+    float* gr = g.up(g.down16(gx16, x.size()));
+    gpu->rope(gr, B, T, H, dh, stride, 10000.0, false, false);
+    gpu->rope(gx16, B, T, H, dh, stride, 10000.0, false, true);
+    CHECK(rounds_of(g.down16(gx16, x.size()), g.down(gr, x.size())));
     cpu::rope(ref.data(), B, T, H, dh, stride, 500.0, true);
-    gpu->rope(gx, B, T, H, dh, stride, 500.0, true);
+    gpu->rope(gx, B, T, H, dh, stride, 500.0, true, false);
     CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
   }
   SUBCASE("swiglu forward and backward, residual add") {
@@ -245,18 +259,23 @@ TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per pr
     // The GPU saves P at key <= query only, row after row: T(T+1)/2 values a head.
     const size_t tri = size_t(T * (T + 1) / 2);
     REQUIRE(gpu->attention_saved(B, T, H, dh, AttentionImpl::naive) == int64_t(B * H * tri));
-    float *gq = g.up(qkv), *go = g.poisoned(out.size()), *gp = g.poisoned(B * H * tri);
-    float* gdq = g.poisoned(qkv.size());
+    // Under bf16, qkv, out, dout and dqkv are stored in bf16.
+    const bool b16 = p == Precision::bf16;
+    auto up = [&](const Vec& v) { return b16 ? g.up16(v) : g.up(v); };
+    auto poisoned = [&](size_t n) { return b16 ? g.poisoned16(n) : g.poisoned(n); };
+    auto down = [&](const float* x, size_t n) { return b16 ? g.down16(x, n) : g.down(x, n); };
+    float *gq = up(qkv), *go = poisoned(out.size()), *gp = g.poisoned(B * H * tri);
+    float* gdq = poisoned(qkv.size());
     gpu->attention_fwd(gq, go, gp, B, T, H, dh, p, AttentionImpl::naive);
-    gpu->attention_bwd(gq, go, gp, g.up(dout), gdq, B, T, H, dh, p, AttentionImpl::naive);
+    gpu->attention_bwd(gq, go, gp, up(dout), gdq, B, T, H, dh, p, AttentionImpl::naive);
     double t = p == Precision::fp32 ? 1e-5 : 2e-2;
-    CHECK(rel_err(g.down(go, out.size()), outf) < t);
+    CHECK(rel_err(down(go, out.size()), outf) < t);
     const Vec packed = g.down(gp, B * H * tri);
     Vec gprobs(probs.size());  // zero above the diagonal, as the reference
     for (size_t r = 0, at = 0; r < size_t(B * H * T); ++r)
       for (size_t j = 0; j <= r % size_t(T); ++j) gprobs[r * size_t(T) + j] = packed[at++];
     CHECK(rel_err(gprobs, pf) < t);
-    CHECK(rel_err(g.down(gdq, qkv.size()), dqf) < t);
+    CHECK(rel_err(down(gdq, qkv.size()), dqf) < t);
   }
 }
 

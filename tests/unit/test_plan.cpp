@@ -82,19 +82,20 @@ TEST_CASE("plan: on the GPU flash saves B x H x T fp32 per layer, naive B x H x 
   CHECK(p.activations_cuda == p.activations - p.attn_probs + L * 192 * 4);  // 168 -> 192
 }
 
-TEST_CASE("plan: under bf16 the GPU stores h1, a1, a3, g, h2 and hf packed, half their pieces") {
+TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, a1, a3, g, h2 and hf packed, half their "
+          "pieces") {
   Config c = config_of(kShapes[0]);  // tiny, bf16: n = 8 x 64, d 64, d_ff 176, 2 layers
   c.model.attention = "naive";
   const Plan p = make_plan(c);
   const uint64_t n = 512, d = 64, f = 176, L = 2, B = 8, T = 64, H = 4, V = 256, dh = d / H;
   // Every piece here is a multiple of 64 elements whole and halved: exactly half of each.
-  CHECK(p.bf16_inputs_saved == (L * (2 * n * d + 3 * n * f) + n * d) / 2 * 4);
+  CHECK(p.bf16_inputs_saved == (L * (2 * n * d + 4 * n * d + 3 * n * f) + n * d) / 2 * 4);
   CHECK(p.activations_cuda ==
         p.activations - p.attn_probs + L * B * H * T * (T + 1) / 2 * 4 - p.bf16_inputs_saved);
-  CHECK(p.bf16_scratch_saved == 2 * n * f / 2 * 4);
+  CHECK(p.bf16_scratch_saved == (2 * n * f + 4 * n * d) / 2 * 4);  // da1, da3; datt, dqkv
   // On the GPU: the weights' bf16 copy besides; the step adds state and workspace.
   CHECK(p.forward_cuda == p.params + p.param_count * 2 + p.activations_cuda);
-  // The backend's scratch: slot 0 the logits' gradient (n x V, V 256 > 3d), slot 1 the scores
+  // The backend's scratch: slot 0 the logits' gradient (n x V, V 256 > d), slot 1 the scores
   // of the batch, P and dS of one sequence in bf16; the RoPE table (T x dh) in fp32.
   CHECK(p.cuda_scratch == 2 * (n * V + B * H * T * T + 2 * H * T * T) + 4 * T * dh);
   CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace -
