@@ -1,8 +1,8 @@
 // Elementwise kernels: SwiGLU's gate g = silu(a) * b and its backward
 //   da = dg * b * sig(a) * (1 + a (1 - sig(a))),  db = dg * silu(a),
-// and the residual add y += x. SwiGLU's tensors (a, b, g; a, b, da, db) are all fp32, or all
-// bf16 (W1's and W3's outputs in bf16, results rounded to nearest even for the bf16 matmuls that
-// read them); dg is fp32.
+// and the residual add y += x. SwiGLU's tensors (a, b, g; a, b, dg, da, db) are all fp32, or all
+// bf16 (W1's and W3's outputs and W2's input gradient in bf16, results rounded to nearest even
+// for the bf16 matmuls that read them).
 #include "common.cuh"
 #include "cuda_kernels.hpp"
 
@@ -32,8 +32,7 @@ template <typename E> __global__ void swiglu_fwd_kernel(const E* a, const E* b, 
 }
 
 template <typename E>
-__global__ void swiglu_bwd_kernel(const E* a, const E* b, const float* dg, E* da, E* db,
-                                  int64_t n) {
+__global__ void swiglu_bwd_kernel(const E* a, const E* b, const E* dg, E* da, E* db, int64_t n) {
   const int64_t i = 4 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
   if (i + 4 <= n) {
     float4 x = load4(a + i), y = load4(b + i), d = load4(dg + i);
@@ -44,7 +43,7 @@ __global__ void swiglu_bwd_kernel(const E* a, const E* b, const float* dg, E* da
     return;
   }
   for (int64_t k = i; k < n; ++k) {
-    float2 r = gate_bwd(float(a[k]), float(b[k]), dg[k]);
+    float2 r = gate_bwd(float(a[k]), float(b[k]), float(dg[k]));
     da[k] = stored<E>(r.x), db[k] = stored<E>(r.y);
   }
 }
@@ -71,18 +70,20 @@ void swiglu_fwd(const void* a, const void* b, void* g, bool bf16, int64_t n, cud
   CUDA_LAUNCH_CHECK();
 }
 
-void swiglu_bwd(const void* a, const void* b, const float* dg, void* da, void* db, bool bf16,
+void swiglu_bwd(const void* a, const void* b, const void* dg, void* da, void* db, bool bf16,
                 int64_t n, cudaStream_t s) {
   check_aligned16({a, b, dg, da, db}, kUnaligned);
   const int blocks = blocks_for((n + 3) / 4, 256);
   using BF = __nv_bfloat16;
   if (bf16)
     swiglu_bwd_kernel<<<blocks, 256, 0, s>>>(static_cast<const BF*>(a), static_cast<const BF*>(b),
-                                             dg, static_cast<BF*>(da), static_cast<BF*>(db), n);
+                                             static_cast<const BF*>(dg), static_cast<BF*>(da),
+                                             static_cast<BF*>(db), n);
   else
     swiglu_bwd_kernel<<<blocks, 256, 0, s>>>(static_cast<const float*>(a),
-                                             static_cast<const float*>(b), dg,
-                                             static_cast<float*>(da), static_cast<float*>(db), n);
+                                             static_cast<const float*>(b),
+                                             static_cast<const float*>(dg), static_cast<float*>(da),
+                                             static_cast<float*>(db), n);
   CUDA_LAUNCH_CHECK();
 }
 

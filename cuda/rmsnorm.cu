@@ -1,8 +1,11 @@
 // RMSNorm over rows of length d: y = x * r * g, r = (mean(x^2) + eps)^(-1/2), statistics in fp32;
 // y stored in fp32, or rounded to bf16 when only bf16 matmuls read it.
 // Backward, s = sum_j g_j dy_j x_j:  dx_i += r g_i dy_i - x_i r^3 s / d;  dg_i = sum_rows dy_i x_i r.
-// Forward and dx: one block per row. dg: a 32 x 32 block per 32 columns; each of its 32 row
-// lanes sums every 32nd row, then the lanes are added in order (deterministic, no atomics).
+// Forward and dx: one block per row. dg in two passes, deterministic (fixed partition and order,
+// no atomics): the rows are cut into kRmsnormDgChunks chunks, a 32 x 8 block sums one chunk's
+// rows for 32 columns (each row lane every 8th row, then the lanes in order) into scratch; then
+// each column adds its chunks' sums in order. (One block per 32 columns over all rows left xl's
+// 1600 columns 50 blocks: a third of the GPU.)
 #include "common.cuh"
 #include "cuda_kernels.hpp"
 
@@ -35,18 +38,31 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* g, const float* r
     dx[blockIdx.x * d + i] += r * g[i] * dyr[i] - xr[i] * c;
 }
 
-__global__ void rmsnorm_dg_kernel(const float* x, const float* rstd, const float* dy, float* dg,
-                                  int64_t rows, int64_t d) {
-  __shared__ float part[32][33];
+constexpr int kDgLanes = 8;  // row lanes of a dg block
+
+__global__ void rmsnorm_dg_chunk_kernel(const float* x, const float* rstd, const float* dy,
+                                        float* chunk_sums, int64_t rows, int64_t d) {
+  __shared__ float part[kDgLanes][33];
   const int64_t i = blockIdx.x * 32 + threadIdx.x;
+  const int64_t per = (rows + kRmsnormDgChunks - 1) / kRmsnormDgChunks;
+  const int64_t begin = blockIdx.y * per, end = begin + per < rows ? begin + per : rows;
   float acc = 0;
   if (i < d)
-    for (int64_t r = threadIdx.y; r < rows; r += 32) acc += dy[r * d + i] * x[r * d + i] * rstd[r];
+    for (int64_t r = begin + threadIdx.y; r < end; r += kDgLanes)
+      acc += dy[r * d + i] * x[r * d + i] * rstd[r];
   part[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y != 0 || i >= d) return;
   float total = 0;
-  for (int k = 0; k < 32; ++k) total += part[k][threadIdx.x];
+  for (int k = 0; k < kDgLanes; ++k) total += part[k][threadIdx.x];
+  chunk_sums[blockIdx.y * d + i] = total;
+}
+
+__global__ void rmsnorm_dg_sum_kernel(const float* chunk_sums, float* dg, int64_t d) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= d) return;
+  float total = 0;
+  for (int c = 0; c < kRmsnormDgChunks; ++c) total += chunk_sums[c * d + i];
   dg[i] = total;
 }
 
@@ -64,10 +80,13 @@ void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rs
 }
 
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                 float* dg, int64_t rows, int64_t d, cudaStream_t s) {
+                 float* dg, float* scratch, int64_t rows, int64_t d, cudaStream_t s) {
   rmsnorm_dx_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, g, rstd, dy, dx, d);
   CUDA_LAUNCH_CHECK();
-  rmsnorm_dg_kernel<<<blocks_for(d, 32), dim3(32, 32), 0, s>>>(x, rstd, dy, dg, rows, d);
+  const dim3 grid(unsigned(blocks_for(d, 32)), kRmsnormDgChunks);
+  rmsnorm_dg_chunk_kernel<<<grid, dim3(32, kDgLanes), 0, s>>>(x, rstd, dy, scratch, rows, d);
+  CUDA_LAUNCH_CHECK();
+  rmsnorm_dg_sum_kernel<<<blocks_for(d, 256), 256, 0, s>>>(scratch, dg, d);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -82,7 +82,8 @@ template <typename T> class Backend {
   // x_bf16 and dy_bf16 say that x or dy is such a tensor. The values are what the matmul would
   // have rounded its operand to, so results do not change.
   // SwiGLU's inputs (W1's and W3's outputs) are bf16 activations too, as autocast makes them:
-  // linear_fwd's y_bf16 rounds y to bf16, and swiglu's bf16 says its a and b are so stored.
+  // linear_fwd's y_bf16 rounds y to bf16, and swiglu's bf16 says its a and b are so stored (in
+  // backward also dg, the W2 matmul's input gradient: linear_bwd's dx_bf16).
   // Attention's tensors are bf16 activations too: the QKV projection's output (y_bf16), rotated
   // in place (rope's bf16), attention's output and, in backward, the output projection's input
   // gradient (linear_bwd's dx_bf16) and attention's dqkv. Under the bf16 policy attention_fwd

@@ -18,15 +18,17 @@ void embedding_bwd(const int32_t* tokens, const int32_t* order, const float* dou
 // y is float*, or __nv_bfloat16* with y_bf16 (rounded to nearest even).
 void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rstd, int64_t rows,
                  int64_t d, double eps, cudaStream_t s);
+// scratch: kRmsnormDgChunks * d floats (dg's partial sums).
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                 float* dg, int64_t rows, int64_t d, cudaStream_t s);
+                 float* dg, float* scratch, int64_t rows, int64_t d, cudaStream_t s);
+constexpr int kRmsnormDgChunks = 32;
 // x is float*, or __nv_bfloat16* with bf16. table: float2 (cos, sin) of angle
 // t * theta^(-2i/dh) at [t * dh/2 + i], t < T.
 void rope(void* x, bool bf16, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,
           int64_t row_stride, bool inverse, cudaStream_t s);
-// a, b, g (backward: a, b, da, db) are float*, or all __nv_bfloat16* with bf16; dg is float*.
+// a, b, g (backward: a, b, dg, da, db) are float*, or all __nv_bfloat16* with bf16.
 void swiglu_fwd(const void* a, const void* b, void* g, bool bf16, int64_t n, cudaStream_t s);
-void swiglu_bwd(const void* a, const void* b, const float* dg, void* da, void* db, bool bf16,
+void swiglu_bwd(const void* a, const void* b, const void* dg, void* da, void* db, bool bf16,
                 int64_t n, cudaStream_t s);
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);
 // Causal softmax over rows of scores [rows, T] (row r is query r % T; fp32, or bf16), in place:

@@ -45,7 +45,7 @@ struct Plan {
   uint64_t flash_lse = 0;    // what FlashAttention saves instead: B x H/tp x T fp32 per layer
   // What the CUDA backend saves under bf16 by storing the matmul-only activations, SwiGLU's
   // inputs and attention's qkv and output in bf16, in activations and in workspace (backward's
-  // da1, da3, datt, dqkv).
+  // dg, da1, da3, datt, dqkv).
   uint64_t bf16_inputs_saved = 0, bf16_scratch_saved = 0;
   // The activations on the CUDA backend with c.model.attention: in place of attn_probs,
   // flash_lse under "flash" (the default) or, under "naive", the probabilities at key <= query
@@ -54,9 +54,9 @@ struct Plan {
   // The CUDA backend's own scratch in a step (src/cuda/backend.cpp): under bf16 the bf16 copies
   // of matmul operands that no producer stored in bf16 (slot 0: the larger of the logits'
   // gradient and the residual stream's; naive adds its scores, and in backward one sequence's
-  // P and dS), and in any precision the RoPE table (T x dh
-  // fp32) and its fp32 buffer (flash backward's D, B x H x T; under fp32 and tf32, naive's
-  // scores, B x H x T x T, or one sequence's dS and P, whichever is larger).
+  // P and dS), and in any precision the RoPE table (T x dh fp32) and its fp32 buffer, the
+  // largest of RMSNorm backward's partial sums (32 x d), flash backward's D (B x H x T) and,
+  // under fp32 and tf32, naive's scores (B x H x T x T) or one sequence's dS and P.
   uint64_t cuda_scratch = 0;
   // What the CUDA backend allocates (lmtrain graph): for forward alone, the parameters, under
   // bf16 their bf16 copy, and activations_cuda; for a full step also gradients, moments, the

@@ -23,7 +23,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
   // The RMSNorms' outputs, SwiGLU's gate and backward's da1, da3 are read only by matmuls, and
-  // SwiGLU's inputs a1, a3 and attention's qkv, att (and backward's dqkv, datt) are bf16
+  // SwiGLU's inputs a1, a3 and attention's qkv, att (and backward's dg, dqkv, datt) are bf16
   // activations: under bf16, stored in bf16 (Backend::bf16_elems).
   auto stored = [&](int64_t elems) { return mm16 ? be.bf16_elems(elems) : elems; };
   const int64_t nd16 = stored(n * d), nf16 = stored(n * f), qkv16 = stored(3 * n * d);
@@ -51,7 +51,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
                            {&dlogits_, n * V}, {&row_loss_, n}})
     saved.push_back({ptr, size});
   for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d}, {&datt_, nd16},
-                           {&dqkv_, qkv16}, {&dg_, n * f}, {&da1_, nf16}, {&da3_, nf16}})
+                           {&dqkv_, qkv16}, {&dg_, nf16}, {&da1_, nf16}, {&da3_, nf16}})
     scratch.push_back({ptr, size});
   be.set_weights(params_.data(), layout.total);
   activations_ = carve(saved, MemTag::activations);
@@ -183,7 +183,7 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
-    be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision, mm16, false, false);
+    be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision, mm16, false, mm16);
     be.swiglu_bwd(a.a1, a.a3, dg_, da1_, da3_, n * f, mm16);
     be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision, mm16, mm16, false);
     be.linear_bwd(a.h2, P + w.w3, da3_, dtmp_, G + w.w3, n, f, d, precision, mm16, mm16, false);

@@ -76,13 +76,17 @@ Plan make_plan(const Config& c) {
     acts_cuda = acts - p.attn_probs + (m.attention == "flash" ? p.flash_lse : causal_probs);
     // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf),
     // SwiGLU's inputs (a1, a3) and attention's qkv and att packed in bf16: half of each piece.
-    // Backward's da1, da3 (SwiGLU's input gradients), datt and dqkv likewise, in its workspace.
-    // Its fp32 scratch: flash backward's D; naive's scores and, in backward, one sequence's dS
-    // and P (in bf16 under bf16, below).
+    // Backward's dg, da1, da3 (SwiGLU's output and input gradients), datt and dqkv likewise, in
+    // its workspace.
+    // Its fp32 scratch, the largest request: RMSNorm backward's partial sums of dg
+    // (kRmsnormDgChunks = 32 rows of d); flash backward's D; naive's scores and, in backward,
+    // one sequence's dS and P (in bf16 under bf16, below).
     const bool naive = m.attention == "naive";
     const uint64_t naive_fp32 = std::max(B * Hl * T * T, 2 * piece(Hl * T * T));
     p.cuda_scratch = 4 * (T * uint64_t(m.head_dim()) +
-                          (!naive ? B * Hl * T : m.precision == "bf16" ? 0 : naive_fp32));
+                          std::max(32 * d, !naive                 ? B * Hl * T
+                                           : m.precision == "bf16" ? 0
+                                                                   : naive_fp32));
     if (m.precision == "bf16") {
       // Slot 0: the fp32 output gradients that matmuls read (the logits', the residual's);
       // slots 1-3: naive's scores, and P and dS of one sequence.
@@ -90,8 +94,9 @@ Plan make_plan(const Config& c) {
       p.cuda_scratch += 2 * (slot0 + (naive ? B * Hl * T * T + 2 * Hl * T * T : 0));
       auto saved = [](uint64_t e) { return piece(e) - piece(ceil_div(e, 2)); };
       const uint64_t attn = saved(3 * n * dl) + saved(n * dl);
-      p.bf16_inputs_saved = (L * (2 * saved(n * d) + 3 * saved(n * fl) + attn) + saved(n * d)) * a;
-      p.bf16_scratch_saved = (2 * saved(n * fl) + attn) * w;
+      p.bf16_inputs_saved =
+          (L * (2 * saved(n * d) + 3 * saved(n * fl) + attn) + saved(n * d)) * a;
+      p.bf16_scratch_saved = (3 * saved(n * fl) + attn) * w;
       acts_cuda -= p.bf16_inputs_saved;
     }
     p.act_per_token = acts / n;

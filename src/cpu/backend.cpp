@@ -91,7 +91,7 @@ template <typename T> class CpuBackend : public Backend<T> {
   }
   void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n,
                   bool bf16) override {
-    cpu::swiglu_bwd(a, b, dg, da, db, n);
+    cpu::swiglu_bwd(a, b, dg, da, db, n);  // dg too (linear_bwd's dx_bf16)
     if (bf16) round_bf16(da, n), round_bf16(db, n);
   }
   void embedding_fwd(const int32_t* tok, const T* table, T* out, int64_t n, int64_t d) override {

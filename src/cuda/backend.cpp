@@ -150,7 +150,8 @@ class CudaBackend : public Backend<float> {
   }
   void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
                    float* dg, int64_t rows, int64_t d) override {
-    cuda::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, d, stream_);
+    cuda::rmsnorm_bwd(x, g, rstd, dy, dx, dg, workspace(size_t(cuda::kRmsnormDgChunks * d)), rows,
+                      d, stream_);
   }
   void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride, double theta,
             bool inverse, bool bf16) override {

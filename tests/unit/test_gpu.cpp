@@ -136,24 +136,27 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
   auto gpu = make_cuda_backend();
   Pair g{*gpu, {}};
   SUBCASE("rmsnorm forward and backward") {
-    const int64_t rows = 33, d = 77;
-    Vec x = as_float(randn<double>(rows * d)), w = as_float(randn<double>(d));
-    Vec dy = as_float(randn<double>(rows * d)), dg0 = as_float(randn<double>(d));
-    Vec dx0 = as_float(randn<double>(rows * d));  // dx accumulates; dg is written (dg0 ignored)
-    Vec y(rows * d), rstd(rows), dx = dx0, dg = dg0;
-    cpu::rmsnorm_fwd(x.data(), w.data(), y.data(), rstd.data(), rows, d, 1e-5);
-    cpu::rmsnorm_bwd(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dg.data(), rows, d);
-    float *gx = g.up(x), *gw = g.up(w), *gyv = g.poisoned(rows * d), *gr = g.poisoned(rows);
-    float *gdx = g.up(dx0), *gdg = g.poisoned(d);
-    gpu->rmsnorm_fwd(gx, gw, gyv, gr, rows, d, 1e-5, false);
-    gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx, gdg, rows, d);
-    CHECK(rel_err(g.down(gyv, rows * d), y) < 2e-6);
-    float* gy16 = g.poisoned16(rows * d);  // y for bf16 matmuls: the fp32 y, rounded
-    gpu->rmsnorm_fwd(gx, gw, gy16, gr, rows, d, 1e-5, true);
-    CHECK(rounds_of(g.down16(gy16, rows * d), g.down(gyv, rows * d)));
-    CHECK(rel_err(g.down(gr, rows), rstd) < 2e-6);
-    CHECK(rel_err(g.down(gdx, rows * d), dx) < 2e-6);
-    CHECK(rel_err(g.down(gdg, d), dg) < 2e-6);
+    // dg sums rows in 32 chunks: fewer rows than chunks, and many rows a chunk.
+    for (auto [rows, d] : {std::pair<int64_t, int64_t>{33, 77}, {1001, 45}}) {
+      INFO(rows << " rows");
+      Vec x = as_float(randn<double>(rows * d)), w = as_float(randn<double>(d));
+      Vec dy = as_float(randn<double>(rows * d)), dg0 = as_float(randn<double>(d));
+      Vec dx0 = as_float(randn<double>(rows * d));  // dx accumulates; dg is written over dg0
+      Vec y(rows * d), rstd(rows), dx = dx0, dg = dg0;
+      cpu::rmsnorm_fwd(x.data(), w.data(), y.data(), rstd.data(), rows, d, 1e-5);
+      cpu::rmsnorm_bwd(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dg.data(), rows, d);
+      float *gx = g.up(x), *gw = g.up(w), *gyv = g.poisoned(rows * d), *gr = g.poisoned(rows);
+      float *gdx = g.up(dx0), *gdg = g.poisoned(d);
+      gpu->rmsnorm_fwd(gx, gw, gyv, gr, rows, d, 1e-5, false);
+      gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx, gdg, rows, d);
+      CHECK(rel_err(g.down(gyv, rows * d), y) < 2e-6);
+      float* gy16 = g.poisoned16(rows * d);  // y for bf16 matmuls: the fp32 y, rounded
+      gpu->rmsnorm_fwd(gx, gw, gy16, gr, rows, d, 1e-5, true);
+      CHECK(rounds_of(g.down16(gy16, rows * d), g.down(gyv, rows * d)));
+      CHECK(rel_err(g.down(gr, rows), rstd) < 2e-6);
+      CHECK(rel_err(g.down(gdx, rows * d), dx) < 2e-6);
+      CHECK(rel_err(g.down(gdg, d), dg) < 2e-6);
+    }
   }
   SUBCASE("rope forward and inverse on strided rows") {
     const int64_t B = 2, T = 37, H = 3, dh = 10, stride = 97;  // rows wider than the heads, odd
@@ -185,19 +188,19 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     CHECK(rel_err(g.down(go, n), out) < 2e-6);
     CHECK(rel_err(g.down(gda, n), da) < 2e-6);
     CHECK(rel_err(g.down(gdb, n), db) < 2e-6);
-    // All in bf16: a and b stored rounded, the results the fp32 kernels' on those values,
+    // All in bf16: a, b and dg stored rounded, the results the fp32 kernels' on those values,
     // rounded to nearest even.
-    Vec a16 = a, b16 = b;
-    for (Vec* v : {&a16, &b16})
+    Vec a16 = a, b16 = b, dg16 = dgr;
+    for (Vec* v : {&a16, &b16, &dg16})
       for (double& x : *v) x = double(from_bf16(to_bf16(float(x))));
     float *ga16 = g.up(a16), *gb16 = g.up(b16), *go_r = g.poisoned(n), *gda_r = g.poisoned(n);
     float* gdb_r = g.poisoned(n);
     gpu->swiglu_fwd(ga16, gb16, go_r, n, false);
-    gpu->swiglu_bwd(ga16, gb16, g.up(dgr), gda_r, gdb_r, n, false);
+    gpu->swiglu_bwd(ga16, gb16, g.up(dg16), gda_r, gdb_r, n, false);
     float *pa = g.up16(a), *pb = g.up16(b), *go16 = g.poisoned16(n);
     float *gda16 = g.poisoned16(n), *gdb16 = g.poisoned16(n);
     gpu->swiglu_fwd(pa, pb, go16, n, true);
-    gpu->swiglu_bwd(pa, pb, g.up(dgr), gda16, gdb16, n, true);
+    gpu->swiglu_bwd(pa, pb, g.up16(dgr), gda16, gdb16, n, true);
     CHECK(rounds_of(g.down16(go16, n), g.down(go_r, n)));
     CHECK(rounds_of(g.down16(gda16, n), g.down(gda_r, n)));
     CHECK(rounds_of(g.down16(gdb16, n), g.down(gdb_r, n)));

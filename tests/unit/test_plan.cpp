@@ -92,12 +92,13 @@ TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, a1, a3, g, h2 and hf pa
   CHECK(p.bf16_inputs_saved == (L * (2 * n * d + 4 * n * d + 3 * n * f) + n * d) / 2 * 4);
   CHECK(p.activations_cuda ==
         p.activations - p.attn_probs + L * B * H * T * (T + 1) / 2 * 4 - p.bf16_inputs_saved);
-  CHECK(p.bf16_scratch_saved == (2 * n * f + 4 * n * d) / 2 * 4);  // da1, da3; datt, dqkv
+  CHECK(p.bf16_scratch_saved == (3 * n * f + 4 * n * d) / 2 * 4);  // dg, da1, da3; datt, dqkv
   // On the GPU: the weights' bf16 copy besides; the step adds state and workspace.
   CHECK(p.forward_cuda == p.params + p.param_count * 2 + p.activations_cuda);
   // The backend's scratch: slot 0 the logits' gradient (n x V, V 256 > d), slot 1 the scores
-  // of the batch, P and dS of one sequence in bf16; the RoPE table (T x dh) in fp32.
-  CHECK(p.cuda_scratch == 2 * (n * V + B * H * T * T + 2 * H * T * T) + 4 * T * dh);
+  // of the batch, P and dS of one sequence in bf16; the RoPE table (T x dh) and RMSNorm
+  // backward's partial sums (32 x d) in fp32.
+  CHECK(p.cuda_scratch == 2 * (n * V + B * H * T * T + 2 * H * T * T) + 4 * (T * dh + 32 * d));
   CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace -
                             p.bf16_scratch_saved + p.cuda_scratch);
   c.model.precision = "fp32";
