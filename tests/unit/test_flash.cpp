@@ -165,7 +165,9 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
     const double e_v = rel_err(dqkv.get(n, rs, qs, off[2]), ref.dv);
     const double e_q = rel_err(dqkv.get(n, rs, qs, off[0]), ref.dq, norm(ref.dv));
     const double e_k = rel_err(dqkv.get(n, rs, qs, off[1]), ref.dk, norm(ref.dv));
-    MESSAGE(std::string(m.name) << ", T " << T << ", dh " << dh << (causal ? ", causal" : "")
+    // (A const char* would print as a pointer: doctest streams only char arrays as text.)
+    MESSAGE(std::string(m.name) << ", T " << T << ", dh " << dh
+                                << std::string(causal ? ", causal" : "")
                                 << ": O " << e_o << " L " << e_l << " dQ " << e_q << " dK "
                                 << e_k << " dV " << e_v);
     CHECK(e_o < m.tol);
