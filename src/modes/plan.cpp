@@ -73,8 +73,9 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
     printf("  activations on the CUDA backend with model.attention = \"%s\": %s\n",
            c.model.attention.c_str(), human_bytes(double(p.activations_cuda)).c_str());
     if (p.bf16_inputs_saved)
-      printf("  (under bf16 it stores the tensors only matmuls read and SwiGLU's inputs in bf16: "
-             "%s less in activations, included, and %s less in workspace)\n",
+      printf("  (under bf16 it stores the tensors only matmuls read, SwiGLU's inputs and "
+             "attention's q, k, v and output, and their gradients, in bf16: %s less in "
+             "activations, included, and %s less in workspace)\n",
              human_bytes(double(p.bf16_inputs_saved)).c_str(),
              human_bytes(double(p.bf16_scratch_saved)).c_str());
   }
