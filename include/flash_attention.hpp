@@ -24,12 +24,10 @@ namespace lmt::cuda {
 struct FlashShape {
   int64_t B, H, T, dh;
   bool causal = true;
-  // Storage of q, k, v, o, do, dq, dk, dv: fp32 or bf16.
-  bool bf16_storage = false;
-  // true: bf16 tensor cores (operands rounded to bf16, fp32 accumulation, softmax in fp32);
-  // false: fp32 arithmetic throughout (fp32 storage only).
-  bool tensor_cores = true;
-  // With tensor cores, Hopper's wgmma kernels (flash_sm90_*.cu) where the GPU (compute
+  // true: q, k, v, o, do, dq, dk, dv stored in bf16, bf16 tensor cores (P and dS rounded to bf16,
+  // fp32 accumulation, softmax in fp32); false: all stored in fp32, fp32 arithmetic throughout.
+  bool bf16 = true;
+  // Under bf16, Hopper's wgmma kernels (flash_sm90_*.cu) where the GPU (compute
   // capability 9.0) and head dim (64, 128) have them; false: the mma.sync kernels on any GPU (the
   // FlashAttention-2 baseline they are tested and timed against).
   bool wgmma = true;

@@ -7,8 +7,8 @@ recompiled; candidates build in parallel) and its attention mode times flash on 
 mma.sync kernels (fwd, dkdv, dq: run by flash-mma) take (warps per block, row tiles of 16 per
 warp, streamed tile); the Hopper wgmma kernels (sm90_fwd, sm90_dkdv, sm90_dq: run by flash on an
 H100 or H200) take (warpgroups per block, streamed tile), written to the CSV as warps = 4 x
-warpgroups, row_tiles = 1 (the computing warpgroups: with bf16 storage the forward and dQ kernels
-have one more, the TMA producer). Rows go to results/flash_tuning.csv; the best candidate per
+warpgroups, row_tiles = 1 (the computing warpgroups: the forward and dQ kernels have one more,
+the TMA producer). Rows go to results/flash_tuning.csv; the best candidate per
 kernel and head dim is printed (forward time for the forward kernels, backward time for the
 others: the backward runs both of its kernels, the other one fixed at its table entry). The
 tables themselves live in cuda/attention/flash.cuh.

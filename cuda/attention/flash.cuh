@@ -67,38 +67,37 @@ template <int DH> struct DqTraits {
 #undef LMT_TILES
 
 // The Hopper kernels (flash_sm90_*.cu, wgmma): warpgroups per block that compute (each owns 64
-// rows: queries in forward and dQ, keys in dK/dV; the TMA-fed bf16 forward and dQ add a producer
+// rows: queries in forward and dQ, keys in dK/dV; the TMA-fed forward and dQ add a producer
 // warpgroup) and the streamed tile's rows; both tiles' row counts are wgmma N sizes (64 or 128).
 // Chosen by scripts/tune_flash.py --kernels sm90_fwd sm90_dkdv sm90_dq --test on one H100 (bf16,
 // causal, B 1, H 16, T 8192 and 16384; rows in results/flash_tuning.csv, 2026-11-23), summed
 // times per head dim. Forward (the TMA kernel, 17:19 rows): (3, 128) 1.63 ms at d 64 against
 // (2, 128) 1.65; (2, 128) 2.19 ms at d 128 against (2, 64) 2.69 and (3, 128) 7.68 (three
-// consumers get 160 registers each and spill). The fp32-storage forward (the model's; its loader
-// needs more registers) keeps (2, 128). dQ (3, 64) 6.97 ms at d 64, (2, 64) 11.97 at d 128 (a
-// 128-key tile spills once pipelined); dK/dV (2, 128) 8.32 ms at d 64, (2, 64) 13.17 at d 128
-// (dQ's and dK/dV's from before the TMA dQ kernel). Ping-pong (kPingPong, TMA kernels): the
-// forward with it took 1.24 ms against 1.34 at T 16384, d 64 and the same at d 128; the dQ
-// kernel without it took a 2.5% shorter backward at T 16384, d 64 (4.68 against 4.80 ms) and
-// the same at d 128, in one comparison whose build's kernel tests did not run: it stays on until
-// a sweep with tests decides. Three forward stages instead of two: 1.47 ms against 1.34 at
-// T 16384, d 64. Macros LMT_FLASH_SM90_FWD_GROUPS / _TILE / _STAGES / _PINGPONG, DKDV_GROUPS /
-// _TILE, DQ_GROUPS / _TILE / _PINGPONG replace an entry for a tuning build.
+// consumers get 160 registers each and spill). dQ (3, 64) 6.97 ms at d 64, (2, 64) 11.97 at
+// d 128 (a 128-key tile spills once pipelined); dK/dV (2, 128) 8.32 ms at d 64, (2, 64) 13.17 at d
+// 128 (dQ's and dK/dV's from before the TMA dQ kernel). Ping-pong (kPingPong, TMA kernels): the
+// forward with it took 1.24 ms against 1.34 at T 16384, d 64 and the same at d 128; the dQ kernel
+// without it took a 2.5% shorter backward at T 16384, d 64 (4.68 against 4.80 ms) and the same at d
+// 128, in one comparison whose build's kernel tests did not run: it stays on until a sweep with
+// tests decides. Three forward stages instead of two: 1.47 ms against 1.34 at T 16384, d 64. Macros
+// LMT_FLASH_SM90_FWD_GROUPS / _TILE / _STAGES / _PINGPONG, DKDV_GROUPS / _TILE, DQ_GROUPS / _TILE /
+// _PINGPONG replace an entry for a tuning build.
 #define LMT_SM90_TILES(g, t) static constexpr int kGroups = g, kTile = t
-template <typename E, int DH> struct Sm90FwdTraits {
+template <int DH> struct Sm90FwdTraits {
 #ifdef LMT_FLASH_SM90_FWD_GROUPS
   LMT_SM90_TILES(LMT_FLASH_SM90_FWD_GROUPS, LMT_FLASH_SM90_FWD_TILE);
 #else
-  LMT_SM90_TILES(DH >= 128 || sizeof(E) == 4 ? 2 : 3, 128);
+  LMT_SM90_TILES(DH >= 128 ? 2 : 3, 128);
 #endif
 #ifdef LMT_FLASH_SM90_FWD_STAGES
   static constexpr int kStages = LMT_FLASH_SM90_FWD_STAGES;
 #else
-  static constexpr int kStages = 2;  // K and V buffers each (bf16 storage: TMA)
+  static constexpr int kStages = 2;  // K and V buffers each
 #endif
 #ifdef LMT_FLASH_SM90_FWD_PINGPONG
   static constexpr bool kPingPong = LMT_FLASH_SM90_FWD_PINGPONG;
 #else
-  static constexpr bool kPingPong = true;  // consumers take turns at the tensor cores (TMA)
+  static constexpr bool kPingPong = true;  // consumers take turns at the tensor cores
 #endif
 };
 template <int DH> struct Sm90DkdvTraits {
@@ -117,7 +116,7 @@ template <int DH> struct Sm90DqTraits {
 #ifdef LMT_FLASH_SM90_DQ_PINGPONG
   static constexpr bool kPingPong = LMT_FLASH_SM90_DQ_PINGPONG;
 #else
-  static constexpr bool kPingPong = true;  // as the forward's (bf16 storage: TMA)
+  static constexpr bool kPingPong = true;  // as the forward's
 #endif
 };
 #undef LMT_SM90_TILES
@@ -217,18 +216,20 @@ __device__ __forceinline__ void mask_tile(float (&s)[MT][N / 8][4], int r0, int 
       }
 }
 
-// The kernels' launchers, by file: E is float or __nv_bfloat16 (storage); grid over B * H heads.
-template <typename E> void fwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
-template <typename E> void bwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
+// The kernels' launchers, by file; grid over B * H heads. fwd_tc / bwd_tc (mma.sync) and
+// fwd_sm90 / bwd_sm90 read and write bf16 and multiply on bf16 tensor cores; fwd_fp32 / bwd_fp32
+// read and write fp32 and compute in fp32.
+void fwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
+void bwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 void fwd_fp32(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 void bwd_fp32(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
-// The Hopper kernels: head dims 64 and 128 (whole 64-column panels), bf16 tensor cores. sm90(dh):
-// this process's GPU runs them (compute capability 9.0) and dh is one of theirs.
+// The Hopper kernels: head dims 64 and 128 (whole 64-column panels). sm90(dh): this process's GPU
+// runs them (compute capability 9.0) and dh is one of theirs.
 using Sm90HeadDims = HeadDimList<64, 128>;
-template <typename E> void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
-template <typename E> void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
+void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
+void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 bool sm90(int64_t dh);
-// D = rowsum(dO * O) per (b, h, t); with round_do, dO rounded to bf16 first (as the matmuls read it).
-template <typename E> void bwd_rowsum(const Params& p, int64_t B, int64_t dh, bool round_do, cudaStream_t s);
+// D = rowsum(dO * O) per (b, h, t); E: the storage, float or bf16.
+template <typename E> void bwd_rowsum(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 
 }  // namespace lmt::cuda::attn

@@ -1,5 +1,5 @@
 // The FlashAttention launchers (flash_attention.hpp): check the problem, build the kernels'
-// parameters, dispatch on storage type, arithmetic and head dim.
+// parameters, dispatch on precision (bf16 or fp32), GPU and head dim.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -15,10 +15,8 @@ namespace {
 attn::Params params(const FlashShape& s) {
   LMT_ASSERT(flash_supports(s.dh), strf("flash attention: head dim %lld (must be %s)",
                                         (long long)s.dh, flash_head_dims_text().c_str()));
-  LMT_ASSERT(s.tensor_cores || !s.bf16_storage,
-             "flash attention: bf16 storage needs the tensor-core kernels");
   // Tiles are read 16 bytes at a time: every row must start 16-byte aligned.
-  const int64_t per16 = s.bf16_storage ? 8 : 4;
+  const int64_t per16 = s.bf16 ? 8 : 4;
   LMT_ASSERT(s.qkv.row % per16 == 0 && s.qkv.batch % per16 == 0 && s.o.row % per16 == 0 &&
                  s.o.batch % per16 == 0,
              "flash attention: strides must be multiples of 16 bytes");
@@ -36,7 +34,7 @@ using bf16 = __nv_bfloat16;
 constexpr const char* kUnaligned = "flash attention: tensors must start 16-byte aligned";
 
 // The wgmma kernels run this problem (else the mma.sync or fp32 ones).
-bool wgmma_kernels(const FlashShape& s) { return s.tensor_cores && s.wgmma && attn::sm90(s.dh); }
+bool wgmma_kernels(const FlashShape& s) { return s.bf16 && s.wgmma && attn::sm90(s.dh); }
 
 }  // namespace
 
@@ -58,10 +56,9 @@ void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v,
   attn::Params p = params(s);
   check_aligned16({q, k, v, o}, kUnaligned);
   p.q = q, p.k = k, p.v = v, p.out = o, p.lse = lse;
-  const bool wg = wgmma_kernels(s);
-  if (!s.tensor_cores) attn::fwd_fp32(p, s.B, s.dh, stream);
-  else if (s.bf16_storage) (wg ? attn::fwd_sm90<bf16> : attn::fwd_tc<bf16>)(p, s.B, s.dh, stream);
-  else (wg ? attn::fwd_sm90<float> : attn::fwd_tc<float>)(p, s.B, s.dh, stream);
+  if (!s.bf16) attn::fwd_fp32(p, s.B, s.dh, stream);
+  else if (wgmma_kernels(s)) attn::fwd_sm90(p, s.B, s.dh, stream);
+  else attn::fwd_tc(p, s.B, s.dh, stream);
 }
 
 void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
@@ -71,14 +68,13 @@ void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v,
   check_aligned16({q, k, v, o, dout, dq, dk, dv}, kUnaligned);
   p.q = q, p.k = k, p.v = v, p.o = o, p.dout = dout, p.lse = const_cast<float*>(lse), p.D = D;
   p.dq = dq, p.dk = dk, p.dv = dv;
-  const bool wg = wgmma_kernels(s);
-  if (s.bf16_storage) {
-    attn::bwd_rowsum<bf16>(p, s.B, s.dh, false, stream);
-    (wg ? attn::bwd_sm90<bf16> : attn::bwd_tc<bf16>)(p, s.B, s.dh, stream);
+  if (!s.bf16) {
+    attn::bwd_rowsum<float>(p, s.B, s.dh, stream);
+    attn::bwd_fp32(p, s.B, s.dh, stream);
   } else {
-    attn::bwd_rowsum<float>(p, s.B, s.dh, s.tensor_cores, stream);
-    if (!s.tensor_cores) attn::bwd_fp32(p, s.B, s.dh, stream);
-    else (wg ? attn::bwd_sm90<float> : attn::bwd_tc<float>)(p, s.B, s.dh, stream);
+    attn::bwd_rowsum<bf16>(p, s.B, s.dh, stream);
+    if (wgmma_kernels(s)) attn::bwd_sm90(p, s.B, s.dh, stream);
+    else attn::bwd_tc(p, s.B, s.dh, stream);
   }
 }
 

@@ -19,7 +19,8 @@
 namespace lmt::cuda::attn {
 namespace {
 
-template <typename E, bool Round>
+// D for fp32 storage (flash_fp32.cu's kernels) or bf16.
+template <typename E>
 __global__ void flash_bwd_rowsum_kernel(const Params p, int64_t rows, int dh) {
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;  // (b, h, t)
   if (r >= rows) return;
@@ -28,16 +29,12 @@ __global__ void flash_bwd_rowsum_kernel(const Params p, int64_t rows, int dh) {
   const E* o = head<E>(p.o, b, h, dh, p.o_batch) + t * p.o_row;
   const E* g = head<E>(p.dout, b, h, dh, p.o_batch) + t * p.o_row;
   float acc = 0;
-  for (int c = lane; c < dh; c += 32) {
-    float gc = float(g[c]);
-    if (Round) gc = __bfloat162float(__float2bfloat16_rn(gc));
-    acc += gc * float(o[c]);
-  }
+  for (int c = lane; c < dh; c += 32) acc += float(g[c]) * float(o[c]);
   acc = warp_reduce<false>(acc);
   if (lane == 0) p.D[r] = acc;
 }
 
-template <typename E, int DH>
+template <int DH>
 __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel(const Params p) {
   constexpr int kWarps = DkdvTraits<DH>::kWarps, MT = DkdvTraits<DH>::kMTiles;
   constexpr int BR = DkdvTraits<DH>::kTile, BC = 16 * MT * kWarps, LD = kLd<DH>;
@@ -52,14 +49,14 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
-  const E* Q = head<E>(p.q, b, h, DH, p.qkv_batch);
-  const E* G = head<E>(p.dout, b, h, DH, p.o_batch);
+  const bf16* Q = head<bf16>(p.q, b, h, DH, p.qkv_batch);
+  const bf16* G = head<bf16>(p.dout, b, h, DH, p.o_batch);
   const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
 
-  load_tile<E, BC, DH, THREADS>(sK, head<E>(p.k, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
-  load_tile<E, BC, DH, THREADS>(sV, head<E>(p.v, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
-  load_tile<E, BR, DH, THREADS>(sQ, Q, first * BR, p.T, p.qkv_row);
-  load_tile<E, BR, DH, THREADS>(sdO, G, first * BR, p.T, p.o_row);
+  load_tile<BC, DH, THREADS>(sK, head<bf16>(p.k, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
+  load_tile<BC, DH, THREADS>(sV, head<bf16>(p.v, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
+  load_tile<BR, DH, THREADS>(sQ, Q, first * BR, p.T, p.qkv_row);
+  load_tile<BR, DH, THREADS>(sdO, G, first * BR, p.T, p.o_row);
   cp_async_commit();
   load_stats<BR>(sL, sD, p, bh, first * BR);
 
@@ -75,7 +72,7 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
   const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
   auto step = [&](int64_t i, auto mask) {
     const int buf =
-        next_query_tile<E, BR, DH, THREADS, false>(sQ, sdO, sL, sD, Q, G, p, bh, i, first, tiles);
+        next_query_tile<BR, DH, THREADS, false>(sQ, sdO, sL, sD, Q, G, p, bh, i, first, tiles);
     const bf16 *q_t = sQ + buf * BR * LD, *g_t = sdO + buf * BR * LD;
     const float *l_t = sL + buf * BR, *d_t = sD + buf * BR;
     const int64_t q0 = i * BR;
@@ -101,10 +98,10 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
   for (; i < masked_end; ++i) step(i, std::true_type{});
   for (; i < tiles; ++i) step(i, std::false_type{});
 
-  store_dkdv<E, MT, DH>(p, b, h, key, dk, dv, lane);
+  store_dkdv<MT, DH>(p, b, h, key, dk, dv, lane);
 }
 
-template <typename E, int DH>
+template <int DH>
 __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(const Params p) {
   constexpr int kWarps = DqTraits<DH>::kWarps, MT = DqTraits<DH>::kMTiles;
   constexpr int BC = DqTraits<DH>::kTile, BR = 16 * MT * kWarps, LD = kLd<DH>;
@@ -117,14 +114,14 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, q0 = query_tile(p) * BR;
-  const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
-  const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
+  const bf16* K = head<bf16>(p.k, b, h, DH, p.qkv_batch);
+  const bf16* V = head<bf16>(p.v, b, h, DH, p.qkv_batch);
   const int64_t tiles = key_tiles(p, q0, BR, BC);
 
-  load_tile<E, BR, DH, THREADS>(sQ, head<E>(p.q, b, h, DH, p.qkv_batch), q0, p.T, p.qkv_row);
-  load_tile<E, BR, DH, THREADS>(sdO, head<E>(p.dout, b, h, DH, p.o_batch), q0, p.T, p.o_row);
-  load_tile<E, BC, DH, THREADS>(sK, K, 0, p.T, p.qkv_row);
-  load_tile<E, BC, DH, THREADS>(sV, V, 0, p.T, p.qkv_row);
+  load_tile<BR, DH, THREADS>(sQ, head<bf16>(p.q, b, h, DH, p.qkv_batch), q0, p.T, p.qkv_row);
+  load_tile<BR, DH, THREADS>(sdO, head<bf16>(p.dout, b, h, DH, p.o_batch), q0, p.T, p.o_row);
+  load_tile<BC, DH, THREADS>(sK, K, 0, p.T, p.qkv_row);
+  load_tile<BC, DH, THREADS>(sV, V, 0, p.T, p.qkv_row);
   cp_async_commit();
 
   // Row tile i of this warp holds queries row + 16 i and row + 16 i + 8.
@@ -137,7 +134,7 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
   // As in forward: key tiles without any masking first, then the diagonal and end tiles.
   const int64_t clean = unmasked_key_tiles(p, q0, tiles, BC);
   auto step = [&](int64_t j, auto mask) {
-    const int buf = next_kv_tile<E, BC, DH, THREADS>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
+    const int buf = next_kv_tile<BC, DH, THREADS>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
     const bf16 *k_t = sK + buf * BC * LD, *v_t = sV + buf * BC * LD;
     const int64_t k0 = j * BC;
     if (!p.causal || k0 <= warp_q0 + 16 * MT - 1) {
@@ -159,44 +156,38 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
   for (; j < clean; ++j) step(j, std::false_type{});
   for (; j < tiles; ++j) step(j, std::true_type{});
 
-  store_dq<E, MT, DH>(p, b, h, row, dq, lane);
+  store_dq<MT, DH>(p, b, h, row, dq, lane);
 }
 
-template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   {
     constexpr int BR = DkdvTraits<DH>::kTile;
     constexpr int BC = 16 * DkdvTraits<DH>::kMTiles * DkdvTraits<DH>::kWarps;
     constexpr size_t smem = size_t(2 * BC + 4 * BR) * kLd<DH> * sizeof(bf16) + 4 * BR * sizeof(float);
-    launch_tiles<flash_dkdv_kernel<E, DH>>(p, B, BC, DkdvTraits<DH>::kWarps * 32, smem, stream);
+    launch_tiles<flash_dkdv_kernel<DH>>(p, B, BC, DkdvTraits<DH>::kWarps * 32, smem, stream);
   }
   {
     constexpr int BR = 16 * DqTraits<DH>::kMTiles * DqTraits<DH>::kWarps;
     constexpr int BC = DqTraits<DH>::kTile;
     constexpr size_t smem = size_t(2 * BR + 4 * BC) * kLd<DH> * sizeof(bf16);
-    launch_tiles<flash_dq_kernel<E, DH>>(p, B, BR, DqTraits<DH>::kWarps * 32, smem, stream);
+    launch_tiles<flash_dq_kernel<DH>>(p, B, BR, DqTraits<DH>::kWarps * 32, smem, stream);
   }
 }
 
 }  // namespace
 
-template <typename E>
-void bwd_rowsum(const Params& p, int64_t B, int64_t dh, bool round_do, cudaStream_t s) {
+template <typename E> void bwd_rowsum(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
   constexpr int kWarps = 8;  // one warp per row
   const int64_t rows = B * p.H * p.T;
   const unsigned blocks = unsigned(ceil_div(rows, kWarps));
-  if (round_do)
-    flash_bwd_rowsum_kernel<E, true><<<blocks, kWarps * 32, 0, s>>>(p, rows, int(dh));
-  else
-    flash_bwd_rowsum_kernel<E, false><<<blocks, kWarps * 32, 0, s>>>(p, rows, int(dh));
+  flash_bwd_rowsum_kernel<E><<<blocks, kWarps * 32, 0, s>>>(p, rows, int(dh));
   CUDA_LAUNCH_CHECK();
 }
-template void bwd_rowsum<float>(const Params&, int64_t, int64_t, bool, cudaStream_t);
-template void bwd_rowsum<bf16>(const Params&, int64_t, int64_t, bool, cudaStream_t);
+template void bwd_rowsum<float>(const Params&, int64_t, int64_t, cudaStream_t);
+template void bwd_rowsum<bf16>(const Params&, int64_t, int64_t, cudaStream_t);
 
-template <typename E> void bwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  HeadDims::dispatch(dh, [&](auto d) { launch<E, decltype(d)::value>(p, B, s); });
+void bwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
+  HeadDims::dispatch(dh, [&](auto d) { launch<decltype(d)::value>(p, B, s); });
 }
-template void bwd_tc<float>(const Params&, int64_t, int64_t, cudaStream_t);
-template void bwd_tc<bf16>(const Params&, int64_t, int64_t, cudaStream_t);
 
 }  // namespace lmt::cuda::attn

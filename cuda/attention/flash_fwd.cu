@@ -18,7 +18,7 @@
 namespace lmt::cuda::attn {
 namespace {
 
-template <typename E, int DH>
+template <int DH>
 __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
     flash_fwd_kernel(const Params p) {
   constexpr int kWarps = FwdTraits<DH>::kWarps, MT = FwdTraits<DH>::kMTiles;
@@ -31,14 +31,14 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
-  const E* Q = head<E>(p.q, b, h, DH, p.qkv_batch);
-  const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
-  const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
+  const bf16* Q = head<bf16>(p.q, b, h, DH, p.qkv_batch);
+  const bf16* K = head<bf16>(p.k, b, h, DH, p.qkv_batch);
+  const bf16* V = head<bf16>(p.v, b, h, DH, p.qkv_batch);
   const int64_t tiles = key_tiles(p, q0, BR, BC);
 
-  load_tile<E, BR, DH, THREADS>(sQ, Q, q0, p.T, p.qkv_row);
-  load_tile<E, BC, DH, THREADS>(sK, K, 0, p.T, p.qkv_row);
-  load_tile<E, BC, DH, THREADS>(sV, V, 0, p.T, p.qkv_row);
+  load_tile<BR, DH, THREADS>(sQ, Q, q0, p.T, p.qkv_row);
+  load_tile<BC, DH, THREADS>(sK, K, 0, p.T, p.qkv_row);
+  load_tile<BC, DH, THREADS>(sV, V, 0, p.T, p.qkv_row);
   cp_async_commit();
 
   float o[MT][DH / 8][4];
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
   // query) run a body without the mask; the few others, at the diagonal or the end, with it.
   const int64_t clean = unmasked_key_tiles(p, q0, tiles, BC);
   auto step = [&](int64_t j, auto mask) {
-    const int buf = next_kv_tile<E, BC, DH, THREADS>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
+    const int buf = next_kv_tile<BC, DH, THREADS>(sK, sV, K, V, j, tiles, p.T, p.qkv_row);
     const bf16 *k_t = sK + buf * BC * LD, *v_t = sV + buf * BC * LD;
     const int64_t k0 = j * BC;
     // A warp whose queries all lie before this tile's first key sees none of it.
@@ -75,22 +75,20 @@ __global__ void __launch_bounds__(FwdTraits<DH>::kWarps * 32)
   for (; j < clean; ++j) step(j, std::false_type{});
   for (; j < tiles; ++j) step(j, std::true_type{});
 
-  store_fwd<E, MT, DH>(p, b, h, row, o, m, l, lane);
+  store_fwd<MT, DH>(p, b, h, row, o, m, l, lane);
 }
 
-template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   constexpr int BR = 16 * FwdTraits<DH>::kMTiles * FwdTraits<DH>::kWarps;
   constexpr int BC = FwdTraits<DH>::kTile;
   constexpr size_t smem = size_t(BR + 4 * BC) * kLd<DH> * sizeof(bf16);
-  launch_tiles<flash_fwd_kernel<E, DH>>(p, B, BR, FwdTraits<DH>::kWarps * 32, smem, stream);
+  launch_tiles<flash_fwd_kernel<DH>>(p, B, BR, FwdTraits<DH>::kWarps * 32, smem, stream);
 }
 
 }  // namespace
 
-template <typename E> void fwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  HeadDims::dispatch(dh, [&](auto d) { launch<E, decltype(d)::value>(p, B, s); });
+void fwd_tc(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
+  HeadDims::dispatch(dh, [&](auto d) { launch<decltype(d)::value>(p, B, s); });
 }
-template void fwd_tc<float>(const Params&, int64_t, int64_t, cudaStream_t);
-template void fwd_tc<bf16>(const Params&, int64_t, int64_t, cudaStream_t);
 
 }  // namespace lmt::cuda::attn

@@ -18,7 +18,7 @@ namespace {
 
 // Block: kGroups warpgroups, 64 * kGroups keys of one (batch, head); query tiles of kTile rows
 // (Q, dO, and their L and D) stream through shared memory, double-buffered.
-template <typename E, int DH>
+template <int DH>
 __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
     flash_dkdv_sm90_kernel(const Params p) {
 #ifdef LMT_SM90_DEVICE_CODE
@@ -33,14 +33,14 @@ __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
 
   const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
-  const E* Q = head<E>(p.q, b, h, DH, p.qkv_batch);
-  const E* G = head<E>(p.dout, b, h, DH, p.o_batch);
+  const bf16* Q = head<bf16>(p.q, b, h, DH, p.qkv_batch);
+  const bf16* G = head<bf16>(p.dout, b, h, DH, p.o_batch);
   const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
 
-  load_tile<E, BC, DH, THREADS, true>(sK, head<E>(p.k, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
-  load_tile<E, BC, DH, THREADS, true>(sV, head<E>(p.v, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
-  load_tile<E, BR, DH, THREADS, true>(sQ, Q, first * BR, p.T, p.qkv_row);
-  load_tile<E, BR, DH, THREADS, true>(sdO, G, first * BR, p.T, p.o_row);
+  load_tile<BC, DH, THREADS, true>(sK, head<bf16>(p.k, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
+  load_tile<BC, DH, THREADS, true>(sV, head<bf16>(p.v, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
+  load_tile<BR, DH, THREADS, true>(sQ, Q, first * BR, p.T, p.qkv_row);
+  load_tile<BR, DH, THREADS, true>(sdO, G, first * BR, p.T, p.o_row);
   cp_async_commit();
   load_stats<BR>(sL, sD, p, bh, first * BR);
 
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
   const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
   auto step = [&](int64_t i, auto mask) {
     const int buf =
-        next_query_tile<E, BR, DH, THREADS, true>(sQ, sdO, sL, sD, Q, G, p, bh, i, first, tiles);
+        next_query_tile<BR, DH, THREADS, true>(sQ, sdO, sL, sD, Q, G, p, bh, i, first, tiles);
     const bf16 *q_t = sQ + buf * BR * DH, *g_t = sdO + buf * BR * DH;
     const int64_t q0 = i * BR;
     // A warpgroup whose keys all lie after this tile's last query gets nothing from it.
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
   for (; i < masked_end; ++i) step(i, std::true_type{});
   for (; i < tiles; ++i) step(i, std::false_type{});
 
-  store_dkdv<E, 1, DH>(p, b, h, key, dk, dv, lane);
+  store_dkdv<1, DH>(p, b, h, key, dk, dv, lane);
 #else
   __trap();  // launched only where sm90() holds
 #endif
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
 // returns); issued() follows the issue of each dS K; release(j, has_next) follows each tile's
 // matmuls (j = -1: the first scores), when V_{j+1} (if has_next) and K_j (if j >= 0) are no
 // longer read.
-template <typename E, int DH, int BR, int BC, typename KTiles, typename VTiles, typename Advance,
+template <int DH, int BR, int BC, typename KTiles, typename VTiles, typename Advance,
           typename Issued, typename Release>
 __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, int64_t q0, int group,
                                         const bf16* sQ, const bf16* sdO, const KTiles& K,
@@ -148,59 +148,10 @@ __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, i
   };
   key_pipeline(tiles, mine, clean, scores, grads, dsk, after, advance);
 
-  store_dq<E, 1, DH>(p, b, h, row, dq, lane);
+  store_dq<1, DH>(p, b, h, row, dq, lane);
 }
 
-// fp32 storage: every thread loads; three key buffers (K_{j+2} arrives while K_j and K_{j+1} are
-// read), two value buffers.
-template <typename E, int DH>
-__global__ void __launch_bounds__(Sm90DqTraits<DH>::kGroups * 128, 1)
-    flash_dq_sm90_kernel(const Params p) {
-#ifdef LMT_SM90_DEVICE_CODE
-  constexpr int BC = Sm90DqTraits<DH>::kTile, BR = 64 * Sm90DqTraits<DH>::kGroups;
-  constexpr int THREADS = BR * 2, KV = BC * DH;  // KV: elements of one K or V buffer
-  bf16* sQ = smem_1024();
-  bf16* sdO = sQ + BR * DH;
-  bf16* sK = sdO + BR * DH;  // key tile t in buffer t % 3
-  bf16* sV = sK + 3 * KV;    // value tile t in buffer t % 2
-
-  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
-  const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
-  const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
-  const int64_t tiles = key_tiles(p, q0, BR, BC);
-  auto load_kv = [&](int64_t t) {
-    load_tile<E, BC, DH, THREADS, true>(sK + (t % 3) * KV, K, t * BC, p.T, p.qkv_row);
-    load_tile<E, BC, DH, THREADS, true>(sV + (t % 2) * KV, V, t * BC, p.T, p.qkv_row);
-  };
-
-  // cp.async groups: {Q, dO, K_0, V_0}, {K_1, V_1}, then in iteration j {K_{j+2}, V_{j+2}};
-  // iteration j waits for all but the newest: K_{j+1} and V_{j+1} (K_j came earlier).
-  load_tile<E, BR, DH, THREADS, true>(sQ, head<E>(p.q, b, h, DH, p.qkv_batch), q0, p.T, p.qkv_row);
-  load_tile<E, BR, DH, THREADS, true>(sdO, head<E>(p.dout, b, h, DH, p.o_batch), q0, p.T, p.o_row);
-  load_kv(0);
-  cp_async_commit();
-  if (tiles > 1) load_kv(1);
-  cp_async_commit();
-  cp_async_wait<1>();
-  fence_async_smem();
-  __syncthreads();
-
-  auto advance = [&](int64_t j) {
-    __syncthreads();  // K_{j-1}'s and V_j's buffers, refilled now, were last read in iteration j - 1
-    if (j + 2 < tiles) load_kv(j + 2);
-    cp_async_commit();
-    cp_async_wait<1>();
-    fence_async_smem();
-    __syncthreads();
-  };
-  dq_rows<E, DH, BR, BC>(p, b, h, q0, threadIdx.x / 128, sQ, sdO, Buffers<3, KV>{sK},
-                         Buffers<2, KV>{sV}, advance, [] {}, [](int64_t, auto) {});
-#else
-  __trap();  // launched only where sm90() holds
-#endif
-}
-
-// bf16 storage: warpgroup 0 produces (TMA: Q and dO once, then K_t and V_t in order), warpgroups
+// Warpgroup 0 produces (TMA: Q and dO once, then K_t and V_t in order), warpgroups
 // 1 .. kGroups consume (tma.cuh), taking turns at the tensor cores if kPingPong.
 template <int DH> struct TmaDq {
   using T = Sm90DqTraits<DH>;
@@ -255,8 +206,8 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
       if constexpr (decltype(has_next)::value) V.release(j + 1, signal);
       if (j >= 0) K.release(j, signal);
     };
-    dq_rows<bf16, DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, advance,
-                              [&] { turns.pass(); }, release);
+    dq_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, advance,
+                        [&] { turns.pass(); }, release);
     turns.end();
   };
   specialize<G>(produce, consume);
@@ -265,32 +216,24 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
 #endif
 }
 
-template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   {
     constexpr int BR = Sm90DkdvTraits<DH>::kTile, BC = 64 * Sm90DkdvTraits<DH>::kGroups;
     constexpr size_t smem =
         size_t(2 * BC + 4 * BR) * DH * sizeof(bf16) + 4 * BR * sizeof(float) + kSmemAlignSlack;
-    launch_tiles<flash_dkdv_sm90_kernel<E, DH>>(p, B, BC, BC * 2, smem, stream);
+    launch_tiles<flash_dkdv_sm90_kernel<DH>>(p, B, BC, BC * 2, smem, stream);
   }
-  if constexpr (sizeof(E) == 2) {
-    using F = TmaDq<DH>;
-    launch_specialized<dq_tma_kernel<DH>, F>(p, B, F::BR, stream, qkv_map(p, B, DH, p.q, F::BR),
-                                             o_map(p, B, DH, p.dout, F::BR),
-                                             qkv_map(p, B, DH, p.k, F::BC),
-                                             qkv_map(p, B, DH, p.v, F::BC));
-  } else {
-    constexpr int BR = 64 * Sm90DqTraits<DH>::kGroups, BC = Sm90DqTraits<DH>::kTile;
-    constexpr size_t smem = size_t(2 * BR + 5 * BC) * DH * sizeof(bf16) + kSmemAlignSlack;
-    launch_tiles<flash_dq_sm90_kernel<E, DH>>(p, B, BR, BR * 2, smem, stream);
-  }
+  using F = TmaDq<DH>;
+  launch_specialized<dq_tma_kernel<DH>, F>(p, B, F::BR, stream, qkv_map(p, B, DH, p.q, F::BR),
+                                           o_map(p, B, DH, p.dout, F::BR),
+                                           qkv_map(p, B, DH, p.k, F::BC),
+                                           qkv_map(p, B, DH, p.v, F::BC));
 }
 
 }  // namespace
 
-template <typename E> void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  Sm90HeadDims::dispatch(dh, [&](auto d) { launch<E, decltype(d)::value>(p, B, s); });
+void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
+  Sm90HeadDims::dispatch(dh, [&](auto d) { launch<decltype(d)::value>(p, B, s); });
 }
-template void bwd_sm90<float>(const Params&, int64_t, int64_t, cudaStream_t);
-template void bwd_sm90<bf16>(const Params&, int64_t, int64_t, cudaStream_t);
 
 }  // namespace lmt::cuda::attn

@@ -9,12 +9,9 @@
 // through shared memory in tiles of kTile keys (swizzled tiles, wgmma.cuh). Each warpgroup is
 // software-pipelined by one tile (key_pipeline): while the tensor cores run P_j V_j, it takes the
 // softmax of S_{j+1}, issued just before it. So key tile j + 1 must be in shared memory with
-// value tile j: K runs one tile ahead of V. Two ways to stream them:
-//   bf16 storage (fwd_tma_kernel): warp-specialized (tma.cuh): a producer warpgroup copies Q and
-//     the K and V tiles with TMA into kStages buffers each; no barrier spans the block, and the
-//     consumer warpgroups take turns at the tensor cores (ping-pong, kPingPong).
-//   fp32 storage (the model's; fwd_kernel): every thread converts rows to bf16 as it copies them
-//     (TMA cannot), two buffers each, with block barriers around every tile.
+// value tile j: K runs one tile ahead of V. The kernel is warp-specialized (tma.cuh): a producer
+// warpgroup copies Q and the K and V tiles with TMA into kStages buffers each; no barrier spans
+// the block, and the consumer warpgroups take turns at the tensor cores (ping-pong, kPingPong).
 #include "../common.cuh"
 #include "flash.cuh"
 #include "softmax.cuh"
@@ -29,7 +26,7 @@ namespace {
 // V_j ready once it returns); issued() follows the issue of each P V; release(j, has_next) follows
 // each tile's matmuls (j = -1: the first scores), when K_{j+1} (if has_next) and V_j (if j >= 0)
 // are no longer read.
-template <typename E, int DH, int BR, int BC, typename Tiles, typename Advance, typename Issued,
+template <int DH, int BR, int BC, typename Tiles, typename Advance, typename Issued,
           typename Release>
 __device__ __forceinline__ void fwd_rows(const Params& p, int64_t b, int64_t h, int64_t q0,
                                          int group, const bf16* sQ, const Tiles& K, const Tiles& V,
@@ -71,61 +68,13 @@ __device__ __forceinline__ void fwd_rows(const Params& p, int64_t b, int64_t h, 
   };
   key_pipeline(tiles, mine, clean, scores, softmax, pv, after, advance);
 
-  store_fwd<E, 1, DH>(p, b, h, row, o, m, l, lane);
+  store_fwd<1, DH>(p, b, h, row, o, m, l, lane);
 }
 
-// fp32 storage: every thread loads, K one tile ahead of V in two buffers each.
-template <typename E, int DH>
-__global__ void __launch_bounds__(Sm90FwdTraits<E, DH>::kGroups * 128, 1)
-    fwd_kernel(const Params p) {
-#ifdef LMT_SM90_DEVICE_CODE
-  constexpr int BC = Sm90FwdTraits<E, DH>::kTile, BR = 64 * Sm90FwdTraits<E, DH>::kGroups;
-  constexpr int THREADS = BR * 2, KV = BC * DH;
-  bf16* sQ = smem_1024();
-  bf16* sK = sQ + BR * DH;  // key tile t in buffer t % 2
-  bf16* sV = sK + 2 * KV;   // value tile t in buffer t % 2
-
-  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
-  const E* K = head<E>(p.k, b, h, DH, p.qkv_batch);
-  const E* V = head<E>(p.v, b, h, DH, p.qkv_batch);
-  const int64_t tiles = key_tiles(p, q0, BR, BC);
-  auto load = [&](bf16* buffers, const E* src, int64_t t) {
-    load_tile<E, BC, DH, THREADS, true>(buffers + (t % 2) * KV, src, t * BC, p.T, p.qkv_row);
-  };
-
-  // cp.async groups: {Q, K_0}, {K_1, V_0}, then in iteration j {K_{j+2}, V_{j+1}}; iteration j
-  // waits for all but the newest group: K_{j+1} and V_j.
-  load_tile<E, BR, DH, THREADS, true>(sQ, head<E>(p.q, b, h, DH, p.qkv_batch), q0, p.T, p.qkv_row);
-  load(sK, K, 0);
-  cp_async_commit();
-  if (tiles > 1) load(sK, K, 1);
-  load(sV, V, 0);
-  cp_async_commit();
-  cp_async_wait<1>();
-  fence_async_smem();
-  __syncthreads();
-
-  // Iteration j: tile j + 2 of K and j + 1 of V start to load, K_{j+1} and V_j are waited for.
-  auto advance = [&](int64_t j) {
-    __syncthreads();  // K_j's and V_{j-1}'s buffers, refilled now, were last read in iteration j - 1
-    if (j + 2 < tiles) load(sK, K, j + 2);
-    if (j + 1 < tiles) load(sV, V, j + 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    fence_async_smem();
-    __syncthreads();
-  };
-  fwd_rows<E, DH, BR, BC>(p, b, h, q0, threadIdx.x / 128, sQ, Buffers<2, KV>{sK},
-                          Buffers<2, KV>{sV}, advance, [] {}, [](int64_t, auto) {});
-#else
-  __trap();  // launched only where sm90() holds
-#endif
-}
-
-// bf16 storage: warpgroup 0 produces (TMA: Q once, then K_t and V_t in order), warpgroups 1 ..
+// Warpgroup 0 produces (TMA: Q once, then K_t and V_t in order), warpgroups 1 ..
 // kGroups consume (tma.cuh).
 template <int DH> struct TmaFwd {
-  using T = Sm90FwdTraits<bf16, DH>;
+  using T = Sm90FwdTraits<DH>;
   static constexpr int kGroups = T::kGroups, BR = 64 * kGroups, BC = T::kTile;
   using QRing = Ring<1, BR, DH>;
   using KVRing = Ring<T::kStages, BC, DH>;
@@ -155,7 +104,7 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH>::kGroups + 1), 1)
     for (int64_t t = 0; t < tiles; ++t) K.fill(t, k_map, t * BC, b, h), V.fill(t, v_map, t * BC, b, h);
   };
   auto consume = [&](int me) {
-    const Turns<G, Sm90FwdTraits<bf16, DH>::kPingPong && (G > 1)> turns{me};
+    const Turns<G, Sm90FwdTraits<DH>::kPingPong && (G > 1)> turns{me};
     const bool signal = threadIdx.x % 32 == 0;  // one arrival per warp frees a buffer
     const int64_t mine = key_tiles(p, q0 + 64 * me, 64, BC);
     Q.wait(0);
@@ -172,8 +121,8 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH>::kGroups + 1), 1)
       if constexpr (decltype(has_next)::value) K.release(j + 1, signal);
       if (j >= 0) V.release(j, signal);
     };
-    fwd_rows<bf16, DH, BR, BC>(p, b, h, q0, me, Q.tile(0), K, V, advance, [&] { turns.pass(); },
-                               release);
+    fwd_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), K, V, advance, [&] { turns.pass(); },
+                          release);
     turns.end();
   };
   specialize<G>(produce, consume);
@@ -182,25 +131,17 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH>::kGroups + 1), 1)
 #endif
 }
 
-template <typename E, int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
-  if constexpr (sizeof(E) == 2) {
-    using F = TmaFwd<DH>;
-    launch_specialized<fwd_tma_kernel<DH>, F>(p, B, F::BR, stream, qkv_map(p, B, DH, p.q, F::BR),
-                                              qkv_map(p, B, DH, p.k, F::BC),
-                                              qkv_map(p, B, DH, p.v, F::BC));
-  } else {
-    constexpr int BR = 64 * Sm90FwdTraits<E, DH>::kGroups, BC = Sm90FwdTraits<E, DH>::kTile;
-    constexpr size_t smem = size_t(BR + 4 * BC) * DH * sizeof(bf16) + kSmemAlignSlack;
-    launch_tiles<fwd_kernel<E, DH>>(p, B, BR, BR * 2, smem, stream);
-  }
+template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+  using F = TmaFwd<DH>;
+  launch_specialized<fwd_tma_kernel<DH>, F>(p, B, F::BR, stream, qkv_map(p, B, DH, p.q, F::BR),
+                                            qkv_map(p, B, DH, p.k, F::BC),
+                                            qkv_map(p, B, DH, p.v, F::BC));
 }
 
 }  // namespace
 
-template <typename E> void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  Sm90HeadDims::dispatch(dh, [&](auto d) { launch<E, decltype(d)::value>(p, B, s); });
+void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
+  Sm90HeadDims::dispatch(dh, [&](auto d) { launch<decltype(d)::value>(p, B, s); });
 }
-template void fwd_sm90<float>(const Params&, int64_t, int64_t, cudaStream_t);
-template void fwd_sm90<bf16>(const Params&, int64_t, int64_t, cudaStream_t);
 
 }  // namespace lmt::cuda::attn

@@ -1,6 +1,6 @@
 // Warp-level tensor-core building blocks for the FlashAttention kernels (sm_80+): bf16
 // mma.sync m16n8k16 with fp32 accumulation, ldmatrix loads of its operands from shared memory,
-// cp.async copies into shared memory, and the tile loader that turns fp32 or bf16 rows in global
+// cp.async copies into shared memory, and the tile loader that copies bf16 rows in global
 // memory into bf16 rows in shared memory.
 //
 // Fragment layouts (PTX ISA, "mma.m16n8k16"), lane = threadIdx.x % 32, g = lane / 4, c = lane % 4:
@@ -149,24 +149,11 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 
 // One 16-byte chunk of a bf16 tile: elements c .. c + 7 of row t of one head (row t at
-// g + t * row_stride), zeros if t is at or past T. bf16 rows are copied asynchronously (wait with
-// cp_async_wait); fp32 rows are read, rounded to bf16 and stored before this returns.
-template <typename E>
-__device__ __forceinline__ void copy_chunk(bf16* dst, const E* g, int64_t t, int64_t T,
+// g + t * row_stride), zeros if t is at or past T, copied asynchronously (wait with
+// cp_async_wait).
+__device__ __forceinline__ void copy_chunk(bf16* dst, const bf16* g, int64_t t, int64_t T,
                                            int64_t row_stride, int c) {
-  if constexpr (sizeof(E) == 2) {
-    cp_async_16(dst, t < T ? g + t * row_stride + c : g, t < T);
-  } else {
-    float4 x0 = make_float4(0, 0, 0, 0), x1 = x0;
-    if (t < T) {
-      const float4* src = reinterpret_cast<const float4*>(g + t * row_stride + c);
-      x0 = __ldg(src);
-      x1 = __ldg(src + 1);
-    }
-    uint4 v{pack_bf16(x0.x, x0.y), pack_bf16(x0.z, x0.w), pack_bf16(x1.x, x1.y),
-            pack_bf16(x1.z, x1.w)};
-    *reinterpret_cast<uint4*>(dst) = v;
-  }
+  cp_async_16(dst, t < T ? g + t * row_stride + c : g, t < T);
 }
 
 // Shared-memory tiles for wgmma (wgmma.cuh) instead: ROWS rows of DH bf16 as DH / 64 panels of
@@ -178,12 +165,6 @@ template <int ROWS> __device__ __forceinline__ int swizzled(int r, int c) {
 }
 template <int ROWS, int DH, bool Swizzled> constexpr int kTileElems = Swizzled ? ROWS * DH : ROWS * kLd<DH>;
 
-// N buffers of ELEMS elements from p, tile t in buffer t % N.
-template <int N, int ELEMS> struct Buffers {
-  const bf16* p;
-  __device__ const bf16* tile(int64_t t) const { return p + (t % N) * ELEMS; }
-};
-
 // Orders this thread's earlier generic-proxy writes to shared memory (st.shared, cp.async once
 // waited for) before reads by the async proxy (wgmma, sm_90); a barrier must follow before
 // another thread's wgmma reads them.
@@ -193,14 +174,14 @@ __device__ __forceinline__ void fence_async_smem() {
 
 // Rows row0 .. row0 + ROWS - 1 of one head into a bf16 tile, padded or swizzled (copy_chunk per
 // 16 bytes).
-template <typename E, int ROWS, int DH, int THREADS, bool Swizzled = false>
-__device__ __forceinline__ void load_tile(bf16* tile, const E* g, int64_t row0, int64_t T,
+template <int ROWS, int DH, int THREADS, bool Swizzled = false>
+__device__ __forceinline__ void load_tile(bf16* tile, const bf16* g, int64_t row0, int64_t T,
                                           int64_t row_stride) {
   constexpr int kChunks = DH / 8;  // 8 elements = 16 bytes of bf16
   for (int i = threadIdx.x; i < ROWS * kChunks; i += THREADS) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
-    copy_chunk<E>(tile + (Swizzled ? swizzled<ROWS>(r, c) : r * kLd<DH> + c), g, row0 + r, T,
-                  row_stride, c);
+    copy_chunk(tile + (Swizzled ? swizzled<ROWS>(r, c) : r * kLd<DH> + c), g, row0 + r, T,
+               row_stride, c);
   }
 }
 
@@ -210,14 +191,16 @@ __device__ __forceinline__ void load_tile(bf16* tile, const E* g, int64_t row0, 
 // along with it), then waits until tile j is in shared memory for the whole block (and, swizzled,
 // visible to wgmma). The buffer being refilled must be free: every caller's loop body ends in a
 // barrier after its last read.
-template <typename E, int ROWS, int DH, int THREADS, bool Swizzled, typename More>
-__device__ __forceinline__ void next_tile_pair(bf16* sA, bf16* sB, const E* A, const E* B,
+template <int ROWS, int DH, int THREADS, bool Swizzled, typename More>
+__device__ __forceinline__ void next_tile_pair(bf16* sA, bf16* sB, const bf16* A, const bf16* B,
                                                int64_t stride_a, int64_t stride_b, int64_t j,
                                                int buf, int64_t tiles, int64_t T, More&& more) {
   constexpr int kStride = kTileElems<ROWS, DH, Swizzled>;
   if (j + 1 < tiles) {
-    load_tile<E, ROWS, DH, THREADS, Swizzled>(sA + (buf ^ 1) * kStride, A, (j + 1) * ROWS, T, stride_a);
-    load_tile<E, ROWS, DH, THREADS, Swizzled>(sB + (buf ^ 1) * kStride, B, (j + 1) * ROWS, T, stride_b);
+    load_tile<ROWS, DH, THREADS, Swizzled>(sA + (buf ^ 1) * kStride, A, (j + 1) * ROWS, T,
+                                           stride_a);
+    load_tile<ROWS, DH, THREADS, Swizzled>(sB + (buf ^ 1) * kStride, B, (j + 1) * ROWS, T,
+                                           stride_b);
     cp_async_commit();
     more(buf ^ 1);
     cp_async_wait<1>();
@@ -228,21 +211,19 @@ __device__ __forceinline__ void next_tile_pair(bf16* sA, bf16* sB, const E* A, c
   __syncthreads();
 }
 // Key and value tiles of BC rows, tile j in buffer j % 2, which this returns.
-template <typename E, int BC, int DH, int THREADS, bool Swizzled = false>
-__device__ __forceinline__ int next_kv_tile(bf16* sK, bf16* sV, const E* K, const E* V, int64_t j,
-                                            int64_t tiles, int64_t T, int64_t row_stride) {
+template <int BC, int DH, int THREADS, bool Swizzled = false>
+__device__ __forceinline__ int next_kv_tile(bf16* sK, bf16* sV, const bf16* K, const bf16* V,
+                                            int64_t j, int64_t tiles, int64_t T,
+                                            int64_t row_stride) {
   const int buf = int(j & 1);
-  next_tile_pair<E, BC, DH, THREADS, Swizzled>(sK, sV, K, V, row_stride, row_stride, j, buf, tiles,
-                                               T, [](int) {});
+  next_tile_pair<BC, DH, THREADS, Swizzled>(sK, sV, K, V, row_stride, row_stride, j, buf, tiles,
+                                            T, [](int) {});
   return buf;
 }
 
-// Two adjacent output elements (row t, columns c, c + 1) of an fp32 or bf16 tensor.
-template <typename E> __device__ __forceinline__ void store2(E* p, float x, float y) {
-  if constexpr (sizeof(E) == 2)
-    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-  else
-    *reinterpret_cast<float2*>(p) = make_float2(x, y);
+// Two adjacent output elements (row t, columns c, c + 1), rounded to bf16.
+__device__ __forceinline__ void store2(bf16* p, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
 }
 
 }  // namespace lmt::cuda::attn

@@ -52,8 +52,8 @@ __device__ __forceinline__ void rescale(float (&o)[MT][DH / 8][4], const float (
 
 // acc * scale[i][hh] into rows t = row + 16 i + 8 hh < T of a [T, DH] tensor (row t at
 // base + t * row_stride).
-template <typename E, int MT, int DH>
-__device__ __forceinline__ void store_rows(E* base, int64_t row_stride, int64_t row, int64_t T,
+template <int MT, int DH>
+__device__ __forceinline__ void store_rows(bf16* base, int64_t row_stride, int64_t row, int64_t T,
                                            const float (&acc)[MT][DH / 8][4],
                                            const float (&scale)[MT][2], int lane) {
 #pragma unroll
@@ -74,7 +74,7 @@ template <int MT> __device__ __forceinline__ void fill(float (&x)[MT][2], float 
 }
 
 // The forward's end for one thread's rows: O / l, and L = scale m + ln l into lse[bh, t].
-template <typename E, int MT, int DH>
+template <int MT, int DH>
 __device__ __forceinline__ void store_fwd(const Params& p, int64_t b, int64_t h, int64_t row,
                                           const float (&o)[MT][DH / 8][4], const float (&m)[MT][2],
                                           float (&l)[MT][2], int lane) {
@@ -91,7 +91,7 @@ __device__ __forceinline__ void store_fwd(const Params& p, int64_t b, int64_t h,
       const int64_t t = row + 16 * i + 8 * hh;
       if (t < p.T && lane % 4 == 0) p.lse[bh * p.T + t] = m[i][hh] * p.scale + log2f(sum) * kLn2;
     }
-  store_rows<E, MT, DH>(head<E>(p.out, b, h, DH, p.o_batch), p.o_row, row, p.T, o, inv, lane);
+  store_rows<MT, DH>(head<bf16>(p.out, b, h, DH, p.o_batch), p.o_row, row, p.T, o, inv, lane);
 }
 
 // The backward's statistics of one thread's query rows: L (times log2 e) and D; 0 past T.
@@ -122,13 +122,13 @@ __device__ __forceinline__ void load_stats(float* sL, float* sD, const Params& p
 
 // The dK/dV kernels' streaming of query tiles: Q, dO (next_tile_pair) and their L and D, tile i
 // in buffer (i - first) % 2, which this returns once tile i is in shared memory.
-template <typename E, int BR, int DH, int THREADS, bool Swizzled>
+template <int BR, int DH, int THREADS, bool Swizzled>
 __device__ __forceinline__ int next_query_tile(bf16* sQ, bf16* sdO, float* sL, float* sD,
-                                               const E* Q, const E* G, const Params& p,
+                                               const bf16* Q, const bf16* G, const Params& p,
                                                int64_t bh, int64_t i, int64_t first,
                                                int64_t tiles) {
   const int buf = int((i - first) & 1);
-  next_tile_pair<E, BR, DH, THREADS, Swizzled>(
+  next_tile_pair<BR, DH, THREADS, Swizzled>(
       sQ, sdO, Q, G, p.qkv_row, p.o_row, i, buf, tiles, p.T,
       [&](int nxt) { load_stats<BR>(sL + nxt * BR, sD + nxt * BR, p, bh, (i + 1) * BR); });
   return buf;
@@ -166,22 +166,22 @@ __device__ __forceinline__ auto by_col(const float* x, int lane) {
 
 // The backward's outputs: dQ = scale dS K for one thread's query rows; dK = scale dS^T Q and
 // dV = P^T dO for its key rows.
-template <typename E, int MT, int DH>
+template <int MT, int DH>
 __device__ __forceinline__ void store_dq(const Params& p, int64_t b, int64_t h, int64_t row,
                                          const float (&dq)[MT][DH / 8][4], int lane) {
   float scale[MT][2];
   fill(scale, p.scale);
-  store_rows<E, MT, DH>(head<E>(p.dq, b, h, DH, p.qkv_batch), p.qkv_row, row, p.T, dq, scale, lane);
+  store_rows<MT, DH>(head<bf16>(p.dq, b, h, DH, p.qkv_batch), p.qkv_row, row, p.T, dq, scale, lane);
 }
-template <typename E, int MT, int DH>
+template <int MT, int DH>
 __device__ __forceinline__ void store_dkdv(const Params& p, int64_t b, int64_t h, int64_t key,
                                            const float (&dk)[MT][DH / 8][4],
                                            const float (&dv)[MT][DH / 8][4], int lane) {
   float scale[MT][2], one[MT][2];
   fill(scale, p.scale);
   fill(one, 1.0f);
-  store_rows<E, MT, DH>(head<E>(p.dk, b, h, DH, p.qkv_batch), p.qkv_row, key, p.T, dk, scale, lane);
-  store_rows<E, MT, DH>(head<E>(p.dv, b, h, DH, p.qkv_batch), p.qkv_row, key, p.T, dv, one, lane);
+  store_rows<MT, DH>(head<bf16>(p.dk, b, h, DH, p.qkv_batch), p.qkv_row, key, p.T, dk, scale, lane);
+  store_rows<MT, DH>(head<bf16>(p.dv, b, h, DH, p.qkv_batch), p.qkv_row, key, p.T, dv, one, lane);
 }
 
 }  // namespace lmt::cuda::attn

@@ -272,9 +272,8 @@ class CudaBackend : public Backend<float> {
   // arithmetic otherwise (tf32 included: the flash kernels have no TF32 path, fp32 is the more
   // precise).
   static cuda::FlashShape flash_shape(int64_t B, int64_t T, int64_t H, int64_t dh, Precision p) {
-    const bool b16 = p == Precision::bf16;
-    return cuda::FlashShape{B, H, T, dh, /*causal=*/true, /*bf16_storage=*/b16,
-                            /*tensor_cores=*/b16, /*wgmma=*/true,
+    return cuda::FlashShape{B, H, T, dh, /*causal=*/true, /*bf16=*/p == Precision::bf16,
+                            /*wgmma=*/true,
                             {T * 3 * H * dh, 3 * H * dh}, {T * H * dh, H * dh}};
   }
   static cuda::Operands ops(Precision p) {

@@ -81,7 +81,7 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       auto* lse = reinterpret_cast<float*>(alloc(B * H * T, 4));
       auto* D = reinterpret_cast<float*>(alloc(B * H * T, 4));
       for (char* p : {q, k, v, g}) randomize(p, n);
-      cuda::FlashShape s{B, H, T, dh, pt.mask == "causal", bf16, /*tensor_cores=*/bf16,
+      cuda::FlashShape s{B, H, T, dh, pt.mask == "causal", bf16,
                          /*wgmma=*/pt.impl == "flash", {T * d, d}, {T * d, d}};
       fwd = [=] { cuda::flash_fwd(s, q, k, v, o, lse, stream); };
       bwd = [=] { cuda::flash_bwd(s, q, k, v, o, g, lse, D, dq, dk, dv, stream); };

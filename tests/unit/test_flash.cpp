@@ -1,6 +1,6 @@
 // FlashAttention kernels against an fp64 reference that materialises the T x T matrices: O and
 // the logsumexp L forward, dQ, dK, dV backward; causal and not, odd lengths, every head dim, fp32
-// arithmetic, and bf16 tensor cores on fp32 or bf16 storage; the model's fused QKV layout and
+// (storage and arithmetic) and bf16 (storage, tensor cores); the model's fused QKV layout and
 // separate tensors; outputs poisoned with NaN first; repeated runs bit-identical. Then flash
 // against the naive GPU path through the backend. Skipped where no GPU is visible.
 #include <doctest/doctest.h>
@@ -111,18 +111,15 @@ struct DeviceArray {
 
 struct Mode {
   const char* name;
-  bool bf16_storage, tensor_cores, wgmma;
+  bool bf16, wgmma;
   double tol;  // ||out - ref|| / ||ref|| for O, dQ, dK, dV (L is checked to 1e-5 in every mode)
 };
-// fp32: fp32 rounding only. bf16 tensor cores: P and dS are rounded to bf16 as matmul operands
-// (relative error 2^-9 each); bf16 storage also rounds every output to bf16. The mma.sync kernels
-// and, on a Hopper GPU at head dims 64 and 128, the wgmma ones (elsewhere those modes run the
-// mma.sync kernels again).
-const Mode kModes[] = {{"fp32", false, false, false, 2e-5},
-                       {"bf16 mma.sync, fp32 storage", false, true, false, 1e-2},
-                       {"bf16 mma.sync, bf16 storage", true, true, false, 1.5e-2},
-                       {"bf16 wgmma, fp32 storage", false, true, true, 1e-2},
-                       {"bf16 wgmma, bf16 storage", true, true, true, 1.5e-2}};
+// fp32: fp32 rounding only. bf16: P and dS are rounded to bf16 as matmul operands (relative
+// error 2^-9 each), and every output to bf16. The mma.sync kernels and, on a Hopper GPU at head
+// dims 64 and 128, the wgmma ones (elsewhere that mode runs the mma.sync kernels again).
+const Mode kModes[] = {{"fp32", false, false, 2e-5},
+                       {"bf16 mma.sync", true, false, 1.5e-2},
+                       {"bf16 wgmma", true, true, 1.5e-2}};
 
 // Runs forward and backward for one problem and mode; `fused` puts q, k, v (and dq, dk, dv)
 // side by side in one [B*T, 3*H*dh] buffer as the model does, else each is its own tensor.
@@ -140,8 +137,8 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
                 << std::string(causal ? " causal" : " full")
                 << std::string(fused ? " fused qkv" : " separate"));
     const size_t qs = fused ? 3 * rs : rs;  // row stride of q, k, v, dq, dk, dv
-    DeviceArray qkv(size_t(B * T) * qs * (fused ? 1 : 3), m.bf16_storage);
-    DeviceArray dqkv(qkv.n, m.bf16_storage), o(n, m.bf16_storage), dout(n, m.bf16_storage);
+    DeviceArray qkv(size_t(B * T) * qs * (fused ? 1 : 3), m.bf16);
+    DeviceArray dqkv(qkv.n, m.bf16), o(n, m.bf16), dout(n, m.bf16);
     DeviceArray lse(size_t(B * H * T), false), D(size_t(B * H * T), false);
     qkv.poison();
     // Element offsets of q, k, v inside their buffer.
@@ -149,9 +146,9 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
     for (int w = 0; w < 3; ++w) qkv.put(w == 0 ? q : w == 1 ? k : v, rs, qs, off[w]);
     dout.put(g, rs, rs, 0);
     o.poison(), dqkv.poison(), lse.poison();
-    cuda::FlashShape s{B, H, T, int64_t(dh), causal, m.bf16_storage, m.tensor_cores, m.wgmma,
+    cuda::FlashShape s{B, H, T, int64_t(dh), causal, m.bf16, m.wgmma,
                        {int64_t(T * qs), int64_t(qs)}, {int64_t(T * rs), int64_t(rs)}};
-    const size_t es = m.bf16_storage ? 2 : 4;
+    const size_t es = m.bf16 ? 2 : 4;
     auto ptr = [&](DeviceArray& a, size_t offset) { return static_cast<char*>(a.p) + offset * es; };
     cuda::flash_fwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p,
                     static_cast<float*>(lse.p), nullptr);
