@@ -14,7 +14,7 @@ others: the backward runs both of its kernels, the other one fixed at its table 
 tables themselves live in cuda/attention/flash.cuh.
 
     make -j all && scripts/tune_flash.py [--kernels sm90_dkdv sm90_dq] [--head-dims 64 128]
-        [--seq-lens 8192 16384] [--jobs 8] [--test]
+        [--seq-lens 8192 16384] [--jobs 8] [--test] [--timeout 120]
 """
 import argparse
 import csv
@@ -67,6 +67,14 @@ def build(kernel, cand, env):
     return out, r.returncode, r.stdout[-2000:] + r.stderr[-2000:]
 
 
+def run(cmd, timeout):
+    """The finished process, or None if it ran past `timeout` seconds (then killed)."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernels", nargs="+", default=["fwd", "dkdv", "dq"], choices=list(CANDIDATES))
@@ -76,6 +84,9 @@ def main():
     ap.add_argument("--test", action="store_true",
                     help="also run each candidate's FlashAttention tests (status 'wrong' if they fail)")
     ap.add_argument("--csv", default="results/flash_tuning.csv")
+    ap.add_argument("--timeout", type=float, default=120,
+                    help="seconds a candidate's timing run, or its tests, may take (status 'hung' "
+                         "past it: a kernel that deadlocks stops only this candidate)")
     args = ap.parse_args()
     if not os.path.exists("build/lmtrain"):
         sys.exit("build/lmtrain missing: run make first (the candidates start from build/)")
@@ -99,17 +110,22 @@ def main():
         cmd = [f"{out}/lmtrain", "--set", "run.mode=attention", "--set", f'attention.impls=["{impl}"]',
                "--set", f"attention.seq_lens={args.seq_lens}", "--set", f"attention.head_dims={args.head_dims}",
                "--set", "attention.warmup=3", "--set", "attention.iters=10", "--csv", att]
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        r = run(cmd, args.timeout)
+        if r is None:
+            print(f"{kernel} {cand}: timing ran past {args.timeout:g} s", file=sys.stderr)
+            rows.append({**base, "status": "hung"})
+            continue
         if r.returncode != 0:
             print(f"{kernel} {cand}: run failed\n{r.stdout[-1500:]}{r.stderr[-1500:]}", file=sys.stderr)
             rows.append({**base, "status": "run failed"})
             continue
         wrong = False
         if args.test:
-            t = subprocess.run([f"{out}/tests", "-tc=flash attention: O*"], capture_output=True, text=True)
-            wrong = t.returncode != 0
+            t = run([f"{out}/tests", "-tc=flash attention: O*"], args.timeout)
+            wrong = t is None or t.returncode != 0
             if wrong:
-                print(f"{kernel} {cand}: tests failed\n{t.stdout[-1500:]}", file=sys.stderr)
+                why = "ran past the timeout" if t is None else "failed\n" + t.stdout[-1500:]
+                print(f"{kernel} {cand}: tests {why}", file=sys.stderr)
         with open(att, newline="") as f:
             for a in csv.DictReader(f):
                 rows.append({**base, "device_name": a["device_name"], "head_dim": a["head_dim"],
