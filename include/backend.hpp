@@ -174,7 +174,8 @@ template <typename T, typename E = T> class BackendArray {
 
 template <typename T> std::unique_ptr<Backend<T>> make_cpu_backend();
 #ifdef LMTRAIN_CUDA
-// On the current GPU (select_gpu); fp32 storage, the precision policy in the matmuls.
+// On the current GPU (select_gpu); fp32 parameters, gradients and state, the precision policy in
+// the matmuls and (bf16) the bf16 activations above.
 std::unique_ptr<Backend<float>> make_cuda_backend();
 #endif
 

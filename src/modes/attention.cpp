@@ -4,7 +4,8 @@
 // point allocated; a point that does not fit is a row marked OOM and the sweep goes on.
 //
 //   naive  the CUDA backend's baseline: scores materialised by cuBLAS, a causal softmax kernel,
-//          a second matmul; fp32 storage (bf16: matmul operands rounded to bf16); causal only.
+//          a second matmul, on q, k, v, o and their gradients stored in the dtype (bf16: the
+//          scores and P too, the probabilities saved in fp32); causal only.
 //   flash  our FlashAttention-2 kernels on q, k, v, o, dO, dq, dk, dv stored in the dtype
 //          ([B, T, H, dh] each), plus the fp32 logsumexp (and D in backward).
 // FLOPs (the convention of FlashAttention's benchmarks, useful work only): forward
