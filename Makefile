@@ -21,7 +21,7 @@ ifneq ($(wildcard $(NVCC)),)
 CXXFLAGS   += -DLMTRAIN_CUDA -isystem $(CUDA_HOME)/include
 CUPTI_LIB  := $(CUDA_HOME)/extras/CUPTI/lib64
 LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -L$(CUPTI_LIB) -Wl,-rpath,$(CUPTI_LIB) \
-              -lnccl -lcublas -lcupti -lcudart
+              -lnccl -lcublasLt -lcupti -lcudart
 endif
 
 # Open MPI refuses root unless told; CI and the GPU machines run as root. --oversubscribe lets

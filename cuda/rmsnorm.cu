@@ -1,6 +1,7 @@
 // RMSNorm over rows of length d: y = x * r * g, r = (mean(x^2) + eps)^(-1/2), statistics in fp32;
 // y stored in fp32, or rounded to bf16 when only bf16 matmuls read it.
-// Backward, s = sum_j g_j dy_j x_j:  dx_i += r g_i dy_i - x_i r^3 s / d;  dg_i = sum_rows dy_i x_i r.
+// Backward, s = sum_j g_j dy_j x_j:  dx_i += r g_i dy_i - x_i r^3 s / d;  dg_i = sum_rows dy_i x_i r;
+// the updated dx also rounded to bf16 where the next matmul reads it so (no cast pass of its own).
 // Forward and dx: one block per row. dg in two passes, deterministic (fixed partition and order,
 // no atomics): the rows are cut into kRmsnormDgChunks chunks, a 32 x 8 block sums one chunk's
 // rows for 32 columns (each row lane every 8th row, then the lanes in order) into scratch; then
@@ -27,15 +28,18 @@ __global__ void rmsnorm_fwd_kernel(const float* x, const float* g, Out* y, float
 }
 
 __global__ void rmsnorm_dx_kernel(const float* x, const float* g, const float* rstd,
-                                  const float* dy, float* dx, int64_t d) {
+                                  const float* dy, float* dx, __nv_bfloat16* dx16, int64_t d) {
   __shared__ float scratch[32];
   const float *xr = x + blockIdx.x * d, *dyr = dy + blockIdx.x * d;
   float s = 0;
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s += g[i] * dyr[i] * xr[i];
   s = block_reduce<false>(s, scratch);
   float r = rstd[blockIdx.x], c = r * r * r * s / float(d);
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
-    dx[blockIdx.x * d + i] += r * g[i] * dyr[i] - xr[i] * c;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float v = dx[blockIdx.x * d + i] + (r * g[i] * dyr[i] - xr[i] * c);
+    dx[blockIdx.x * d + i] = v;
+    if (dx16) dx16[blockIdx.x * d + i] = __float2bfloat16_rn(v);
+  }
 }
 
 constexpr int kDgLanes = 8;  // row lanes of a dg block
@@ -80,8 +84,10 @@ void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rs
 }
 
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                 float* dg, float* scratch, int64_t rows, int64_t d, cudaStream_t s) {
-  rmsnorm_dx_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, g, rstd, dy, dx, d);
+                 void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d,
+                 cudaStream_t s) {
+  rmsnorm_dx_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, g, rstd, dy, dx,
+                                                        static_cast<__nv_bfloat16*>(dx_bf16), d);
   CUDA_LAUNCH_CHECK();
   const dim3 grid(unsigned(blocks_for(d, 32)), kRmsnormDgChunks);
   rmsnorm_dg_chunk_kernel<<<grid, dim3(32, kDgLanes), 0, s>>>(x, rstd, dy, scratch, rows, d);

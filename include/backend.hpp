@@ -89,18 +89,23 @@ template <typename T> class Backend {
   // gradient (linear_bwd's dx_bf16) and attention's dqkv. Under the bf16 policy attention_fwd
   // and attention_bwd read and write all of theirs so stored (the assignment's autocast does
   // the same), and FlashAttention reads them without a cast.
+  // So is the residual stream's gradient where matmuls read it (the W2 and output projections'
+  // dy): rmsnorm_bwd writes it twice, in T for the residual sums and, given dx_bf16, rounded.
   // The GPU packs all of these as 2-byte bf16 (half the memory, no cast before each matmul),
   // the CPU keeps them as T. bf16_elems(n) is the number of T elements that n such values occupy.
   virtual int64_t bf16_elems(int64_t n) const { return n; }
+  // Residual adds ride on the matmuls (on the GPU, in their epilogue: no pass of their own):
+  // linear_fwd's residual, if not null, is added to y (y = x w^T + residual, both in T), and
+  // linear_bwd's dx_add adds dy w to dx instead of overwriting it.
   virtual void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,
-                          Precision p, bool x_bf16, bool y_bf16) = 0;
+                          Precision p, bool x_bf16, bool y_bf16, const T* residual) = 0;
   virtual void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M,
                           int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16,
-                          bool dx_bf16) = 0;
+                          bool dx_bf16, bool dx_add) = 0;
   virtual void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
                            double eps, bool y_bf16) = 0;
   virtual void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
-                           int64_t rows, int64_t d) = 0;
+                           int64_t rows, int64_t d, T* dx_bf16) = 0;
   virtual void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
                     double theta, bool inverse, bool bf16) = 0;
   // Attention saves `saved` for backward: the probabilities [B, H, T, T] (naive, where only the

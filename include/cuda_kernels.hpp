@@ -2,10 +2,12 @@
 // computes what the op of the same name in cpu_ops.hpp computes, in fp32; each .cu file states
 // its maths and layout. Only built with the CUDA toolkit (LMTRAIN_CUDA).
 #pragma once
-#include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
+#include <map>
 
 #include "cpu_ops.hpp"
 
@@ -18,9 +20,11 @@ void embedding_bwd(const int32_t* tokens, const int32_t* order, const float* dou
 // y is float*, or __nv_bfloat16* with y_bf16 (rounded to nearest even).
 void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rstd, int64_t rows,
                  int64_t d, double eps, cudaStream_t s);
-// scratch: kRmsnormDgChunks * d floats (dg's partial sums).
+// scratch: kRmsnormDgChunks * d floats (dg's partial sums). dx_bf16: null, or __nv_bfloat16*
+// that receives the updated dx rounded.
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                 float* dg, float* scratch, int64_t rows, int64_t d, cudaStream_t s);
+                 void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d,
+                 cudaStream_t s);
 constexpr int kRmsnormDgChunks = 32;
 // x is float*, or __nv_bfloat16* with bf16. table: float2 (cos, sin) of angle
 // t * theta^(-2i/dh) at [t * dh/2 + i], t < T.
@@ -53,13 +57,57 @@ constexpr int kSumPartials = 1024;  // blocks of the first pass: partials holds 
 // What matmul operands are: fp32 (fp32 arithmetic), fp32 read by TF32 tensor cores, or bf16.
 enum class Operands { fp32, tf32, bf16 };
 
-// Row-major C[M,N] (+)= alpha * op(A) op(B), batched with strides, through cuBLAS with fp32
-// accumulation; A and B are float* or, for Operands::bf16, __nv_bfloat16*; C is float*, or
-// __nv_bfloat16* (rounded from the fp32 result) with c_bf16, for bf16 operands only.
-void gemm(cublasHandle_t h, bool transA, bool transB, int64_t M, int64_t N, int64_t K,
-          float alpha, const void* A, int64_t lda, int64_t strideA, const void* B, int64_t ldb,
-          int64_t strideB, float beta, void* C, int64_t ldc, int64_t strideC, int64_t batch,
-          Operands ops, bool c_bf16 = false);
+// Row-major D[M,N] = alpha op(A) op(B) + beta C, batched with strides, through cuBLASLt with
+// fp32 accumulation, on one stream with one workspace; each problem's algorithm is chosen on its
+// first call (timed among cuBLASLt's candidates, results bit for bit its first choice's:
+// cuda/matmul.cu) and kept. A and B are float* or, for Operands::bf16, __nv_bfloat16*; D is
+// float*, or __nv_bfloat16* (rounded from the fp32 result) with d_bf16, for bf16 operands only.
+// C is D itself (beta 1: accumulate into D) unless given: an fp32 buffer laid out as D (the
+// epilogue adds it: D = op(A) op(B) + C without a pass of its own).
+class Gemm {
+ public:
+  // workspace: kWorkspaceBytes, the algorithms' scratch and the tuning's hash.
+  Gemm(cudaStream_t s, void* workspace, size_t workspace_bytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+  void operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
+                  const void* A, int64_t lda, int64_t strideA, const void* B, int64_t ldb,
+                  int64_t strideB, float beta, void* D, int64_t ldd, int64_t strideD,
+                  int64_t batch, Operands ops, bool d_bf16 = false, const void* C = nullptr);
+  // NVIDIA's advice for the cuBLASLt workspace on Hopper, 32 MiB.
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+ private:
+  // The heuristic's offers tried: asked for 16, it offered 8 for each of xl's shapes (H100).
+  static constexpr size_t kCandidates = 8;
+  static constexpr size_t kTuneReps = 5;
+  static constexpr size_t kHashBytes = 256;  // the workspace's tail, kept aligned
+  struct Plan {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;  // cuBLASLt's A (our B), its B (our A), and C = D
+    cublasLtMatmulAlgo_t algo;
+  };
+  struct Call {
+    const void *A, *B, *C;
+    void* D;
+    float alpha, beta;
+  };
+  cublasStatus_t matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const Call& c);
+  cublasLtMatmulAlgo_t tune(const Plan& p, const cublasLtMatmulHeuristicResult_t* cand, int n,
+                            const Call& c, size_t d_bytes);
+  uint64_t hash_of(const void* D, size_t bytes);  // waits for the stream
+  // transA, transB, M, N, K, lda, ldb, ldd, strides, batch, operands, d_bf16, the pointers'
+  // alignments: what the chosen algorithm depends on.
+  using Key = std::array<int64_t, 18>;
+  cublasLtHandle_t lt_ = nullptr;
+  cudaStream_t stream_;
+  void* workspace_;
+  size_t workspace_bytes_;
+  unsigned long long* hash_;
+  std::array<cudaEvent_t, kTuneReps + 1> events_{};
+  std::map<Key, Plan> plans_;
+};
 // y[0..n) = x rounded to bf16 (nearest even).
 void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s);
 void from_bf16(const void* x, float* y, int64_t n, cudaStream_t s);  // exact

@@ -50,7 +50,7 @@ template <typename T> class Model {
   const int64_t B, T_;
   const Precision precision;
   const AttentionImpl attention;
-  const bool mm16;  // bf16 policy: h1, a1, a3, g, h2, hf; da1, da3 stored in bf16
+  const bool mm16;  // bf16 policy: the bf16 activations of backend.hpp's notes stored so
   const ParamLayout layout;
 
  private:
@@ -71,7 +71,7 @@ template <typename T> class Model {
   std::vector<LayerActs> acts_;
   std::vector<T*> x_;  // residual stream entering layer l; x_[L] enters the final norm
   T *rstdf_, *hf_, *logits_, *dlogits_, *row_loss_;
-  T *dx_, *dh_, *dtmp_, *datt_, *dqkv_, *dg_, *da1_, *da3_;  // backward scratch
+  T *dx_, *dh_, *dx16_, *datt_, *dqkv_, *dg_, *da1_, *da3_;  // backward scratch
   // One allocation for all the pointers in `plan`, which it sets.
   std::unique_ptr<BackendArray<T>> carve(std::vector<std::pair<T**, int64_t>>& plan, MemTag tag);
 

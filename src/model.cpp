@@ -50,8 +50,10 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, nd16}, {&logits_, n * V},
                            {&dlogits_, n * V}, {&row_loss_, n}})
     saved.push_back({ptr, size});
-  for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dtmp_, n * d}, {&datt_, nd16},
-                           {&dqkv_, qkv16}, {&dg_, nf16}, {&da1_, nf16}, {&da3_, nf16}})
+  // dx16_: the residual stream's gradient as matmuls read it (under bf16 only).
+  for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dx16_, mm16 ? nd16 : 0},
+                           {&datt_, nd16}, {&dqkv_, qkv16}, {&dg_, nf16}, {&da1_, nf16},
+                           {&da3_, nf16}})
     scratch.push_back({ptr, size});
   be.set_weights(params_.data(), layout.total);
   activations_ = carve(saved, MemTag::activations);
@@ -143,22 +145,20 @@ void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, doubl
     const LayerWeights& w = weights_[l];
     const LayerActs& a = acts_[l];
     be.rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps, mm16);
-    be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision, mm16, mm16);
+    be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision, mm16, mm16, nullptr);
     be.rope(a.qkv, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, false, mm16);  // q and k: 2H heads
     be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention);
-    be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision, mm16, false);
-    be.add_inplace(a.x_mid, x_[l], n * d);
+    be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision, mm16, false, x_[l]);  // + residual
     be.rmsnorm_fwd(a.x_mid, P + w.ln2, a.h2, a.rstd2, n, d, cfg.norm_eps, mm16);
-    be.linear_fwd(a.h2, P + w.w1, a.a1, n, f, d, precision, mm16, mm16);
-    be.linear_fwd(a.h2, P + w.w3, a.a3, n, f, d, precision, mm16, mm16);
+    be.linear_fwd(a.h2, P + w.w1, a.a1, n, f, d, precision, mm16, mm16, nullptr);
+    be.linear_fwd(a.h2, P + w.w3, a.a3, n, f, d, precision, mm16, mm16, nullptr);
     be.swiglu_fwd(a.a1, a.a3, a.g, n * f, mm16);
-    be.linear_fwd(a.g, P + w.w2, x_[l + 1], n, d, f, precision, mm16, false);
-    be.add_inplace(x_[l + 1], a.x_mid, n * d);
+    be.linear_fwd(a.g, P + w.w2, x_[l + 1], n, d, f, precision, mm16, false, a.x_mid);
   }
   be.rmsnorm_fwd(x_.back(), P + layout.get("ln_final.weight").offset, hf_, rstdf_, n, d,
                  cfg.norm_eps, mm16);
   be.linear_fwd(hf_, P + layout.get("lm_head.weight").offset, logits_, n, V, d, precision, mm16,
-                false);
+                false, nullptr);
   be.cross_entropy(logits_, targets_.data(), dlogits_, row_loss_, n, V,
                    1.0 / (double(n) * grad_divisor));
 }
@@ -175,26 +175,34 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
   be.zero_bytes(G + emb.offset, emb.numel * sizeof(T));
   if (sync) sync->begin_step();
   size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
-  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16, false, false);
+  // The residual stream's gradient dx_ as the W2 and output projections read it: under bf16,
+  // the copy rounded by the RMSNorm backward that last updated dx_.
+  T* const dres = mm16 ? dx16_ : dx_;
+  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16, false, false,
+                false);
   be.zero_bytes(dx_, size_t(n * d) * sizeof(T));  // rmsnorm_bwd adds into it
-  be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d);
+  be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d, mm16 ? dx16_ : nullptr);
   if (sync) sync->ready(0);
   for (int64_t l = L - 1; l >= 0; --l) {  // dx_ holds the gradient of x_[l + 1]
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
-    be.linear_bwd(a.g, P + w.w2, dx_, dg_, G + w.w2, n, d, f, precision, mm16, false, mm16);
+    be.linear_bwd(a.g, P + w.w2, dres, dg_, G + w.w2, n, d, f, precision, mm16, mm16, mm16, false);
     be.swiglu_bwd(a.a1, a.a3, dg_, da1_, da3_, n * f, mm16);
-    be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision, mm16, mm16, false);
-    be.linear_bwd(a.h2, P + w.w3, da3_, dtmp_, G + w.w3, n, f, d, precision, mm16, mm16, false);
-    be.add_inplace(dh_, dtmp_, n * d);
-    be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dx_, G + w.ln2, n, d);  // dx_: x_mid's
-    be.linear_bwd(a.att, P + w.wo, dx_, datt_, G + w.wo, n, d, d, precision, mm16, false, mm16);
+    be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision, mm16, mm16, false,
+                  false);
+    be.linear_bwd(a.h2, P + w.w3, da3_, dh_, G + w.w3, n, f, d, precision, mm16, mm16, false,
+                  true);  // dh_ += W3's part
+    be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dx_, G + w.ln2, n, d,  // dx_: x_mid's
+                   mm16 ? dx16_ : nullptr);
+    be.linear_bwd(a.att, P + w.wo, dres, datt_, G + w.wo, n, d, d, precision, mm16, mm16, mm16,
+                  false);
     be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention);
     be.rope(dqkv_, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true, mm16);
     be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision, mm16, mm16,
-                  false);
-    be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dx_, G + w.ln1, n, d);  // x_[l]'s
+                  false, false);
+    be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dx_, G + w.ln1, n, d,  // x_[l]'s
+                   mm16 && l > 0 ? dx16_ : nullptr);  // layer 0's goes to the embedding, in T
     if (sync) sync->ready(ParamLayout::layer_group(L, l));
   }
   be.embedding_bwd(inputs_.data(), order_.data(), dx_, G + emb.offset, n, d);

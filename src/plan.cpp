@@ -66,8 +66,11 @@ Plan make_plan(const Config& c) {
                                piece(n * dl) + 3 * piece(n * fl);
     const uint64_t rest = (L + 1) * piece(n * d) + 2 * piece(n) + piece(n * d) + 2 * piece(n * Vl);
     acts = 3 * n * 4 + (L * (per_layer + probs) + rest) * a;
-    // Backward's scratch: dx, dh, dtmp (residual width), datt, dqkv (attention), dg, da1, da3.
-    scratch_elems = 3 * piece(n * d) + piece(n * dl) + piece(3 * n * dl) + 3 * piece(n * fl);
+    // Backward's scratch: dx, dh (residual width), under bf16 dx's rounded copy dx16, datt,
+    // dqkv (attention), dg, da1, da3.
+    const bool bf16 = m.precision == "bf16";
+    scratch_elems = (bf16 ? 3 : 2) * piece(n * d) + piece(n * dl) + piece(3 * n * dl) +
+                    3 * piece(n * fl);
     p.attn_probs = L * probs * a;
     // The CUDA backend's flash saves each row's logsumexp, its naive the probabilities at key
     // <= query (T(T+1)/2 a head), in its fp32 storage.
@@ -76,27 +79,29 @@ Plan make_plan(const Config& c) {
     acts_cuda = acts - p.attn_probs + (m.attention == "flash" ? p.flash_lse : causal_probs);
     // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf),
     // SwiGLU's inputs (a1, a3) and attention's qkv and att packed in bf16: half of each piece.
-    // Backward's dg, da1, da3 (SwiGLU's output and input gradients), datt and dqkv likewise, in
-    // its workspace.
+    // Backward's dg, da1, da3 (SwiGLU's output and input gradients), datt, dqkv and dx16
+    // likewise, in its workspace.
     // Its fp32 scratch, the largest request: RMSNorm backward's partial sums of dg
     // (kRmsnormDgChunks = 32 rows of d); flash backward's D; naive's scores and, in backward,
     // one sequence's dS and P (in bf16 under bf16, below).
     const bool naive = m.attention == "naive";
     const uint64_t naive_fp32 = std::max(B * Hl * T * T, 2 * piece(Hl * T * T));
+    // And cuBLASLt's workspace (cuda::Gemm::kWorkspaceBytes, 32 MiB).
     p.cuda_scratch = 4 * (T * uint64_t(m.head_dim()) +
-                          std::max(32 * d, !naive                 ? B * Hl * T
-                                           : m.precision == "bf16" ? 0
-                                                                   : naive_fp32));
-    if (m.precision == "bf16") {
-      // Slot 0: the fp32 output gradients that matmuls read (the logits', the residual's);
+                          std::max(32 * d, !naive ? B * Hl * T
+                                           : bf16 ? 0
+                                                  : naive_fp32)) +
+                     (uint64_t(32) << 20);
+    if (bf16) {
+      // Slot 0: the fp32 output gradient that a matmul reads (the logits');
       // slots 1-3: naive's scores, and P and dS of one sequence.
-      const uint64_t slot0 = n * std::max(Vl, d);
+      const uint64_t slot0 = n * Vl;
       p.cuda_scratch += 2 * (slot0 + (naive ? B * Hl * T * T + 2 * Hl * T * T : 0));
       auto saved = [](uint64_t e) { return piece(e) - piece(ceil_div(e, 2)); };
       const uint64_t attn = saved(3 * n * dl) + saved(n * dl);
       p.bf16_inputs_saved =
           (L * (2 * saved(n * d) + 3 * saved(n * fl) + attn) + saved(n * d)) * a;
-      p.bf16_scratch_saved = (3 * saved(n * fl) + attn) * w;
+      p.bf16_scratch_saved = (3 * saved(n * fl) + attn + saved(n * d)) * w;
       acts_cuda -= p.bf16_inputs_saved;
     }
     p.act_per_token = acts / n;

@@ -1,4 +1,5 @@
 // The CPU backend: host memory and the reference loops.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -49,15 +50,25 @@ template <typename T> class CpuBackend : public Backend<T> {
 
   // x_bf16, dy_bf16: x or dy already holds bf16 values, which the bf16 policy's rounding of
   // matmul operands leaves as they are.
+  // A residual or dx_add sums in T after the product, as the GPU's epilogue does.
   void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, Precision p,
-                  bool, bool y_bf16) override {
+                  bool, bool y_bf16, const T* residual) override {
+    LMT_ASSERT(!(residual && y_bf16), "a residual sum is stored in T");
     cpu::linear_fwd(x, w, y, M, N, K, p);
+    if (residual) cpu::add_inplace(y, residual, M * N);
     if (y_bf16) round_bf16(y, M * N);
   }
   void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
-                  int64_t K, Precision p, bool, bool, bool dx_bf16) override {
-    cpu::linear_bwd(x, w, dy, dx, dw, M, N, K, p);
-    if (dx_bf16) round_bf16(dx, M * K);
+                  int64_t K, Precision p, bool, bool, bool dx_bf16, bool dx_add) override {
+    LMT_ASSERT(!(dx_add && dx_bf16), "a sum of input gradients is stored in T");
+    if (!dx_add) {
+      cpu::linear_bwd(x, w, dy, dx, dw, M, N, K, p);
+      if (dx_bf16) round_bf16(dx, M * K);
+      return;
+    }
+    std::vector<T> part(size_t(M * K));
+    cpu::linear_bwd(x, w, dy, part.data(), dw, M, N, K, p);
+    cpu::add_inplace(dx, part.data(), M * K);
   }
   void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d, double eps,
                    bool y_bf16) override {
@@ -65,8 +76,11 @@ template <typename T> class CpuBackend : public Backend<T> {
     if (y_bf16) round_bf16(y, rows * d);
   }
   void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
-                   int64_t rows, int64_t d) override {
+                   int64_t rows, int64_t d, T* dx_bf16) override {
     cpu::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, d);
+    if (!dx_bf16) return;
+    std::copy(dx, dx + rows * d, dx_bf16);
+    round_bf16(dx_bf16, rows * d);
   }
   void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t stride, double theta,
             bool inverse, bool bf16) override {

@@ -1,19 +1,18 @@
-// The CUDA backend: device memory, one stream, our kernels (cuda/*.cu) and cuBLAS.
+// The CUDA backend: device memory, one stream, our kernels (cuda/*.cu) and cuBLASLt.
 //
 // Parameters, gradients and optimizer state are fp32; the precision policy decides what matmuls
 // read: fp32, fp32 through TF32 tensor cores, or bf16 (bf16 tensor cores, fp32 accumulation):
 // the weights' bf16 copy (written by AdamW in the same pass, whether it updates all the weights
 // or a ZeRO-1 piece; cast after a collective wrote them), activations that only matmuls read
 // stored in bf16 by the kernel that makes them, and bf16 copies of other operands made just
-// before the matmul.
+// before the matmul. The residual adds are the matmuls' epilogues (cuda::Gemm's C).
 // Attention is FlashAttention-2 (cuda/attention/, saving the rows' logsumexp) or the naive
 // baseline: scores materialised by a batched matmul (in bf16 under bf16), a causal softmax
 // kernel, a second matmul (saving the probabilities at key <= query in fp32). Under bf16 its
 // q, k, v, output and their gradients are bf16 activations, stored in bf16.
 #ifdef LMTRAIN_CUDA
-#include <cublas_v2.h>
-
 #include <cmath>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -30,9 +29,8 @@ class CudaBackend : public Backend<float> {
  public:
   CudaBackend() {
     CUDA_CHECK(cudaStreamCreate(&stream_));
-    cublasStatus_t st = cublasCreate(&cublas_);
-    if (st != CUBLAS_STATUS_SUCCESS) LMT_FATAL(std::string("cublasCreate failed: ") + cublasGetStatusString(st));
-    cublasSetStream(cublas_, stream_);
+    gemm_workspace_ = allocate(cuda::Gemm::kWorkspaceBytes, MemTag::workspace);
+    gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_workspace_, cuda::Gemm::kWorkspaceBytes);
     partials_ = static_cast<double*>(allocate((cuda::kSumPartials + 1) * sizeof(double), MemTag::workspace));
   }
   ~CudaBackend() override {
@@ -42,7 +40,8 @@ class CudaBackend : public Backend<float> {
     release(rope_);
     release(weights16_);
     for (auto e : events_) cudaEventDestroy(e);
-    cublasDestroy(cublas_);
+    gemm_.reset();
+    release(gemm_workspace_);
     cudaStreamDestroy(stream_);
   }
   const char* name() const override { return "cuda"; }
@@ -131,27 +130,28 @@ class CudaBackend : public Backend<float> {
 
   int64_t bf16_elems(int64_t n) const override { return (n + 1) / 2; }
   void linear_fwd(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K,
-                  Precision p, bool x_bf16, bool y_bf16) override {
+                  Precision p, bool x_bf16, bool y_bf16, const float* residual) override {
     const void *X = operand(x, M * K, p, 0, x_bf16), *W = operand(w, N * K, p, 1);
-    cuda::gemm(cublas_, false, true, M, N, K, 1, X, K, 0, W, K, 0, 0, y, N, 0, 1, ops(p), y_bf16);
+    (*gemm_)(false, true, M, N, K, 1, X, K, 0, W, K, 0, residual ? 1 : 0, y, N, 0, 1, ops(p),
+             y_bf16, residual);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw,
                   int64_t M, int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16,
-                  bool dx_bf16) override {
+                  bool dx_bf16, bool dx_add) override {
     const void *dY = operand(dy, M * N, p, 0, dy_bf16), *W = operand(w, N * K, p, 1);
-    cuda::gemm(cublas_, false, false, M, K, N, 1, dY, N, 0, W, K, 0, 0, dx, K, 0, 1, ops(p),
-               dx_bf16);
+    (*gemm_)(false, false, M, K, N, 1, dY, N, 0, W, K, 0, dx_add ? 1 : 0, dx, K, 0, 1, ops(p),
+             dx_bf16);
     const void* X = operand(x, M * K, p, 1, x_bf16);  // stream order: the matmul above read slot 1
-    cuda::gemm(cublas_, true, false, N, K, M, 1, dY, N, 0, X, K, 0, 0, dw, K, 0, 1, ops(p));
+    (*gemm_)(true, false, N, K, M, 1, dY, N, 0, X, K, 0, 0, dw, K, 0, 1, ops(p));
   }
   void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows,
                    int64_t d, double eps, bool y_bf16) override {
     cuda::rmsnorm_fwd(x, g, y, y_bf16, rstd, rows, d, eps, stream_);
   }
   void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                   float* dg, int64_t rows, int64_t d) override {
-    cuda::rmsnorm_bwd(x, g, rstd, dy, dx, dg, workspace(size_t(cuda::kRmsnormDgChunks * d)), rows,
-                      d, stream_);
+                   float* dg, int64_t rows, int64_t d, float* dx_bf16) override {
+    cuda::rmsnorm_bwd(x, g, rstd, dy, dx, dx_bf16, dg,
+                      workspace(size_t(cuda::kRmsnormDgChunks * d)), rows, d, stream_);
   }
   void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride, double theta,
             bool inverse, bool bf16) override {
@@ -184,9 +184,9 @@ class CudaBackend : public Backend<float> {
     {
       NvtxRange r("attention scores matmul");
       for (int64_t b = 0; b < B; ++b)  // S = scale * Q K^T, each head a batch entry
-        cuda::gemm(cublas_, false, true, T, T, dh, scale, at(qkv, b * T * ld, p), ld, dh,
-                   at(qkv, b * T * ld + d, p), ld, dh, 0, at(S, b * H * T * T, p), T, T * T, H,
-                   ops(p), b16);
+        (*gemm_)(false, true, T, T, dh, scale, at(qkv, b * T * ld, p), ld, dh,
+                 at(qkv, b * T * ld + d, p), ld, dh, 0, at(S, b * H * T * T, p), T, T * T, H,
+                 ops(p), b16);
     }
     {
       NvtxRange r("attention softmax");
@@ -194,9 +194,9 @@ class CudaBackend : public Backend<float> {
     }
     NvtxRange r("attention output matmul");
     for (int64_t b = 0; b < B; ++b)  // out = P V
-      cuda::gemm(cublas_, false, false, T, dh, T, 1, at(S, b * H * T * T, p), T, T * T,
-                 at(qkv, b * T * ld + 2 * d, p), ld, dh, 0, at(out, b * T * d, p), d, dh, H,
-                 ops(p), b16);
+      (*gemm_)(false, false, T, dh, T, 1, at(S, b * H * T * T, p), T, T * T,
+               at(qkv, b * T * ld + 2 * d, p), ld, dh, 0, at(out, b * T * d, p), d, dh, H,
+               ops(p), b16);
   }
   void attention_bwd(const float* qkv, const float* out, const float* saved, const float* dout,
                      float* dqkv, int64_t B, int64_t T, int64_t H, int64_t dh, Precision p,
@@ -222,15 +222,15 @@ class CudaBackend : public Backend<float> {
       const void *v = at(qkv, b * T * ld + 2 * d, p), *dO = at(dout, b * T * d, p);
       const float* Pf = saved + b * H * T * (T + 1) / 2;
       void *dq = at(dqkv, b * T * ld, p), *dk = at(dq, d, p), *dv = at(dq, 2 * d, p);
-      cuda::gemm(cublas_, false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H,
-                 ops(p), b16);
+      (*gemm_)(false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H,
+               ops(p), b16);
       cuda::softmax_causal_bwd(Pf, dS, P, b16, H * T, T, scale, stream_);
-      cuda::gemm(cublas_, true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H,
-                 ops(p), b16);
-      cuda::gemm(cublas_, false, false, T, dh, T, 1, dS, T, T * T, k, ld, dh, 0, dq, ld, dh, H,
-                 ops(p), b16);
-      cuda::gemm(cublas_, true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, 0, dk, ld, dh, H,
-                 ops(p), b16);
+      (*gemm_)(true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H,
+               ops(p), b16);
+      (*gemm_)(false, false, T, dh, T, 1, dS, T, T * T, k, ld, dh, 0, dq, ld, dh, H,
+               ops(p), b16);
+      (*gemm_)(true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, 0, dk, ld, dh, H,
+               ops(p), b16);
     }
   }
   void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, bool bf16) override {
@@ -376,7 +376,8 @@ class CudaBackend : public Backend<float> {
   }
 
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  void* gemm_workspace_ = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm_;  // cuBLASLt on stream_, with gemm_workspace_
   double* partials_ = nullptr;
   float* workspace_ = nullptr;
   size_t workspace_size_ = 0;

@@ -82,7 +82,8 @@ const Precision kPolicies[] = {Precision::fp32, Precision::tf32, Precision::bf16
 
 }  // namespace
 
-TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doctest::skip(gpu_count() == 0)) {
+TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision, with a residual and dx added to" *
+          doctest::skip(gpu_count() == 0)) {
   auto gpu = make_cuda_backend();
   const int64_t M = 37, N = 29, K = 53;
   for (Precision p : kPolicies) {
@@ -100,18 +101,31 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doc
     cpu::linear_bwd(xr.data(), wr.data(), dyr.data(), dx.data(), dw.data(), M, N, K, Precision::fp64);
     float *gx = g.up(x), *gw = g.up(w), *gy = g.poisoned(M * N), *gdx = g.poisoned(M * K);
     float* gdw = g.poisoned(N * K);  // written, not added to: unwritten elements stay NaN
-    gpu->linear_fwd(gx, gw, gy, M, N, K, p, false, false);
-    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p, false, false, false);
+    gpu->linear_fwd(gx, gw, gy, M, N, K, p, false, false, nullptr);
+    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p, false, false, false, false);
     CHECK(rel_err(g.down(gy, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx, M * K), dx) < tol(p));
     CHECK(rel_err(g.down(gdw, N * K), dw) < tol(p));
+    // The residual in the matmul's epilogue, into another buffer (r is left as it was), and dx
+    // added to: y + r and dx + dx0 against the reference's sums.
+    Vec r = as_float(randn<double>(M * N)), dx0 = as_float(randn<double>(M * K));
+    float *gr = g.up(r), *gyr = g.poisoned(M * N), *gdxa = g.up(dx0), *gdwa = g.poisoned(N * K);
+    gpu->linear_fwd(gx, gw, gyr, M, N, K, p, false, false, gr);
+    gpu->linear_bwd(gx, gw, g.up(dy), gdxa, gdwa, M, N, K, p, false, false, false, true);
+    Vec yr = y, dxa = dx;
+    for (size_t i = 0; i < yr.size(); ++i) yr[i] += r[i];
+    for (size_t i = 0; i < dxa.size(); ++i) dxa[i] += dx0[i];
+    CHECK(rel_err(g.down(gyr, M * N), yr) < tol(p));
+    CHECK(g.down(gr, M * N) == r);
+    CHECK(rel_err(g.down(gdxa, M * K), dxa) < tol(p));
+    CHECK(rel_err(g.down(gdwa, N * K), dw) < tol(p));
     if (p != Precision::bf16) continue;
     // x and dy stored in bf16 by their producers: the same results without the casts.
     float *gx16 = g.up16(x), *gy16 = g.poisoned(M * N), *gdx16 = g.poisoned(M * K);
     float* gdw16 = g.poisoned(N * K);
-    gpu->linear_fwd(gx16, gw, gy16, M, N, K, p, true, false);
+    gpu->linear_fwd(gx16, gw, gy16, M, N, K, p, true, false, nullptr);
     float* gdy16 = g.up16(dy);
-    gpu->linear_bwd(gx16, gw, gdy16, gdx16, gdw16, M, N, K, p, true, true, false);
+    gpu->linear_bwd(gx16, gw, gdy16, gdx16, gdw16, M, N, K, p, true, true, false, false);
     CHECK(rel_err(g.down(gy16, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx16, M * K), dx) < tol(p));
     CHECK(rel_err(g.down(gdw16, N * K), dw) < tol(p));
@@ -123,8 +137,8 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision" * doc
       return true;
     };
     float *gyb = g.poisoned16(M * N), *gdxb = g.poisoned16(M * K), *gdwb = g.poisoned(N * K);
-    gpu->linear_fwd(gx16, gw, gyb, M, N, K, p, true, true);
-    gpu->linear_bwd(gx16, gw, gdy16, gdxb, gdwb, M, N, K, p, true, true, true);
+    gpu->linear_fwd(gx16, gw, gyb, M, N, K, p, true, true, nullptr);
+    gpu->linear_bwd(gx16, gw, gdy16, gdxb, gdwb, M, N, K, p, true, true, true, false);
     CHECK(within_half_ulp(g.down16(gyb, M * N), y));
     CHECK(within_half_ulp(g.down16(gdxb, M * K), dx));
     CHECK(rel_err(g.down(gdwb, N * K), dw) < tol(p));
@@ -148,7 +162,7 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
       float *gx = g.up(x), *gw = g.up(w), *gyv = g.poisoned(rows * d), *gr = g.poisoned(rows);
       float *gdx = g.up(dx0), *gdg = g.poisoned(d);
       gpu->rmsnorm_fwd(gx, gw, gyv, gr, rows, d, 1e-5, false);
-      gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx, gdg, rows, d);
+      gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx, gdg, rows, d, nullptr);
       CHECK(rel_err(g.down(gyv, rows * d), y) < 2e-6);
       float* gy16 = g.poisoned16(rows * d);  // y for bf16 matmuls: the fp32 y, rounded
       gpu->rmsnorm_fwd(gx, gw, gy16, gr, rows, d, 1e-5, true);
@@ -156,6 +170,11 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
       CHECK(rel_err(g.down(gr, rows), rstd) < 2e-6);
       CHECK(rel_err(g.down(gdx, rows * d), dx) < 2e-6);
       CHECK(rel_err(g.down(gdg, d), dg) < 2e-6);
+      // dx also rounded to bf16 for the next matmul: the fp32 dx of the same pass, rounded.
+      float *gdx2 = g.up(dx0), *gdx16 = g.poisoned16(rows * d);
+      gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx2, gdg, rows, d, gdx16);
+      CHECK(g.down(gdx2, rows * d) == g.down(gdx, rows * d));
+      CHECK(rounds_of(g.down16(gdx16, rows * d), g.down(gdx2, rows * d)));
     }
   }
   SUBCASE("rope forward and inverse on strided rows") {
@@ -319,7 +338,7 @@ TEST_CASE("gpu weights' bf16 copy: AdamW over a part of the weights and weights_
     for (auto* v : {&wr, &xr})
       for (auto& e : *v) e = round_to(Precision::bf16, e);
     cpu::linear_fwd(xr.data(), wr.data(), y.data(), M, N, K, Precision::fp64);
-    gpu->linear_fwd(gx, gw + off, gy, M, N, K, Precision::bf16, false, false);
+    gpu->linear_fwd(gx, gw + off, gy, M, N, K, Precision::bf16, false, false, nullptr);
     return rel_err(g.down(gy, size_t(M * N)), y) < tol(Precision::bf16);
   };
   CHECK(matches(w));  // the copy is made on first use

@@ -92,13 +92,15 @@ TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, a1, a3, g, h2 and hf pa
   CHECK(p.bf16_inputs_saved == (L * (2 * n * d + 4 * n * d + 3 * n * f) + n * d) / 2 * 4);
   CHECK(p.activations_cuda ==
         p.activations - p.attn_probs + L * B * H * T * (T + 1) / 2 * 4 - p.bf16_inputs_saved);
-  CHECK(p.bf16_scratch_saved == (3 * n * f + 4 * n * d) / 2 * 4);  // dg, da1, da3; datt, dqkv
+  // dg, da1, da3; datt, dqkv; dx16 (the residual gradient that matmuls read)
+  CHECK(p.bf16_scratch_saved == (3 * n * f + 5 * n * d) / 2 * 4);
   // On the GPU: the weights' bf16 copy besides; the step adds state and workspace.
   CHECK(p.forward_cuda == p.params + p.param_count * 2 + p.activations_cuda);
   // The backend's scratch: slot 0 the logits' gradient (n x V, V 256 > d), slot 1 the scores
   // of the batch, P and dS of one sequence in bf16; the RoPE table (T x dh) and RMSNorm
-  // backward's partial sums (32 x d) in fp32.
-  CHECK(p.cuda_scratch == 2 * (n * V + B * H * T * T + 2 * H * T * T) + 4 * (T * dh + 32 * d));
+  // backward's partial sums (32 x d) in fp32; cuBLASLt's workspace, 32 MiB.
+  CHECK(p.cuda_scratch ==
+        2 * (n * V + B * H * T * T + 2 * H * T * T) + 4 * (T * dh + 32 * d) + (32 << 20));
   CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace -
                             p.bf16_scratch_saved + p.cuda_scratch);
   c.model.precision = "fp32";
@@ -135,14 +137,17 @@ TEST_CASE("plan: fsdp shards params, grads and moments; zero1 shards only the mo
   CHECK(z.comm_dp == doctest::Approx(d.comm_dp));
   CHECK(one.comm_total() == 0);  // one device sends nothing
   // Under bf16 zero1's all-gather sends the matmul-only weights in bf16 and stages the others
-  // (exact, fp32) in workspace: E of them, counted from the model's own layout.
+  // (exact, fp32) in workspace: E of them, counted from the model's own layout. (bf16 adds
+  // backward's rounded copy of the residual gradient to the workspace too: n x d, a piece of
+  // the arena, rounded up to 64 elements.)
   c.plan.zero = 1, c.model.precision = "bf16";
   const Plan zb = make_plan(c);
   uint64_t E = 0;
   for (const ParamView& v : ParamLayout::build(c.model).params) E += v.matmul ? 0 : v.numel;
   CHECK(E > 0);
   CHECK(zb.comm_dp == doctest::Approx(3.0 / 4.0 * (4.0 * double(P) + 2.0 * double(P - E) + 4.0 * double(E))));
-  CHECK(zb.workspace == z.workspace + 4 * E);
+  const uint64_t nd = uint64_t(c.train.batch_size * c.model.context_length * c.model.d_model);
+  CHECK(zb.workspace == z.workspace + 4 * E + 4 * ((nd + 63) / 64 * 64));
 }
 
 TEST_CASE("plan: tp splits the attention and FFN weights and activations, not the rest") {
