@@ -52,11 +52,11 @@ struct Plan {
   // (B x H/tp x T(T+1)/2 fp32 per layer); less bf16_inputs_saved under bf16.
   uint64_t activations_cuda = 0;
   // The CUDA backend's own scratch in a step (src/cuda/backend.cpp): under bf16 the bf16 copies
-  // of matmul operands that no producer stored in bf16 (slot 0: the larger of the logits'
-  // gradient and the residual stream's; naive adds its scores, and in backward one sequence's
-  // P and dS), and in any precision the RoPE table (T x dh fp32) and its fp32 buffer, the
-  // largest of RMSNorm backward's partial sums (32 x d), flash backward's D (B x H x T) and,
-  // under fp32 and tf32, naive's scores (B x H x T x T) or one sequence's dS and P.
+  // of matmul operands that no producer stored in bf16 (slot 0: the logits' gradient; naive
+  // adds its scores, and in backward one sequence's P and dS), and in any precision the RoPE
+  // table (T x dh fp32) and its fp32 buffer, the largest of RMSNorm backward's partial sums
+  // (32 x d), flash backward's D (B x H x T) and, under fp32 and tf32, naive's scores
+  // (B x H x T x T) or one sequence's dS and P; and cuBLASLt's workspace (32 MiB).
   uint64_t cuda_scratch = 0;
   // What the CUDA backend allocates (lmtrain graph): for forward alone, the parameters, under
   // bf16 their bf16 copy, and activations_cuda; for a full step also gradients, moments, the
