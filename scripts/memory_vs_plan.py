@@ -57,8 +57,9 @@ def main(measured_csv):
               f"{gib(mt)} / {gib(total)} | {err(mt, total)} |")
     print("\nMeasured: bench mode's tagged allocator (everything lmtrain allocates, fixed after the "
           "first step). Predicted: plan mode for the same configuration. On the GPU plan mode "
-          "leaves out only the reductions' partial sums (8,200 bytes); cuBLAS's workspace and "
-          "the CUDA context are in neither.")
+          "leaves out only the reductions' partial sums (8,200 bytes); the CUDA context is in "
+          "neither (cuBLASLt's workspace is in both since f933b08; rows before it measured "
+          "without it, which cuBLAS then allocated itself).")
 
 
 if __name__ == "__main__":
