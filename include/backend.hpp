@@ -11,10 +11,27 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "check.hpp"
 #include "cpu_ops.hpp"
 
 namespace lmt {
+
+// [begin, end) offsets (elements or bytes, as each use says), sorted and disjoint.
+using Ranges = std::vector<std::pair<size_t, size_t>>;
+// The ranges sorted, empty ones dropped, those that overlap or touch joined.
+Ranges merged(Ranges r);
+// What a sparse allocation backs of byte ranges: each widened to whole granules of `granule`
+// bytes (from offset 0, which the allocation aligns), merged.
+Ranges granules(const Ranges& bytes, size_t granule);
+size_t covered(const Ranges& r);  // the sum of the ranges' lengths
+inline bool is_whole(const Ranges& r, size_t n) { return r == Ranges{{0, n}}; }  // [0, n), all
+inline Ranges in_bytes(Ranges elems, size_t elem_bytes) {  // element ranges as byte ranges
+  for (auto& [b, e] : elems) b *= elem_bytes, e *= elem_bytes;
+  return elems;
+}
 
 // What an allocation holds: every byte a backend hands out carries one of these.
 enum class MemTag { params, grads, optimizer, activations, workspace, count };
@@ -36,20 +53,34 @@ template <typename T> class Backend {
   // release forgets it. upload/download copy from/to host memory.
   void* allocate(size_t bytes, MemTag tag) {
     void* p = device_alloc(bytes);
-    live_[p] = {bytes, tag};
-    mem_.current[size_t(tag)] += bytes;
-    mem_.peak = std::max(mem_.peak, mem_.total += bytes);
+    record(p, {bytes, tag, false, 0, {}});
+    return p;
+  }
+  // `bytes` of address space of which only the byte ranges `backed` are memory (zeroed), each
+  // widened to whole granules (sparse_granule()); an access elsewhere faults. It is recorded with
+  // the granules' bytes only, so that memory reports and plan mode count what is really held
+  // (ZeRO-1's sharded masters: zero1.hpp).
+  void* allocate_sparse(size_t bytes, MemTag tag, const Ranges& backed) {
+    Ranges mapped = granules(backed, sparse_granule());
+    LMT_ASSERT(mapped.empty() || merged(backed).back().second <= bytes,
+               "a backed range past the end of a sparse allocation");
+    void* p = device_alloc_sparse(bytes, mapped);
+    record(p, {covered(mapped), tag, true, bytes, std::move(mapped)});
     return p;
   }
   void release(void* p) {
     auto it = live_.find(p);
     if (it == live_.end()) return;
-    mem_.current[size_t(it->second.second)] -= it->second.first;
-    mem_.total -= it->second.first;
+    const Allocation& a = it->second;
+    mem_.current[size_t(a.tag)] -= a.bytes;
+    mem_.total -= a.bytes;
+    if (a.sparse) device_free_sparse(p, a.reserved, a.mapped);
+    else device_free(p);
     live_.erase(it);
-    device_free(p);
   }
   const MemoryStats& memory() const { return mem_; }
+  // What allocate_sparse backs at a time: the host's page, or the GPU's mapping granularity.
+  virtual size_t sparse_granule() const = 0;
 
   virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
@@ -149,9 +180,24 @@ template <typename T> class Backend {
  protected:
   virtual void* device_alloc(size_t bytes) = 0;  // zeroed
   virtual void device_free(void* p) = 0;
+  // `bytes` of address space with the byte ranges `mapped` (whole granules) backed and zeroed.
+  virtual void* device_alloc_sparse(size_t bytes, const Ranges& mapped) = 0;
+  virtual void device_free_sparse(void* p, size_t bytes, const Ranges& mapped) = 0;
 
  private:
-  std::map<void*, std::pair<size_t, MemTag>> live_;
+  struct Allocation {
+    size_t bytes;  // what it holds: all of it, or a sparse one's granules
+    MemTag tag;
+    bool sparse;
+    size_t reserved;  // sparse: its address space, and the ranges backed in it
+    Ranges mapped;
+  };
+  void record(void* p, Allocation a) {
+    mem_.current[size_t(a.tag)] += a.bytes;
+    mem_.peak = std::max(mem_.peak, mem_.total += a.bytes);
+    live_[p] = std::move(a);
+  }
+  std::map<void*, Allocation> live_;
   MemoryStats mem_;
 };
 

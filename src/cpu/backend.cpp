@@ -1,4 +1,8 @@
 // The CPU backend: host memory and the reference loops.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -129,6 +133,7 @@ template <typename T> class CpuBackend : public Backend<T> {
     return std::chrono::duration<double, std::milli>(marks_[size_t(to)] - marks_[size_t(from)]).count();
   }
   void clear_marks() override { marks_.clear(); }
+  size_t sparse_granule() const override { return size_t(sysconf(_SC_PAGESIZE)); }
 
  protected:
   void* device_alloc(size_t bytes) override {
@@ -137,6 +142,23 @@ template <typename T> class CpuBackend : public Backend<T> {
     return p;
   }
   void device_free(void* p) override { std::free(p); }
+  // The address space mapped inaccessible, then the backed pages opened: anonymous pages, zero
+  // and taken from the system when first touched (as calloc's); a stray access elsewhere faults.
+  void* device_alloc_sparse(size_t bytes, const Ranges& mapped) override {
+    void* p = mmap(nullptr, bytes ? bytes : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+      throw UsageError(strf("out of host address space: %zu bytes requested", bytes));
+    for (auto [b, e] : mapped)
+      if (mprotect(static_cast<char*>(p) + b, e - b, PROT_READ | PROT_WRITE) != 0) {
+        device_free_sparse(p, bytes, mapped);
+        throw UsageError(strf("out of host memory: %zu bytes requested", covered(mapped)));
+      }
+    return p;
+  }
+  void device_free_sparse(void* p, size_t bytes, const Ranges&) override {
+    munmap(p, bytes ? bytes : 1);
+  }
 
  private:
   size_t in_weights(const T* p, size_t n) const {  // offset of [p, p + n) in the weights
@@ -154,6 +176,30 @@ template <typename T> class CpuBackend : public Backend<T> {
 };
 
 }  // namespace
+
+Ranges merged(Ranges r) {
+  std::sort(r.begin(), r.end());
+  Ranges out;
+  for (auto [b, e] : r) {
+    if (b >= e) continue;
+    if (!out.empty() && b <= out.back().second) out.back().second = std::max(out.back().second, e);
+    else out.push_back({b, e});
+  }
+  return out;
+}
+
+Ranges granules(const Ranges& bytes, size_t granule) {
+  Ranges r;
+  for (auto [b, e] : bytes)
+    if (b < e) r.push_back({b / granule * granule, (e + granule - 1) / granule * granule});
+  return merged(std::move(r));
+}
+
+size_t covered(const Ranges& r) {
+  size_t n = 0;
+  for (auto [b, e] : r) n += e - b;
+  return n;
+}
 
 const char* mem_tag_name(MemTag t) {
   static const char* names[] = {"params", "grads", "optimizer", "activations", "workspace"};

@@ -22,6 +22,7 @@
 #include "flash_attention.hpp"
 #include "gpu.hpp"
 #include "nvtx.hpp"
+#include "vmm.hpp"
 
 namespace lmt {
 namespace {
@@ -70,22 +71,37 @@ class CudaBackend : public Backend<float> {
     return ms;
   }
   void clear_marks() override { next_mark_ = 0; }
+  size_t sparse_granule() const override { return cuda::vmm_granule(); }
 
  protected:
   void* device_alloc(size_t bytes) override {
     void* p = nullptr;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
       cudaGetLastError();
-      size_t free = 0, total = 0;
-      cudaMemGetInfo(&free, &total);
-      throw UsageError(strf("out of GPU memory: %.1f MiB more needed, %.1f MiB free of %.1f MiB "
-                            "(a smaller batch, context or model fits)", double(bytes) / (1 << 20),
-                            double(free) / (1 << 20), double(total) / (1 << 20)));
+      throw out_of_memory(bytes);
     }
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
     return p;
   }
   void device_free(void* p) override { cudaFree(p); }
+  void* device_alloc_sparse(size_t bytes, const Ranges& mapped) override {
+    void* p = cuda::vmm_alloc(bytes, mapped);
+    if (!p) throw out_of_memory(covered(mapped));
+    for (auto [b, e] : mapped)
+      CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(p) + b, 0, e - b, stream_));
+    return p;
+  }
+  void device_free_sparse(void* p, size_t bytes, const Ranges& mapped) override {
+    CUDA_CHECK(cudaDeviceSynchronize());  // as cudaFree waits: no work may still be using it
+    cuda::vmm_free(p, bytes, mapped);
+  }
+  static UsageError out_of_memory(size_t bytes) {
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    return UsageError(strf("out of GPU memory: %.1f MiB more needed, %.1f MiB free of %.1f MiB "
+                           "(a smaller batch, context or model fits)", double(bytes) / (1 << 20),
+                           double(free) / (1 << 20), double(total) / (1 << 20)));
+  }
 
  public:
   void set_weights(const float* params, size_t n) override {

@@ -345,6 +345,37 @@ TEST_CASE("gpu weights' bf16 copy: AdamW over a part of the weights and weights_
   gpu->forget_weights(gw);
 }
 
+TEST_CASE("gpu memory: a sparse allocation maps and counts only its ranges' granules, zeroed; "
+          "release frees them" * doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  const size_t g = gpu->sparse_granule();
+  const size_t bytes = 5 * g + 1000;  // the last granule only partly in the allocation
+  // Granules 0; 2 and 3; 5.
+  const Ranges backed{{100, 200}, {2 * g + 5, 3 * g + 7}, {5 * g + 10, 5 * g + 1000}};
+  const size_t held = 4 * g;
+  const size_t before = gpu->memory().current[size_t(MemTag::params)];
+  size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+  char* p = static_cast<char*>(gpu->allocate_sparse(bytes, MemTag::params, backed));
+  CHECK(gpu->memory().current[size_t(MemTag::params)] == before + held);
+  CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+  CHECK(free0 - free1 >= held);  // the granules are memory, the rest of the range is not
+  CHECK(free0 - free1 < 6 * g);
+  for (auto [b, e] : backed) {
+    std::vector<char> host(e - b, 1), back(e - b);
+    gpu->download_bytes(host.data(), p + b, e - b);
+    CHECK(std::count(host.begin(), host.end(), 0) == long(e - b));  // zeroed
+    for (size_t i = 0; i < host.size(); ++i) host[i] = char((b + i) * 7 + 1);
+    gpu->upload_bytes(p + b, host.data(), e - b);
+    gpu->download_bytes(back.data(), p + b, e - b);
+    CHECK(back == host);
+  }
+  gpu->release(p);
+  CHECK(gpu->memory().current[size_t(MemTag::params)] == before);
+  CUDA_CHECK(cudaMemGetInfo(&free2, &total));
+  CHECK(free2 >= free0 - g / 2);  // given back (other allocations move by less than a granule)
+}
+
 TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training tracks the CPU" *
           doctest::skip(gpu_count() == 0)) {
   Config::Model m;
