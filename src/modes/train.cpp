@@ -1,7 +1,6 @@
 // train mode: the training loop, its progress lines, checkpoints, closing table and CSV row.
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -57,32 +56,14 @@ void print_optimizer_memory(const Runtime& rt, const Backend<T>& be, const char*
   fflush(stdout);
 }
 
-// Rank 0's copy of the whole optimizer state (empty on the other ranks). zero1's shards are sent
-// to rank 0 in pieces of at most kPiece bytes: a large model's moments outgrow one MPI count.
+// Rank 0's copy of the whole optimizer state (empty on the other ranks): zero1's shards are sent
+// to rank 0.
 template <typename T>
 OptimizerState<T> whole_optimizer_state(const Runtime& rt, AdamW<T>* opt, Zero1<T>* zero) {
   if (!zero) return rt.is_root() ? opt->state() : OptimizerState<T>{};
-  constexpr size_t kPiece = size_t(1) << 30;
-  OptimizerState<T> mine = zero->optimizer().state(), whole;
-  const size_t total = displacement(zero->counts, rt.world);
-  if (rt.is_root()) whole = {std::vector<T>(total), std::vector<T>(total), mine.t};
-  for (auto [part, all] : {std::pair{&mine.m, &whole.m}, {&mine.v, &whole.v}}) {
-    if (rt.is_root()) std::copy(part->begin(), part->end(), all->begin());  // shard 0 is first
-    for (int r = 1; r < rt.world; ++r) {
-      if (!rt.is_root() && rt.rank != r) continue;
-      char* bytes = reinterpret_cast<char*>(rt.is_root() ? all->data() + displacement(zero->counts, r)
-                                                         : part->data());
-      const size_t n = zero->counts[size_t(r)] * sizeof(T);
-      for (size_t at = 0; at < n; at += kPiece) {
-        const int len = int(std::min(kPiece, n - at));
-        if (rt.is_root())
-          MPI_CHECK(MPI_Recv(bytes + at, len, MPI_BYTE, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-        else
-          MPI_CHECK(MPI_Send(bytes + at, len, MPI_BYTE, 0, 0, MPI_COMM_WORLD));
-      }
-    }
-  }
-  return whole;
+  const OptimizerState<T> mine = zero->optimizer().state();
+  return {gather_to_root(MPI_COMM_WORLD, mine.m, zero->counts),
+          gather_to_root(MPI_COMM_WORLD, mine.v, zero->counts), mine.t};
 }
 
 // The exposed communication since the last call (the sync's mark pairs, then forgotten).
