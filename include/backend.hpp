@@ -89,21 +89,28 @@ template <typename T> class Backend {
   // alone: a caller that writes weights with it says so with weights_written().
   virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
 
-  // The model's parameters: a backend may keep a low-precision copy of this range for matmuls
-  // (refreshed whenever the range is written through the backend; weights_written() says that
-  // part of it was written outside, by a collective, and refreshes that part in stream order).
-  virtual void set_weights(const T* params, size_t n) { (void)params, (void)n; }
+  // The model's parameters [params, params + n): a backend may keep a low-precision copy of them
+  // for matmuls (refreshed whenever they are written through the backend; weights_written() says
+  // that a part was written outside, by a collective or copy_bytes, and refreshes that part in
+  // stream order).
+  // `backed`: the element ranges of them that are memory. Where that is not all of them (ZeRO-1's
+  // sharded masters under bf16, zero1.hpp) the matmuls read every weight from the bf16 copy,
+  // which is then kept whole from here on and never made from the fp32 weights wholesale (that
+  // would read what is not there): its writers are whoever writes the weights, each its own part
+  // (the model's set_params from host values, AdamW with weights_to_bf16, a collective into the
+  // copy itself, weights_written).
+  virtual void set_weights(const T* params, size_t n, const Ranges& backed) {
+    (void)params, (void)n, (void)backed;
+  }
   virtual void forget_weights(const T* params) { (void)params; }  // before they are freed
   virtual void weights_written(const T* p, size_t n) { (void)p, (void)n; }
   // ZeRO-1 under bf16 all-gathers the weights as their bf16 copy (zero1.hpp). weights_bf16() is
   // that copy of all the set_weights() weights, 2-byte elements in the same order (the GPU's own,
-  // made current if it is not; the CPU backend, whose matmuls round fp32 themselves, keeps one
-  // for this alone); weights_to_bf16(p, n) makes [p, p + n)'s part current (nothing to do where
-  // AdamW wrote it); weights_from_bf16(p, n) sets the weights [p, p + n) to their copy there
-  // (after a collective wrote it).
+  // made current if it is not; the CPU backend, whose matmuls round fp32 themselves where the
+  // weights are whole, keeps one for this alone); weights_to_bf16(p, n) makes [p, p + n)'s part
+  // current (nothing to do where AdamW wrote it).
   virtual void* weights_bf16() = 0;
   virtual void weights_to_bf16(const T* p, size_t n) = 0;
-  virtual void weights_from_bf16(T* p, size_t n) = 0;
 
   // Ops, as in cpu_ops.hpp.
   //
@@ -206,6 +213,14 @@ template <typename T, typename E = T> class BackendArray {
  public:
   BackendArray(Backend<T>& be, size_t n, MemTag tag)
       : be_(&be), p_(static_cast<E*>(be.allocate(n * sizeof(E), tag))), n_(n) {}
+  // Only the element ranges `backed` are memory (Backend::allocate_sparse), unless they are all
+  // of it.
+  BackendArray(Backend<T>& be, size_t n, MemTag tag, const Ranges& backed) : be_(&be), n_(n) {
+    const size_t bytes = n * sizeof(E);
+    p_ = static_cast<E*>(is_whole(backed, n)
+                             ? be.allocate(bytes, tag)
+                             : be.allocate_sparse(bytes, tag, in_bytes(backed, sizeof(E))));
+  }
   BackendArray(const BackendArray&) = delete;
   BackendArray& operator=(const BackendArray&) = delete;
   ~BackendArray() { be_->release(p_); }
