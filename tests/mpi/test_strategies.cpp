@@ -1,8 +1,8 @@
 // Every strategy: after 5 AdamW steps (gradients clipped at each) every rank holds the same
 // parameters, bit for bit, and they match one process trained on the global batch (all ranks'
 // data) within fp32 tolerance; the global gradient norms match too. zero1 allocates only its
-// shard of the moments, and under bf16 only its shard's fp32 masters (and those read in fp32).
-// On the CPU over MPI, and on GPUs over NCCL where every rank has one.
+// shard of the moments, and under bf16 only its shard's fp32 masters (and those read in fp32),
+// as plan mode predicts. On the CPU over MPI, and on GPUs over NCCL where every rank has one.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -18,6 +18,7 @@
 #include "model.hpp"
 #include "modes.hpp"
 #include "optimizer.hpp"
+#include "plan.hpp"
 #include "zero1.hpp"
 
 using namespace lmt;
@@ -216,13 +217,17 @@ TEST_CASE("strategies: ranks stay identical and match one process on the global 
 }
 
 TEST_CASE("zero1 under bf16: a rank holds the fp32 masters of its shard and of the parameters "
-          "read in fp32 only, and rank 0 gathers the exact masters") {
+          "read in fp32 only, as plan mode predicts, and rank 0 gathers the exact masters") {
   const Runtime rt = runtime_init(nullptr, nullptr);
   auto host = make_mpi_communicator(MPI_COMM_WORLD);
   const int R = host->size(), me = host->rank();
-  Config::Model m;  // 133k parameters: 131 pages in fp32, the embedding 16 of them
+  Config c;
+  c.run.mode = "plan", c.plan.dp = R, c.plan.zero = 1;
+  Config::Model& m = c.model;  // 133k parameters: 131 pages in fp32, the embedding 16 of them
   m.d_model = 64, m.num_heads = 4, m.d_ff = 176, m.num_layers = 2, m.vocab_size = 256;
   m.context_length = 16, m.precision = "bf16", m.attention = "naive";
+  c.train.batch_size = 2;
+  validate(c);
   auto be = make_backend<float>("cpu", rt);
   auto comm = make_communicator("cpu", rt, *be);
   Model<float> model(*be, m, 2, 16, zero1_masters(ParamLayout::build(m), R, me, true));
@@ -244,6 +249,17 @@ TEST_CASE("zero1 under bf16: a rank holds the fp32 masters of its shard and of t
   const size_t params = mem.current[size_t(MemTag::params)];
   CHECK(params == zero1_bf16_params_bytes(model.layout, zero.begin, zero.end, page));
   CHECK(params - 2 * total < 4 * total);
+  // Every tag, the busiest rank's, as plan mode counts it.
+  const Plan p = make_plan(c);
+  for (auto [tag, planned] : {std::pair{MemTag::params, p.params}, {MemTag::grads, p.grads},
+                              {MemTag::optimizer, p.optimizer},
+                              {MemTag::activations, p.activations},
+                              {MemTag::workspace, p.workspace}}) {
+    INFO(mem_tag_name(tag));
+    unsigned long long mine = mem.current[size_t(tag)], most = 0;
+    MPI_Allreduce(&mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(most == planned);
+  }
   // gather_master brings every rank's shard, as that rank holds it, to rank 0.
   const std::vector<float> masters = zero.gather_master(model.params(), MPI_COMM_WORLD);
   std::vector<float> shard(zero.end - zero.begin), all(total);

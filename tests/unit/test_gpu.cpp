@@ -12,6 +12,7 @@
 #include "helpers.hpp"
 #include "model.hpp"
 #include "optimizer.hpp"
+#include "plan.hpp"
 #include "zero1.hpp"
 
 using namespace lmt;
@@ -350,6 +351,7 @@ TEST_CASE("gpu memory: a sparse allocation maps and counts only its ranges' gran
           "release frees them" * doctest::skip(gpu_count() == 0)) {
   auto gpu = make_cuda_backend();
   const size_t g = gpu->sparse_granule();
+  CHECK(g == kCudaGranule);  // what plan mode predicts the GPU's sharded masters in
   const size_t bytes = 5 * g + 1000;  // the last granule only partly in the allocation
   // Granules 0; 2 and 3; 5.
   const Ranges backed{{100, 200}, {2 * g + 5, 3 * g + 7}, {5 * g + 10, 5 * g + 1000}};
