@@ -3,7 +3,7 @@
 // column-major D^T = op(B)^T op(A)^T, i.e. cuBLASLt's A is our B and its B our A, m = N, n = M.
 // Accumulation is fp32, and so is D unless asked for in bf16. Operands are fp32 (compute fp32,
 // or TF32 tensor cores under the tf32 policy) or bf16 (bf16 tensor cores; to_bf16 rounds fp32 to
-// nearest even first, and from_bf16 widens bf16 back to fp32, exactly).
+// nearest even first).
 // D = alpha op(A) op(B) + beta C, where C may be D itself (accumulating) or another buffer laid
 // out as D (the epilogue adds it: the residual adds of the model cost no pass of their own).
 // Each problem's algorithm is chosen on its first call and kept with its descriptors, so a later
@@ -43,11 +43,6 @@ __global__ void to_bf16_x4_kernel(const float* x, __nv_bfloat16* y, int64_t n4) 
 __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = __float2bfloat16_rn(x[i]);
-}
-
-__global__ void from_bf16_kernel(const __nv_bfloat16* x, float* y, int64_t n) {
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] = __bfloat162float(x[i]);
 }
 
 // The largest power of two, up to 256, that divides the address: what cuBLASLt's heuristic is
@@ -97,12 +92,6 @@ void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s) {
     if (head > 0) to_bf16_x4_kernel<<<blocks_for(head / 4, 256), 256, 0, s>>>(x, out, head / 4);
   }
   if (n > head) to_bf16_kernel<<<blocks_for(n - head, 256), 256, 0, s>>>(x + head, out + head, n - head);
-  CUDA_LAUNCH_CHECK();
-}
-
-void from_bf16(const void* x, float* y, int64_t n, cudaStream_t s) {
-  if (n == 0) return;
-  from_bf16_kernel<<<blocks_for(n, 256), 256, 0, s>>>(static_cast<const __nv_bfloat16*>(x), y, n);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -11,10 +11,27 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "check.hpp"
 #include "cpu_ops.hpp"
 
 namespace lmt {
+
+// [begin, end) offsets (elements or bytes, as each use says), sorted and disjoint.
+using Ranges = std::vector<std::pair<size_t, size_t>>;
+// The ranges sorted, empty ones dropped, those that overlap or touch joined.
+Ranges merged(Ranges r);
+// What a sparse allocation backs of byte ranges: each widened to whole granules of `granule`
+// bytes (from offset 0, which the allocation aligns), merged.
+Ranges granules(const Ranges& bytes, size_t granule);
+size_t covered(const Ranges& r);  // the sum of the ranges' lengths
+inline bool is_whole(const Ranges& r, size_t n) { return r == Ranges{{0, n}}; }  // [0, n), all
+inline Ranges in_bytes(Ranges elems, size_t elem_bytes) {  // element ranges as byte ranges
+  for (auto& [b, e] : elems) b *= elem_bytes, e *= elem_bytes;
+  return elems;
+}
 
 // What an allocation holds: every byte a backend hands out carries one of these.
 enum class MemTag { params, grads, optimizer, activations, workspace, count };
@@ -36,20 +53,34 @@ template <typename T> class Backend {
   // release forgets it. upload/download copy from/to host memory.
   void* allocate(size_t bytes, MemTag tag) {
     void* p = device_alloc(bytes);
-    live_[p] = {bytes, tag};
-    mem_.current[size_t(tag)] += bytes;
-    mem_.peak = std::max(mem_.peak, mem_.total += bytes);
+    record(p, {bytes, tag, false, 0, {}});
+    return p;
+  }
+  // `bytes` of address space of which only the byte ranges `backed` are memory (zeroed), each
+  // widened to whole granules (sparse_granule()); an access elsewhere faults. It is recorded with
+  // the granules' bytes only, so that memory reports and plan mode count what is really held
+  // (ZeRO-1's sharded masters: zero1.hpp).
+  void* allocate_sparse(size_t bytes, MemTag tag, const Ranges& backed) {
+    Ranges mapped = granules(backed, sparse_granule());
+    LMT_ASSERT(mapped.empty() || merged(backed).back().second <= bytes,
+               "a backed range past the end of a sparse allocation");
+    void* p = device_alloc_sparse(bytes, mapped);
+    record(p, {covered(mapped), tag, true, bytes, std::move(mapped)});
     return p;
   }
   void release(void* p) {
     auto it = live_.find(p);
     if (it == live_.end()) return;
-    mem_.current[size_t(it->second.second)] -= it->second.first;
-    mem_.total -= it->second.first;
+    const Allocation& a = it->second;
+    mem_.current[size_t(a.tag)] -= a.bytes;
+    mem_.total -= a.bytes;
+    if (a.sparse) device_free_sparse(p, a.reserved, a.mapped);
+    else device_free(p);
     live_.erase(it);
-    device_free(p);
   }
   const MemoryStats& memory() const { return mem_; }
+  // What allocate_sparse backs at a time: the host's page, or the GPU's mapping granularity.
+  virtual size_t sparse_granule() const = 0;
 
   virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
@@ -58,21 +89,28 @@ template <typename T> class Backend {
   // alone: a caller that writes weights with it says so with weights_written().
   virtual void copy_bytes(void* dst, const void* src, size_t bytes) = 0;
 
-  // The model's parameters: a backend may keep a low-precision copy of this range for matmuls
-  // (refreshed whenever the range is written through the backend; weights_written() says that
-  // part of it was written outside, by a collective, and refreshes that part in stream order).
-  virtual void set_weights(const T* params, size_t n) { (void)params, (void)n; }
+  // The model's parameters [params, params + n): a backend may keep a low-precision copy of them
+  // for matmuls (refreshed whenever they are written through the backend; weights_written() says
+  // that a part was written outside, by a collective or copy_bytes, and refreshes that part in
+  // stream order).
+  // `backed`: the element ranges of them that are memory. Where that is not all of them (ZeRO-1's
+  // sharded masters under bf16, zero1.hpp) the matmuls read every weight from the bf16 copy,
+  // which is then kept whole from here on and never made from the fp32 weights wholesale (that
+  // would read what is not there): its writers are whoever writes the weights, each its own part
+  // (the model's set_params from host values, AdamW with weights_to_bf16, a collective into the
+  // copy itself, weights_written).
+  virtual void set_weights(const T* params, size_t n, const Ranges& backed) {
+    (void)params, (void)n, (void)backed;
+  }
   virtual void forget_weights(const T* params) { (void)params; }  // before they are freed
   virtual void weights_written(const T* p, size_t n) { (void)p, (void)n; }
   // ZeRO-1 under bf16 all-gathers the weights as their bf16 copy (zero1.hpp). weights_bf16() is
   // that copy of all the set_weights() weights, 2-byte elements in the same order (the GPU's own,
-  // made current if it is not; the CPU backend, whose matmuls round fp32 themselves, keeps one
-  // for this alone); weights_to_bf16(p, n) makes [p, p + n)'s part current (nothing to do where
-  // AdamW wrote it); weights_from_bf16(p, n) sets the weights [p, p + n) to their copy there
-  // (after a collective wrote it).
+  // made current if it is not; the CPU backend, whose matmuls round fp32 themselves where the
+  // weights are whole, keeps one for this alone); weights_to_bf16(p, n) makes [p, p + n)'s part
+  // current (nothing to do where AdamW wrote it).
   virtual void* weights_bf16() = 0;
   virtual void weights_to_bf16(const T* p, size_t n) = 0;
-  virtual void weights_from_bf16(T* p, size_t n) = 0;
 
   // Ops, as in cpu_ops.hpp.
   //
@@ -154,9 +192,24 @@ template <typename T> class Backend {
  protected:
   virtual void* device_alloc(size_t bytes) = 0;  // zeroed
   virtual void device_free(void* p) = 0;
+  // `bytes` of address space with the byte ranges `mapped` (whole granules) backed and zeroed.
+  virtual void* device_alloc_sparse(size_t bytes, const Ranges& mapped) = 0;
+  virtual void device_free_sparse(void* p, size_t bytes, const Ranges& mapped) = 0;
 
  private:
-  std::map<void*, std::pair<size_t, MemTag>> live_;
+  struct Allocation {
+    size_t bytes;  // what it holds: all of it, or a sparse one's granules
+    MemTag tag;
+    bool sparse;
+    size_t reserved;  // sparse: its address space, and the ranges backed in it
+    Ranges mapped;
+  };
+  void record(void* p, Allocation a) {
+    mem_.current[size_t(a.tag)] += a.bytes;
+    mem_.peak = std::max(mem_.peak, mem_.total += a.bytes);
+    live_[p] = std::move(a);
+  }
+  std::map<void*, Allocation> live_;
   MemoryStats mem_;
 };
 
@@ -165,6 +218,14 @@ template <typename T, typename E = T> class BackendArray {
  public:
   BackendArray(Backend<T>& be, size_t n, MemTag tag)
       : be_(&be), p_(static_cast<E*>(be.allocate(n * sizeof(E), tag))), n_(n) {}
+  // Only the element ranges `backed` are memory (Backend::allocate_sparse), unless they are all
+  // of it.
+  BackendArray(Backend<T>& be, size_t n, MemTag tag, const Ranges& backed) : be_(&be), n_(n) {
+    const size_t bytes = n * sizeof(E);
+    p_ = static_cast<E*>(is_whole(backed, n)
+                             ? be.allocate(bytes, tag)
+                             : be.allocate_sparse(bytes, tag, in_bytes(backed, sizeof(E))));
+  }
   BackendArray(const BackendArray&) = delete;
   BackendArray& operator=(const BackendArray&) = delete;
   ~BackendArray() { be_->release(p_); }

@@ -18,9 +18,12 @@ namespace lmt {
 
 using RngState = std::array<uint64_t, 4>;
 
+// params: every parameter of the model of `layout` (its masters, gathered where they are
+// sharded: Zero1::gather_master).
 template <typename T>
-void save_checkpoint(const std::string& path, const Config& c, const Model<T>& model,
-                     const OptimizerState<T>& opt, int64_t step, const std::vector<RngState>& rngs);
+void save_checkpoint(const std::string& path, const Config& c, const ParamLayout& layout,
+                     const std::vector<T>& params, const OptimizerState<T>& opt, int64_t step,
+                     const std::vector<RngState>& rngs);
 
 // Loads the parameters into model and the optimizer state into opt; returns the step to continue
 // from and fills this world's Rng states. Throws UsageError (naming the file) for a torn,

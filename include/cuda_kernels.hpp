@@ -110,6 +110,5 @@ class Gemm {
 };
 // y[0..n) = x rounded to bf16 (nearest even).
 void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s);
-void from_bf16(const void* x, float* y, int64_t n, cudaStream_t s);  // exact
 
 }  // namespace lmt::cuda

@@ -16,7 +16,12 @@ namespace lmt {
 
 template <typename T> class Model {
  public:
-  Model(Backend<T>& be, const Config::Model& cfg, int64_t batch, int64_t seq_len);
+  // masters: the element ranges of the flat parameter buffer that this rank holds in memory
+  // (ZeRO-1's sharded masters under bf16: zero1_masters); empty: all of it. Outside them the
+  // parameters exist only as the weights' bf16 copy (Backend::set_weights), which is all that
+  // forward and backward read of those.
+  Model(Backend<T>& be, const Config::Model& cfg, int64_t batch, int64_t seq_len,
+        const Ranges& masters = {});
   ~Model() { be.forget_weights(params_.data()); }
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -40,10 +45,17 @@ template <typename T> class Model {
 
   T* params() const { return params_.data(); }  // layout.total elements, backend memory
   T* grads() const { return grads_.data(); }
-  std::vector<T> params_host() const { return to_host(params_.data(), layout.total); }
+  bool sharded() const { return !is_whole(masters, layout.total); }  // masters are not all
+  // All the parameters; not where they are sharded (ZeRO-1's gather_master has them whole).
+  std::vector<T> params_host() const {
+    LMT_ASSERT(!sharded(), "this rank holds only some of the parameters (Zero1::gather_master)");
+    return to_host(params_.data(), layout.total);
+  }
   std::vector<T> grads_host() const { return to_host(grads_.data(), layout.total); }
   std::vector<T> logits_host() const { return to_host(logits_, B * T_ * cfg.vocab_size); }
-  void set_params(const std::vector<T>& host) { be.upload(params_.data(), host.data(), layout.total); }
+  // All the parameters from host values: the masters held, and the weights' bf16 copy where they
+  // are sharded.
+  void set_params(const std::vector<T>& host);
 
   Backend<T>& be;
   const Config::Model cfg;
@@ -52,6 +64,7 @@ template <typename T> class Model {
   const AttentionImpl attention;
   const bool mm16;  // bf16 policy: the bf16 activations of backend.hpp's notes stored so
   const ParamLayout layout;
+  const Ranges masters;  // sorted, disjoint: [0, layout.total) where this rank holds them all
 
  private:
   struct LayerWeights {

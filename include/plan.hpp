@@ -11,10 +11,16 @@
 // train.batch_size sequences, the tp ranks of a group share one):
 //   dp    replicas; gradients all-reduced (ring: 2(n-1)/n x gradient bytes sent per device).
 //   zero  1: ZeRO-1 over the dp ranks: each keeps AdamW's m and v for its contiguous 1/dp of the
-//         flat buffer; gradients reduce-scattered, updated parameters all-gathered (the same
-//         bytes as the all-reduce, in two halves; under bf16 the all-gather moves the weights
-//         only matmuls read in bf16, and stages the rest, the RMSNorm gains and the embedding, in
-//         workspace: zero1.hpp). Parameters and full gradients stay allocated on every rank.
+//         flat buffer, and its reduced gradients besides the full ones; gradients
+//         reduce-scattered, updated parameters all-gathered (the same bytes as the all-reduce, in
+//         two halves; under bf16 the all-gather moves the weights only matmuls read in bf16, and
+//         stages the rest, the RMSNorm gains and the embedding, in workspace: zero1.hpp). Under
+//         bf16 the fp32 masters are sharded too: a rank holds those of its shard and of the
+//         parameters read in fp32, in whole granules (the CPU's pages, kCudaGranule on the GPU),
+//         and the bf16 copy of every weight (on the CPU too: there its matmuls widen each weight
+//         from it into workspace); the busiest rank's bytes are counted. That is lmtrain's own
+//         layout (tp = fsdp = 1); with tp or fsdp every master is counted. fp32 and tf32: every
+//         rank holds every master (its matmuls read them).
 //   fsdp  ZeRO-3: parameters, gradients and moments sharded 1/fsdp; the parameters of one
 //         backward group (a layer, or the head, or the embedding) are all-gathered before use in
 //         forward and again in backward, its gradients reduce-scattered: 3(n-1)/n x parameter
@@ -33,13 +39,18 @@
 
 namespace lmt {
 
+// What the GPU maps sparse memory in (cuMemGetAllocationGranularity's minimum, 2 MiB on the
+// A100, H100 and H200; the GPU tests check it): ZeRO-1's sharded masters are held in these.
+inline constexpr uint64_t kCudaGranule = uint64_t(2) << 20;
+
 struct Plan {
   int64_t devices = 1, global_batch = 0;  // sequences per step across all devices
   uint64_t param_count = 0;                // the whole model
   uint64_t param_count_device = 0;         // held by one device (after tp and fsdp)
   int elem_bytes = 4, act_bytes = 4, comm_bytes = 4;  // state, saved activations, wire
-  // Bytes per device by tag (the allocator's MemTag) on the CPU backend; activations include
-  // naive attention's saved probabilities (attn_probs) when the graph has attention.
+  // Bytes per device by tag (the allocator's MemTag) on the CPU backend (under ZeRO-1 the
+  // busiest rank's, once it has taken a step); activations include naive attention's saved
+  // probabilities (attn_probs) when the graph has attention.
   uint64_t params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
   uint64_t attn_probs = 0;   // B x H/tp x T x T per layer, in activations
   uint64_t flash_lse = 0;    // what FlashAttention saves instead: B x H/tp x T fp32 per layer
@@ -58,10 +69,11 @@ struct Plan {
   // (32 x d), flash backward's D (B x H x T) and, under fp32 and tf32, naive's scores
   // (B x H x T x T) or one sequence's dS and P; and cuBLASLt's workspace (32 MiB).
   uint64_t cuda_scratch = 0;
-  // What the CUDA backend allocates (lmtrain graph): for forward alone, the parameters, under
-  // bf16 their bf16 copy, and activations_cuda; for a full step also gradients, moments, the
-  // workspace (less bf16_scratch_saved) and cuda_scratch. Not predicted: the reductions'
-  // partial sums (8 KiB), cuBLAS's own workspace and the CUDA context.
+  // What the CUDA backend allocates (lmtrain graph): for forward alone, the parameters (ZeRO-1
+  // under bf16: the masters held, in kCudaGranule), under bf16 their bf16 copy, and
+  // activations_cuda; for a full step also gradients, moments, the workspace (less
+  // bf16_scratch_saved and the CPU's widened weight) and cuda_scratch. Not predicted: the
+  // reductions' partial sums (8 KiB), cuBLAS's own workspace and the CUDA context.
   uint64_t forward_cuda = 0, total_cuda = 0;
   uint64_t fsdp_gather = 0;  // part of workspace
   uint64_t act_per_token = 0;  // saved activations per token of one sequence position (1 device)

@@ -1,4 +1,5 @@
-// ZeRO-1: optimizer state sharded across ranks by contiguous range of the flat buffers.
+// ZeRO-1: optimizer state (the AdamW moments and, under bf16, the fp32 master weights) sharded
+// across ranks by contiguous range of the flat buffers.
 //
 // Rank r owns elements [displacement(r), + counts[r]) of the flat parameter buffer (backward
 // order, so a shard is one range; the first total % world ranks own one element more). A step:
@@ -16,15 +17,21 @@
 //                     only what is left of the all-gathers after the last part is exposed (one
 //                     span per wait)
 // There are about as many pieces per shard as buckets per shard, so a piece is about a bucket.
-// What travels depends on the precision. fp32 and tf32: the fp32 parameters, and the backend is
-// told (weights_written). bf16: forward reads a weight that only matmuls use as its bf16
-// rounding, so the pieces travel as the weights' bf16 copy (half the bytes; AdamW wrote this
-// rank's part of it in its own pass), each rank widens the other ranks' parts into its fp32
-// parameters, and the few parameters read in fp32 (the RMSNorm gains, the embedding) follow, exact,
-// in one more all-gather. Every rank then computes the same forward, but outside its shard its
-// fp32 parameters hold bf16 roundings of the masters: the masters are sharded in content (each
-// exists on its owner only), though every rank still allocates the whole buffer.
-// gather_master() puts the exact masters back on every rank (for checkpoints).
+// What travels depends on the precision.
+//   fp32, tf32  the fp32 parameters, and the backend is told (weights_written). The matmuls read
+//               the fp32 weights, so every rank holds all of them: only the moments are sharded.
+//   bf16        forward reads a weight that only matmuls use as its bf16 rounding, so the pieces
+//               travel as the weights' bf16 copy (half the bytes; AdamW wrote this rank's part of
+//               it in its own pass), and the few parameters read in fp32 (the RMSNorm gains, the
+//               embedding) follow, exact, in one more all-gather. So a rank needs the fp32 masters
+//               of its shard and of those parameters only (zero1_masters): the model allocates
+//               only them (Model's masters, Backend::allocate_sparse: the rest of the flat buffer
+//               is address space without memory), and the bf16 copy of every weight, which its
+//               matmuls read. The fp32 masters are sharded in memory: each exists on its owner
+//               only, but for the fp32-read parameters', which every rank holds (about 1% of a
+//               model; xl: 0.8%).
+// gather_master() brings the exact masters to rank 0 (checkpoints), each rank's shard sent from
+// the host as the moments are (gather_to_root).
 #pragma once
 #include <memory>
 #include <vector>
@@ -37,16 +44,24 @@ namespace lmt {
 
 // Elements per rank: contiguous, in rank order, covering [0, total) once; sizes differ by <= 1.
 Counts shard_counts(size_t total, int world);
+// Rank `rank`'s shard of a flat buffer of `total` elements: its part of shard_counts.
+ParamGroup zero1_shard(size_t total, int world, int rank);
+// The fp32 parameters rank `rank` holds under zero1 (element ranges of the flat buffer, for the
+// Model): under bf16 its shard and the parameters that forward reads in fp32; otherwise all of
+// them (empty: the matmuls read the fp32 weights).
+Ranges zero1_masters(const ParamLayout& layout, int world, int rank, bool bf16);
 
 template <typename T> class Zero1 : public BucketedSync {
  public:
   // bucket_mb: ddp.bucket_mb, as make_grad_sync takes it; bf16: the model's precision is bf16
-  // (the all-gather above moves bf16).
+  // (the all-gather above moves bf16, and the model holds zero1_masters only).
   Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout, double bucket_mb,
         bool bf16);
   GradClip clip_grad_norm(double max_norm);  // as the unsharded clip_grad_norm
   void step(T* params, double lr, const Config::Optim& o, double grad_scale = 1);
-  void gather_master(T* params);  // collective
+  // Every master, exact, on rank 0 (empty elsewhere). Collective over `host`, an MPI communicator
+  // of the same ranks in the same order.
+  std::vector<T> gather_master(const T* params, MPI_Comm host);
   AdamW<T>& optimizer() { return opt_; }  // this rank's shard of the state (checkpoints)
 
   const Counts counts;

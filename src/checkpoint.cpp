@@ -19,13 +19,13 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
 }
 
 template <typename T>
-void save_checkpoint(const std::string& path, const Config& c, const Model<T>& model,
-                     const OptimizerState<T>& opt, int64_t step, const std::vector<RngState>& rngs) {
+void save_checkpoint(const std::string& path, const Config& c, const ParamLayout& layout,
+                     const std::vector<T>& params, const OptimizerState<T>& opt, int64_t step,
+                     const std::vector<RngState>& rngs) {
   SafetensorsWriter w;
   const char* dt = dtype_name<T>();
-  const std::vector<T> params = model.params_host();
   for (auto [prefix, buf] : {std::pair{"", &params}, {"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
-    for (auto& p : model.layout.params)
+    for (auto& p : layout.params)
       w.add(prefix + p.name, dt, p.shape, buf->data() + p.offset, p.numel * sizeof(T));
   w.set("format", kFormat);
   w.set("step", std::to_string(step));
@@ -86,10 +86,12 @@ int64_t load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
   return std::stoll(meta("step"));
 }
 
-template void save_checkpoint(const std::string&, const Config&, const Model<float>&,
-                              const OptimizerState<float>&, int64_t, const std::vector<RngState>&);
-template void save_checkpoint(const std::string&, const Config&, const Model<double>&,
-                              const OptimizerState<double>&, int64_t, const std::vector<RngState>&);
+template void save_checkpoint(const std::string&, const Config&, const ParamLayout&,
+                              const std::vector<float>&, const OptimizerState<float>&, int64_t,
+                              const std::vector<RngState>&);
+template void save_checkpoint(const std::string&, const Config&, const ParamLayout&,
+                              const std::vector<double>&, const OptimizerState<double>&, int64_t,
+                              const std::vector<RngState>&);
 template int64_t load_checkpoint(const std::string&, Model<float>&, OptimizerState<float>&, int,
                                  std::vector<RngState>&);
 template int64_t load_checkpoint(const std::string&, Model<double>&, OptimizerState<double>&, int,

@@ -13,13 +13,18 @@
 namespace lmt {
 
 template <typename T>
-Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int64_t seq_len)
+Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int64_t seq_len,
+                const Ranges& held)
     : be(backend), cfg(c), B(batch), T_(seq_len), precision(parse_precision(c.precision)),
       attention(parse_attention(c.attention)), mm16(precision == Precision::bf16),
-      layout(ParamLayout::build(c)), params_(be, layout.total, MemTag::params),
+      layout(ParamLayout::build(c)),
+      masters(held.empty() ? Ranges{{0, layout.total}} : merged(held)),
+      params_(be, layout.total, MemTag::params, masters),
       grads_(be, layout.total, MemTag::grads), inputs_(be, size_t(B * seq_len), MemTag::activations),
       targets_(be, size_t(B * seq_len), MemTag::activations),
       order_(be, size_t(B * seq_len), MemTag::activations), order_host_(size_t(B * seq_len)) {
+  // Only the matmuls read the weights outside the masters, as their bf16 copy.
+  LMT_ASSERT(!sharded() || mm16, "sharded fp32 masters need the bf16 policy");
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
   // The RMSNorms' outputs, SwiGLU's gate and backward's da1, da3 are read only by matmuls, and
@@ -55,7 +60,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
                            {&datt_, nd16}, {&dqkv_, qkv16}, {&dg_, nf16}, {&da1_, nf16},
                            {&da3_, nf16}})
     scratch.push_back({ptr, size});
-  be.set_weights(params_.data(), layout.total);
+  be.set_weights(params_.data(), layout.total, masters);
   activations_ = carve(saved, MemTag::activations);
   scratch_ = carve(scratch, MemTag::workspace);
 }
@@ -127,6 +132,21 @@ template <typename T> void Model<T>::init_params(uint64_t seed) {
   work();
   for (auto& t : threads) t.join();
   set_params(host);
+}
+
+template <typename T> void Model<T>::set_params(const std::vector<T>& host) {
+  for (auto [b, e] : masters) be.upload(params_.data() + b, host.data() + b, e - b);
+  if (!sharded()) return;
+  // The bf16 copy of every weight, rounded on the host as the backends round (to nearest even),
+  // a chunk at a time: no second host copy of a large model.
+  constexpr size_t kChunk = size_t(1) << 20;
+  char* copy = static_cast<char*>(be.weights_bf16());
+  std::vector<uint16_t> part(std::min(kChunk, layout.total));
+  for (size_t at = 0; at < layout.total; at += kChunk) {
+    const size_t n = std::min(kChunk, layout.total - at);
+    for (size_t i = 0; i < n; ++i) part[i] = to_bf16(float(host[at + i]));
+    be.upload_bytes(copy + 2 * at, part.data(), 2 * n);
+  }
 }
 
 template <typename T>

@@ -1,7 +1,11 @@
 // The memory planner's arithmetic (plan.hpp says what each degree shards and sends).
 #include "plan.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+
+#include "zero1.hpp"
 
 namespace lmt {
 namespace {
@@ -16,6 +20,21 @@ uint64_t piece(uint64_t elems) { return ceil_div(elems, kPieceAlign) * kPieceAli
 // Ring collectives: each device sends (n-1)/n of the buffer per reduce-scatter or all-gather,
 // twice that per all-reduce.
 double ring_share(int64_t n) { return n > 1 ? double(n - 1) / double(n) : 0.0; }
+
+// The busiest rank's fp32 master bytes (w each) under ZeRO-1 over dp ranks and bf16: what Model
+// allocates of its zero1_masters, in whole granules (Backend::allocate_sparse), or all of them
+// where they are all.
+uint64_t zero1_master_bytes(const Config::Model& m, int64_t dp, uint64_t granule, uint64_t w) {
+  const ParamLayout layout = ParamLayout::build(m);
+  uint64_t most = 0;
+  for (int r = 0; r < int(dp); ++r) {
+    const Ranges held = zero1_masters(layout, int(dp), r, true);
+    most = std::max<uint64_t>(most, is_whole(held, layout.total)
+                                        ? layout.total * w
+                                        : covered(granules(in_bytes(held, w), granule)));
+  }
+  return most;
+}
 
 }  // namespace
 
@@ -108,8 +127,9 @@ Plan make_plan(const Config& c) {
   }
 
   p.param_count_device = ceil_div(params_tp, fs);
+  const uint64_t shard = ceil_div(p.param_count_device, pc.zero ? uint64_t(pc.dp) : 1);
   p.params = p.grads = p.param_count_device * w;
-  p.optimizer = 2 * ceil_div(p.param_count_device, pc.zero ? uint64_t(pc.dp) : 1) * w;
+  p.optimizer = 2 * shard * w;
   // FSDP shards the requested share of the saved activations (the assignment's "every second
   // layer"); the rest stays whole on every device.
   auto sharded = [&](uint64_t bytes) {
@@ -125,11 +145,28 @@ Plan make_plan(const Config& c) {
   const uint64_t exact =
       zero_bf16 ? ceil_div((2 * L + 1) * d + Vl * d, fs) : 0;
   p.workspace = scratch_elems * w + p.fsdp_gather + exact * w;
+  // lmtrain's zero1 also holds the reduced gradients of its shard, and a double for the squared
+  // norm's all-reduce.
+  if (pc.zero && !ffn_only) p.grads += shard * w, p.workspace += 8;
+  // Under bf16 each rank holds the fp32 masters of its shard and of the exact parameters only
+  // (lmtrain's own layout: without tp and fsdp; else all of them), and the bf16 copy of every
+  // weight, which the CPU backend too keeps then: the all-gather's source and, where the masters
+  // are sharded, what its matmuls read, each weight widened into scratch of the largest's size.
+  const uint64_t weights16 = m.precision == "bf16" ? p.param_count_device * 2 : 0;
+  uint64_t masters_cuda = p.params, widened = 0;
+  if (zero_bf16) {
+    if (tp == 1 && fs == 1) {
+      p.params = zero1_master_bytes(m, pc.dp, uint64_t(sysconf(_SC_PAGESIZE)), w);
+      masters_cuda = zero1_master_bytes(m, pc.dp, kCudaGranule, w);
+      if (pc.dp > 1) widened = std::max({Vl * d, 3 * d * d, f * d}) * w;
+    }
+    p.params += weights16;
+    p.workspace += widened;
+  }
   if (!ffn_only) {
-    const uint64_t weights16 = m.precision == "bf16" ? p.param_count_device * 2 : 0;
-    p.forward_cuda = p.params + weights16 + p.activations_cuda;
-    p.total_cuda = p.forward_cuda + p.grads + p.optimizer + p.workspace - p.bf16_scratch_saved +
-                   p.cuda_scratch;
+    p.forward_cuda = masters_cuda + weights16 + p.activations_cuda;
+    p.total_cuda = p.forward_cuda + p.grads + p.optimizer + p.workspace - widened -
+                   p.bf16_scratch_saved + p.cuda_scratch;
   }
 
   const double wire = double(p.comm_bytes);

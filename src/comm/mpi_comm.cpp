@@ -2,8 +2,10 @@
 //
 // bf16 has no MPI type: it travels as 16-bit words and is summed by a user-defined operation
 // (each partial sum formed in fp32 and rounded to bf16, as NCCL's bf16 sum rounds).
+#include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <utility>
 
 #include "comm.hpp"
@@ -131,6 +133,29 @@ class MpiCommunicator : public Communicator {
 
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm) {
   return std::make_unique<MpiCommunicator>(comm);
+}
+
+void gather_to_root(MPI_Comm comm, const void* part, void* whole, const Counts& counts,
+                    size_t elem_bytes) {
+  constexpr size_t kPiece = size_t(1) << 30;  // bytes: a large model's part outgrows an MPI count
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const size_t mine = counts[size_t(rank)] * elem_bytes;
+  if (rank == 0 && mine) std::memcpy(whole, part, mine);  // part 0 comes first
+  for (int r = 1; r < int(counts.size()); ++r) {
+    if (rank != 0 && rank != r) continue;
+    char* to = rank == 0 ? static_cast<char*>(whole) + displacement(counts, r) * elem_bytes
+                         : nullptr;
+    const char* from = static_cast<const char*>(part);
+    const size_t n = counts[size_t(r)] * elem_bytes;
+    for (size_t at = 0; at < n; at += kPiece) {
+      const int len = int(std::min(kPiece, n - at));
+      if (rank == 0)
+        MPI_CHECK(MPI_Recv(to + at, len, MPI_BYTE, r, 0, comm, MPI_STATUS_IGNORE));
+      else
+        MPI_CHECK(MPI_Send(from + at, len, MPI_BYTE, 0, 0, comm));
+    }
+  }
 }
 
 }  // namespace lmt

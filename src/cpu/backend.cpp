@@ -1,4 +1,7 @@
 // The CPU backend: host memory and the reference loops.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,21 +19,31 @@ namespace {
 
 template <typename T> class CpuBackend : public Backend<T> {
  public:
-  ~CpuBackend() override { this->release(weights16_); }
+  ~CpuBackend() override {
+    this->release(weights16_);
+    this->release(widened_);
+  }
   const char* name() const override { return "cpu"; }
   void upload_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
   void download_bytes(void* d, const void* s, size_t b) override { std::memcpy(d, s, b); }
   void zero_bytes(void* p, size_t b) override { std::memset(p, 0, b); }
   void copy_bytes(void* d, const void* s, size_t b) override { std::memmove(d, s, b); }
 
-  // The weights' bf16 copy exists only for ZeRO-1's bf16 all-gather; it is made current part by
-  // part (weights_to_bf16), as the matmuls never read it.
-  void set_weights(const T* params, size_t n) override {
+  // The weights' bf16 copy. Where the weights are whole it exists only for ZeRO-1's bf16
+  // all-gather and is made current part by part (weights_to_bf16), as the matmuls round the fp32
+  // weights themselves. Where they are partly backed it is made here, whole, for the matmuls
+  // to read (weight()).
+  void set_weights(const T* params, size_t n, const Ranges& backed) override {
     this->release(weights16_);
     weights_ = params, weights_n_ = n, weights16_ = nullptr;
+    partial_ = params && !is_whole(backed, n);
+    if (partial_) weights16_ = static_cast<uint16_t*>(this->allocate(n * 2, MemTag::params));
   }
   void forget_weights(const T* params) override {
-    if (params == weights_) set_weights(nullptr, 0);
+    if (params == weights_) set_weights(nullptr, 0, {});
+  }
+  void weights_written(const T* p, size_t n) override {
+    if (weights16_) weights_to_bf16(p, n);
   }
   void* weights_bf16() override {
     if (!weights16_) {
@@ -43,10 +56,6 @@ template <typename T> class CpuBackend : public Backend<T> {
     uint16_t* c = static_cast<uint16_t*>(weights_bf16()) + in_weights(p, n);
     for (size_t i = 0; i < n; ++i) c[i] = to_bf16(float(p[i]));
   }
-  void weights_from_bf16(T* p, size_t n) override {
-    const uint16_t* c = static_cast<uint16_t*>(weights_bf16()) + in_weights(p, n);
-    for (size_t i = 0; i < n; ++i) p[i] = T(from_bf16(c[i]));
-  }
 
   // x_bf16, dy_bf16: x or dy already holds bf16 values, which the bf16 policy's rounding of
   // matmul operands leaves as they are.
@@ -54,6 +63,7 @@ template <typename T> class CpuBackend : public Backend<T> {
   void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, Precision p,
                   bool, bool y_bf16, const T* residual) override {
     LMT_ASSERT(!(residual && y_bf16), "a residual sum is stored in T");
+    w = weight(w, size_t(N * K), p);
     cpu::linear_fwd(x, w, y, M, N, K, p);
     if (residual) cpu::add_inplace(y, residual, M * N);
     if (y_bf16) round_bf16(y, M * N);
@@ -61,6 +71,7 @@ template <typename T> class CpuBackend : public Backend<T> {
   void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
                   int64_t K, Precision p, bool, bool, bool dx_bf16, bool dx_add) override {
     LMT_ASSERT(!(dx_add && dx_bf16), "a sum of input gradients is stored in T");
+    w = weight(w, size_t(N * K), p);
     if (!dx_add) {
       cpu::linear_bwd(x, w, dy, dx, dw, M, N, K, p);
       if (dx_bf16) round_bf16(dx, M * K);
@@ -143,6 +154,7 @@ template <typename T> class CpuBackend : public Backend<T> {
     return std::chrono::duration<double, std::milli>(marks_[size_t(to)] - marks_[size_t(from)]).count();
   }
   void clear_marks() override { marks_.clear(); }
+  size_t sparse_granule() const override { return size_t(sysconf(_SC_PAGESIZE)); }
 
  protected:
   void* device_alloc(size_t bytes) override {
@@ -151,12 +163,46 @@ template <typename T> class CpuBackend : public Backend<T> {
     return p;
   }
   void device_free(void* p) override { std::free(p); }
+  // The address space mapped inaccessible, then the backed pages opened: anonymous pages, zero
+  // and taken from the system when first touched (as calloc's); a stray access elsewhere faults.
+  void* device_alloc_sparse(size_t bytes, const Ranges& mapped) override {
+    void* p = mmap(nullptr, bytes ? bytes : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED)
+      throw UsageError(strf("out of host address space: %zu bytes requested", bytes));
+    for (auto [b, e] : mapped)
+      if (mprotect(static_cast<char*>(p) + b, e - b, PROT_READ | PROT_WRITE) != 0) {
+        device_free_sparse(p, bytes, mapped);
+        throw UsageError(strf("out of host memory: %zu bytes requested", covered(mapped)));
+      }
+    return p;
+  }
+  void device_free_sparse(void* p, size_t bytes, const Ranges&) override {
+    munmap(p, bytes ? bytes : 1);
+  }
 
  private:
+  bool holds(const T* p, size_t n) const {  // [p, p + n) lies within the weights
+    return weights_ && p >= weights_ && p + n <= weights_ + weights_n_;
+  }
   size_t in_weights(const T* p, size_t n) const {  // offset of [p, p + n) in the weights
-    LMT_ASSERT(weights_ && p >= weights_ && p + n <= weights_ + weights_n_,
-               "a range outside the weights given to set_weights");
+    LMT_ASSERT(holds(p, n), "a range outside the weights given to set_weights");
     return size_t(p - weights_);
+  }
+  // A matmul's operand w[0, n) as this rank holds it: w itself, or for a weight that is partly
+  // backed its bf16 copy widened (the values the bf16 policy rounds w to: results do not change)
+  // into scratch that grows to the largest weight and is kept.
+  const T* weight(const T* w, size_t n, Precision p) {
+    if (!partial_ || !holds(w, n)) return w;
+    LMT_ASSERT(p == Precision::bf16, "partly backed weights exist only under the bf16 policy");
+    if (n > widened_n_) {
+      this->release(widened_);
+      widened_ = static_cast<T*>(this->allocate(n * sizeof(T), MemTag::workspace));
+      widened_n_ = n;
+    }
+    const uint16_t* c = weights16_ + in_weights(w, n);
+    for (size_t i = 0; i < n; ++i) widened_[i] = T(from_bf16(c[i]));
+    return widened_;
   }
   static void round_bf16(T* x, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] = round_to(Precision::bf16, x[i]);
@@ -164,10 +210,37 @@ template <typename T> class CpuBackend : public Backend<T> {
   std::vector<std::chrono::steady_clock::time_point> marks_;
   const T* weights_ = nullptr;
   size_t weights_n_ = 0;
+  bool partial_ = false;  // the weights are partly backed: the matmuls read the bf16 copy
   uint16_t* weights16_ = nullptr;
+  T* widened_ = nullptr;  // weight()'s scratch
+  size_t widened_n_ = 0;
 };
 
 }  // namespace
+
+Ranges merged(Ranges r) {
+  std::sort(r.begin(), r.end());
+  Ranges out;
+  for (auto [b, e] : r) {
+    if (b >= e) continue;
+    if (!out.empty() && b <= out.back().second) out.back().second = std::max(out.back().second, e);
+    else out.push_back({b, e});
+  }
+  return out;
+}
+
+Ranges granules(const Ranges& bytes, size_t granule) {
+  Ranges r;
+  for (auto [b, e] : bytes)
+    if (b < e) r.push_back({b / granule * granule, (e + granule - 1) / granule * granule});
+  return merged(std::move(r));
+}
+
+size_t covered(const Ranges& r) {
+  size_t n = 0;
+  for (auto [b, e] : r) n += e - b;
+  return n;
+}
 
 const char* mem_tag_name(MemTag t) {
   static const char* names[] = {"params", "grads", "optimizer", "activations", "workspace"};

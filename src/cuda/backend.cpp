@@ -21,6 +21,7 @@
 #include "flash_attention.hpp"
 #include "gpu.hpp"
 #include "nvtx.hpp"
+#include "vmm.hpp"
 
 namespace lmt {
 namespace {
@@ -69,38 +70,54 @@ class CudaBackend : public Backend<float> {
     return ms;
   }
   void clear_marks() override { next_mark_ = 0; }
+  size_t sparse_granule() const override { return cuda::vmm_granule(); }
 
  protected:
   void* device_alloc(size_t bytes) override {
     void* p = nullptr;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
       cudaGetLastError();
-      size_t free = 0, total = 0;
-      cudaMemGetInfo(&free, &total);
-      throw UsageError(strf("out of GPU memory: %.1f MiB more needed, %.1f MiB free of %.1f MiB "
-                            "(a smaller batch, context or model fits)", double(bytes) / (1 << 20),
-                            double(free) / (1 << 20), double(total) / (1 << 20)));
+      throw out_of_memory(bytes);
     }
     CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
     return p;
   }
   void device_free(void* p) override { cudaFree(p); }
+  void* device_alloc_sparse(size_t bytes, const Ranges& mapped) override {
+    void* p = cuda::vmm_alloc(bytes, mapped);
+    if (!p) throw out_of_memory(covered(mapped));
+    for (auto [b, e] : mapped)
+      CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(p) + b, 0, e - b, stream_));
+    return p;
+  }
+  void device_free_sparse(void* p, size_t bytes, const Ranges& mapped) override {
+    CUDA_CHECK(cudaDeviceSynchronize());  // as cudaFree waits: no work may still be using it
+    cuda::vmm_free(p, bytes, mapped);
+  }
+  static UsageError out_of_memory(size_t bytes) {
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    return UsageError(strf("out of GPU memory: %.1f MiB more needed, %.1f MiB free of %.1f MiB "
+                           "(a smaller batch, context or model fits)", double(bytes) / (1 << 20),
+                           double(free) / (1 << 20), double(total) / (1 << 20)));
+  }
 
  public:
-  void set_weights(const float* params, size_t n) override {
+  // Partly backed weights: the copy is kept whole from here on (backend.hpp), so it is made now
+  // (from the model's host values, set_params), and nothing marks it stale (touched()).
+  void set_weights(const float* params, size_t n, const Ranges& backed) override {
     release(weights16_);
     weights_ = params, weights_n_ = n, weights16_ = nullptr, weights_fresh_ = false;
+    partial_ = params && !is_whole(backed, n);
+    if (partial_) weights16_ = allocate(n * 2, MemTag::params), weights_fresh_ = true;
   }
   void forget_weights(const float* params) override {
-    if (params == weights_) set_weights(nullptr, 0);
+    if (params == weights_) set_weights(nullptr, 0, {});
   }
   void* weights_bf16() override { return fresh_weights16(); }
   void weights_to_bf16(const float* p, size_t n) override {
     // A fresh copy stays fresh through AdamW, which writes its part.
     if (!weights_fresh_) cuda::to_bf16(p, weights16_at(p, n), int64_t(n), stream_);
-  }
-  void weights_from_bf16(float* p, size_t n) override {
-    cuda::from_bf16(weights16_at(p, n), p, int64_t(n), stream_);
   }
   void weights_written(const float* p, size_t n) override {
     if (void* p16 = weights16_for(p, n)) {
@@ -307,7 +324,8 @@ class CudaBackend : public Backend<float> {
   bool in_weights(const float* p, size_t n) const {  // [p, p + n) lies within the weights
     return weights_ && p >= weights_ && p + n <= weights_ + weights_n_;
   }
-  // The weights' bf16 copy, made on first use and brought up to date if it is stale.
+  // The weights' bf16 copy, made on first use and brought up to date if it is stale (never where
+  // the weights are partly backed: set_weights made it, and it stays current).
   void* fresh_weights16() {
     if (!weights16_) weights16_ = allocate(weights_n_ * 2, MemTag::params);
     if (!weights_fresh_) cuda::to_bf16(weights_, weights16_, int64_t(weights_n_), stream_);
@@ -326,8 +344,10 @@ class CudaBackend : public Backend<float> {
     if (!weights_fresh_ && !(p == weights_ && n == weights_n_)) return nullptr;
     return weights16_at(p, n);
   }
-  // A write to [p, p + bytes) makes the weights' bf16 copy stale if it overlaps them.
+  // A write to [p, p + bytes) makes the weights' bf16 copy stale if it overlaps them, unless they
+  // are partly backed: then whoever writes them writes the copy too (set_weights).
   void touched(const void* p, size_t bytes) {
+    if (partial_) return;
     auto* c = static_cast<const char*>(p);
     auto* w = reinterpret_cast<const char*>(weights_);
     if (weights_ && c < w + weights_n_ * sizeof(float) && w < c + bytes) weights_fresh_ = false;
@@ -385,6 +405,7 @@ class CudaBackend : public Backend<float> {
   void* rope_ = nullptr;
   const float* weights_ = nullptr;  // the model's parameters (set_weights) ...
   size_t weights_n_ = 0;
+  bool partial_ = false;            // ... only partly backed (sharded masters) ...
   void* weights16_ = nullptr;       // ... their bf16 copy, made on first use under bf16 ...
   bool weights_fresh_ = false;      // ... and whether it matches them
   std::tuple<int64_t, int64_t, double> rope_key_{0, 0, 0.0};

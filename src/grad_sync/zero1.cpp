@@ -16,13 +16,28 @@ Counts shard_counts(size_t total, int world) {
   return c;
 }
 
+ParamGroup zero1_shard(size_t total, int world, int rank) {
+  const Counts c = shard_counts(total, world);
+  const size_t begin = displacement(c, rank);
+  return {begin, begin + c[size_t(rank)]};
+}
+
+Ranges zero1_masters(const ParamLayout& layout, int world, int rank, bool bf16) {
+  if (!bf16) return {};
+  const ParamGroup shard = zero1_shard(layout.total, world, rank);
+  Ranges r{{shard.begin, shard.end}};
+  for (const ParamView& p : layout.params)
+    if (!p.matmul) r.push_back({p.offset, p.offset + p.numel});
+  return merged(std::move(r));
+}
+
 template <typename T>
 Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout,
                 double bucket_mb, bool bf16_)
     : BucketedSync(grads, layout, bucket_mb * (1 << 20)),
       counts(shard_counts(layout.total, grads.comm.size())),
-      begin(displacement(counts, grads.comm.rank())),
-      end(begin + counts[size_t(grads.comm.rank())]),
+      begin(zero1_shard(layout.total, grads.comm.size(), grads.comm.rank()).begin),
+      end(zero1_shard(layout.total, grads.comm.size(), grads.comm.rank()).end),
       pieces(std::max<size_t>(1, (bucket_count() + counts.size() - 1) / counts.size())),
       bf16(bf16_), starts_(displacements(counts)), be_(be),
       grad_shard_(be, end - begin, MemTag::grads),
@@ -95,17 +110,15 @@ void Zero1<T>::step(T* params, double lr, const Config::Optim& o, double grad_sc
     }
   }
   Handle exact = bf16 ? send_exact(params) : nullptr;
-  // AdamW is all enqueued: each wait now is the gathers outlasting it (exposed). The backend is
-  // told what the collectives wrote (bf16: it widens the other ranks' parts from its bf16 copy;
-  // else it refreshes its copy, if any, from them), while the next pieces are still gathered.
+  // AdamW is all enqueued: each wait now is the gathers outlasting it (exposed). fp32 and tf32:
+  // the backend is told what the collectives wrote (it refreshes its copy, if any, from them),
+  // while the next pieces are still gathered. bf16: the gathers wrote the bf16 copy itself, which
+  // is all of the other ranks' parts that this rank holds.
   for (size_t k = 0; k < pieces; ++k) {
     wait_exposed(*gathers[k]);
-    for (size_t r = 0; r < counts.size(); ++r) {
-      if (r == me) continue;
-      T* p = params + piece_at_[k][r];
-      if (bf16) be_.weights_from_bf16(p, piece_n_[k][r]);
-      else be_.weights_written(p, piece_n_[k][r]);
-    }
+    if (bf16) continue;
+    for (size_t r = 0; r < counts.size(); ++r)
+      if (r != me) be_.weights_written(params + piece_at_[k][r], piece_n_[k][r]);
   }
   if (!bf16) return;
   wait_exposed(*exact);
@@ -127,7 +140,7 @@ template <typename T> Handle Zero1<T>::send_exact(const T* params) {
   return g_.comm.all_gather_async(mine, exact_all_->data(), exact_counts_, g_.t);
 }
 
-// The other ranks' exact parameters, over the bf16 roundings just widened there.
+// The other ranks' exact parameters (this rank holds them: zero1_masters).
 template <typename T> void Zero1<T>::take_exact(T* params) {
   for (size_t r = 0; r < counts.size(); ++r) {
     if (int(r) == g_.comm.rank()) continue;
@@ -141,12 +154,10 @@ template <typename T> void Zero1<T>::take_exact(T* params) {
   }
 }
 
-template <typename T> void Zero1<T>::gather_master(T* params) {
-  if (!bf16) return;  // every rank holds the masters already
-  g_.comm.all_gather(params + begin, params, counts, g_.t);
-  g_.comm.synchronize();
-  be_.weights_written(params, begin);
-  be_.weights_written(params + end, displacement(counts, int(counts.size())) - end);
+template <typename T> std::vector<T> Zero1<T>::gather_master(const T* params, MPI_Comm host) {
+  std::vector<T> mine(end - begin);
+  be_.download(mine.data(), params + begin, mine.size());
+  return gather_to_root(host, mine, counts);
 }
 
 template class Zero1<float>;

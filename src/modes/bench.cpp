@@ -79,10 +79,14 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   std::unique_ptr<AdamW<T>> opt_ptr;
   std::unique_ptr<TokenSource> source;
   const bool zero1 = c.ddp.strategy == "zero1" && rt.world > 1;
+  const bool bf16 = c.model.precision == "bf16";
   agree(rt, [&] {
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, bench_columns(c).header);
     source = make_token_source(c);
-    model_ptr = std::make_unique<Model<T>>(be, c.model, B, T_);
+    // zero1 under bf16: this rank holds the fp32 masters of its shard only (zero1.hpp).
+    const Ranges masters =
+        zero1 ? zero1_masters(ParamLayout::build(c.model), rt.world, rt.rank, bf16) : Ranges{};
+    model_ptr = std::make_unique<Model<T>>(be, c.model, B, T_, masters);
     if (!zero1) opt_ptr = std::make_unique<AdamW<T>>(be, model_ptr->layout.total);
   });
   Model<T>& model = *model_ptr;
@@ -94,8 +98,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     comm = make_communicator(be.name(), rt, be, c.ddp.comm_ctas);
     GradBuffer grads{*comm, model.grads(), dtype_of<T>()};
     if (zero1) {
-      auto z = std::make_unique<Zero1<T>>(be, grads, model.layout, c.ddp.bucket_mb,
-                                          c.model.precision == "bf16");
+      auto z = std::make_unique<Zero1<T>>(be, grads, model.layout, c.ddp.bucket_mb, bf16);
       zero = z.get();
       sync = std::move(z);
     } else {

@@ -53,7 +53,10 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
   printf("dtypes: parameters, gradients, AdamW m and v %s; saved activations %s; communication %s\n\n",
          dtype(p.elem_bytes), dtype(p.act_bytes), dtype(p.comm_bytes));
   printf("  %-13s %20s %15s\n", "per device", "bytes", "GB");
-  line("params", double(p.params));
+  line("params", double(p.params),
+       pc.zero && !ffn && c.model.precision == "bf16"
+           ? "(ZeRO-1, bf16: the busiest rank's fp32 masters, and the bf16 copy of every weight)"
+           : "");
   line("grads", double(p.grads));
   line("optimizer", double(p.optimizer), pc.zero ? "(AdamW m, v; ZeRO-1: 1/dp of them)" : "(AdamW m, v)");
   line("activations", double(p.activations),

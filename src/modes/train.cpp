@@ -1,7 +1,6 @@
 // train mode: the training loop, its progress lines, checkpoints, closing table and CSV row.
 #include <sys/stat.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -40,11 +39,11 @@ void make_dir(const std::string& dir) {
   }
 }
 
-// One line on rank 0: every rank's optimizer-state bytes (MemTag::optimizer) at this point.
+// One line on rank 0: every rank's bytes under `tag` (what it holds: `what`) at this point.
 template <typename T>
-void print_optimizer_memory(const Runtime& rt, const Backend<T>& be, const char* when,
-                            const std::string& note) {
-  unsigned long long mine = be.memory().current[size_t(MemTag::optimizer)];
+void print_rank_memory(const Runtime& rt, const Backend<T>& be, MemTag tag, const char* what,
+                       const char* when, const std::string& note) {
+  unsigned long long mine = be.memory().current[size_t(tag)];
   std::vector<unsigned long long> all(size_t(rt.world));
   MPI_CHECK(MPI_Gather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, 0,
                        MPI_COMM_WORLD));
@@ -52,37 +51,19 @@ void print_optimizer_memory(const Runtime& rt, const Backend<T>& be, const char*
   std::string list;
   for (size_t r = 0; r < all.size(); ++r)
     list += strf("%s%zu: %s", r ? ", " : "", r, human_bytes(double(all[r])).c_str());
-  printf("optimizer state per rank %s: %s%s%s\n", when, list.c_str(), note.empty() ? "" : " ",
+  printf("%s per rank %s: %s%s%s\n", what, when, list.c_str(), note.empty() ? "" : " ",
          note.c_str());
   fflush(stdout);
 }
 
-// Rank 0's copy of the whole optimizer state (empty on the other ranks). zero1's shards are sent
-// to rank 0 in pieces of at most kPiece bytes: a large model's moments outgrow one MPI count.
+// Rank 0's copy of the whole optimizer state (empty on the other ranks): zero1's shards are sent
+// to rank 0.
 template <typename T>
 OptimizerState<T> whole_optimizer_state(const Runtime& rt, AdamW<T>* opt, Zero1<T>* zero) {
   if (!zero) return rt.is_root() ? opt->state() : OptimizerState<T>{};
-  constexpr size_t kPiece = size_t(1) << 30;
-  OptimizerState<T> mine = zero->optimizer().state(), whole;
-  const size_t total = displacement(zero->counts, rt.world);
-  if (rt.is_root()) whole = {std::vector<T>(total), std::vector<T>(total), mine.t};
-  for (auto [part, all] : {std::pair{&mine.m, &whole.m}, {&mine.v, &whole.v}}) {
-    if (rt.is_root()) std::copy(part->begin(), part->end(), all->begin());  // shard 0 is first
-    for (int r = 1; r < rt.world; ++r) {
-      if (!rt.is_root() && rt.rank != r) continue;
-      char* bytes = reinterpret_cast<char*>(rt.is_root() ? all->data() + displacement(zero->counts, r)
-                                                         : part->data());
-      const size_t n = zero->counts[size_t(r)] * sizeof(T);
-      for (size_t at = 0; at < n; at += kPiece) {
-        const int len = int(std::min(kPiece, n - at));
-        if (rt.is_root())
-          MPI_CHECK(MPI_Recv(bytes + at, len, MPI_BYTE, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-        else
-          MPI_CHECK(MPI_Send(bytes + at, len, MPI_BYTE, 0, 0, MPI_COMM_WORLD));
-      }
-    }
-  }
-  return whole;
+  const OptimizerState<T> mine = zero->optimizer().state();
+  return {gather_to_root(MPI_COMM_WORLD, mine.m, zero->counts),
+          gather_to_root(MPI_COMM_WORLD, mine.v, zero->counts), mine.t};
 }
 
 // The exposed communication since the last call (the sync's mark pairs, then forgotten).
@@ -105,8 +86,14 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   const bool zero1 = c.ddp.strategy == "zero1";
   std::unique_ptr<Communicator> comm;  // one rank has nothing to synchronise, unless zero1
   if (rt.world > 1 || zero1) comm = make_communicator(device, rt, *backend, c.ddp.comm_ctas);
+  const bool bf16 = c.model.precision == "bf16";
   std::unique_ptr<Model<T>> model_ptr;
-  agree(rt, [&] { model_ptr = std::make_unique<Model<T>>(*backend, c.model, B, T_); });
+  agree(rt, [&] {
+    // zero1 under bf16: this rank holds the fp32 masters of its shard only (zero1.hpp).
+    const Ranges masters =
+        zero1 ? zero1_masters(ParamLayout::build(c.model), rt.world, rt.rank, bf16) : Ranges{};
+    model_ptr = std::make_unique<Model<T>>(*backend, c.model, B, T_, masters);
+  });
   Model<T>& model = *model_ptr;
   std::unique_ptr<AdamW<T>> opt;  // the whole flat buffer's moments, unless zero1 shards them
   std::unique_ptr<GradSync> sync;
@@ -123,8 +110,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     source = make_token_source(c);
     if (zero1) {
       auto z = std::make_unique<Zero1<T>>(*backend, GradBuffer{*comm, model.grads(), dtype_of<T>()},
-                                          model.layout, c.ddp.bucket_mb,
-                                          c.model.precision == "bf16");
+                                          model.layout, c.ddp.bucket_mb, bf16);
       zero = z.get();
       sync = std::move(z);
     } else {
@@ -149,8 +135,12 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   if (c.train.resume.empty()) model.init_params(uint64_t(c.run.seed));
   else rng.set_state(rngs[size_t(rt.rank)]);
   if (comm) {
-    comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
-    backend->weights_written(model.params(), model.layout.total);
+    // Every rank starts from rank 0's parameters, unless it holds only its own masters (zero1
+    // under bf16; rank 0 has not the others'): then every rank drew, or read, the same values.
+    if (!model.sharded()) {
+      comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
+      backend->weights_written(model.params(), model.layout.total);
+    }
     comm->take_comm_ms();  // the steps' communication is counted from here
   }
 
@@ -165,11 +155,18 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
                                (long long)first_step);
     fflush(stdout);
   }
-  if (zero1)
-    print_optimizer_memory(rt, *backend, "after init",
-                           strf("(AdamW moments of %zu..%zu elements of %s on rank 0; unsharded: %s)",
-                                zero->begin, zero->end, human_count(double(model.layout.total)).c_str(),
-                                human_bytes(2.0 * double(model.layout.total * sizeof(T))).c_str()));
+  if (zero1) {
+    const double whole = double(model.layout.total * sizeof(T));
+    print_rank_memory(rt, *backend, MemTag::optimizer, "optimizer state", "after init",
+                      strf("(AdamW moments of %zu..%zu elements of %s on rank 0; unsharded: %s)",
+                           zero->begin, zero->end, human_count(double(model.layout.total)).c_str(),
+                           human_bytes(2 * whole).c_str()));
+    print_rank_memory(rt, *backend, MemTag::params, "parameters", "after init",
+                      bf16 ? strf("(fp32 masters of its shard and of the parameters read in fp32, "
+                                  "and the bf16 copy of every weight; all in fp32: %s)",
+                                  human_bytes(whole).c_str())
+                           : std::string("(every fp32 parameter: the matmuls read them)"));
+  }
 
   std::vector<int32_t> inputs(static_cast<size_t>(B * T_)), targets(static_cast<size_t>(B * T_));
   double interval_loss = 0, last_loss = NAN;
@@ -185,7 +182,8 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     {
       NvtxRange range("optimizer");
       const bool first = zero1 && step == first_step;
-      if (first) print_optimizer_memory(rt, *backend, "before step 1", "");
+      if (first)
+        print_rank_memory(rt, *backend, MemTag::optimizer, "optimizer state", "before step 1", "");
       if (zero) {
         const GradClip clip = zero->clip_grad_norm(c.optim.grad_clip);
         zero->step(model.params(), lr, c.optim, clip.scale);
@@ -196,7 +194,8 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
         opt->step(model.params(), model.grads(), lr, c.optim, clip.scale);
         gnorm = clip.norm;
       }
-      if (first) print_optimizer_memory(rt, *backend, "after step 1", "");
+      if (first)
+        print_rank_memory(rt, *backend, MemTag::optimizer, "optimizer state", "after step 1", "");
     }
     ++interval_steps;
 
@@ -229,11 +228,13 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       std::vector<RngState> all(static_cast<size_t>(rt.world));
       MPI_CHECK(MPI_Gather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
                            MPI_COMM_WORLD));
-      if (zero) zero->gather_master(model.params());  // rank 0 writes every exact master
+      // Rank 0 writes every exact master.
+      const std::vector<T> params = zero ? zero->gather_master(model.params(), MPI_COMM_WORLD)
+                                    : rt.is_root() ? model.params_host() : std::vector<T>{};
       OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);
       if (rt.is_root()) {
         std::string path = checkpoint_path(c.train.checkpoint_dir, step + 1);
-        save_checkpoint(path, c, model, state, step + 1, all);
+        save_checkpoint(path, c, model.layout, params, state, step + 1, all);
         printf("checkpoint %s\n", path.c_str());
       }
     }

@@ -1,11 +1,14 @@
 // Every strategy: after 5 AdamW steps (gradients clipped at each) every rank holds the same
 // parameters, bit for bit, and they match one process trained on the global batch (all ranks'
 // data) within fp32 tolerance; the global gradient norms match too. zero1 allocates only its
-// shard of the moments. On the CPU over MPI, and on GPUs over NCCL where every rank has one.
+// shard of the moments, and under bf16 only its shard's fp32 masters (and those read in fp32),
+// as plan mode predicts. On the CPU over MPI, and on GPUs over NCCL where every rank has one.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <random>
+#include <set>
 #include <utility>
 
 #include "comm.hpp"
@@ -15,11 +18,47 @@
 #include "model.hpp"
 #include "modes.hpp"
 #include "optimizer.hpp"
+#include "plan.hpp"
 #include "zero1.hpp"
 
 using namespace lmt;
 
 namespace {
+
+// The bytes of a rank's parameters under zero1 and bf16, counted element by element: in fp32
+// the pages (of the backend's granule) that hold an element of its shard [begin, end) or of a
+// parameter that is not matmul-only (or, if that is every element, the plain buffer), and the
+// bf16 copy of every weight.
+size_t zero1_bf16_params_bytes(const ParamLayout& layout, size_t begin, size_t end, size_t page) {
+  std::set<size_t> pages;
+  size_t held = 0;
+  for (const ParamView& p : layout.params)
+    for (size_t i = p.offset; i < p.offset + p.numel; ++i)
+      if (!p.matmul || (i >= begin && i < end)) pages.insert(i * 4 / page), ++held;
+  return (held == layout.total ? layout.total * 4 : pages.size() * page) + layout.total * 2;
+}
+
+// What forward reads of the parameters on this rank: a matmul-only weight as its bf16 copy, the
+// others in fp32.
+std::vector<float> forward_view(Backend<float>& be, const Model<float>& model) {
+  std::vector<uint16_t> copy(model.layout.total);
+  be.download_bytes(copy.data(), be.weights_bf16(), copy.size() * 2);
+  std::vector<float> seen(copy.size());
+  for (const ParamView& p : model.layout.params) {
+    if (!p.matmul) be.download(seen.data() + p.offset, model.params() + p.offset, p.numel);
+    for (size_t i = p.offset; p.matmul && i < p.offset + p.numel; ++i) seen[i] = from_bf16(copy[i]);
+  }
+  return seen;
+}
+
+// Every rank's `mine` is rank 0's, bit for bit.
+void check_same_on_every_rank(Communicator& host, const std::vector<float>& mine) {
+  std::vector<float> all(mine.size() * size_t(host.size()));
+  host.all_gather(mine.data(), all.data(), host.equal(mine.size()), DType::f32);
+  for (int r = 1; r < host.size(); ++r)
+    CHECK(std::equal(all.begin(), all.begin() + long(mine.size()),
+                     all.begin() + long(size_t(r) * mine.size())));
+}
 
 Config::Model tiny() {
   Config::Model m;
@@ -62,13 +101,15 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
   o.grad_clip = 0.05;  // small enough to clip at every step: the global norm must be right
   auto source = make_markov_source(m.vocab_size, 3, seed);
 
-  Model<float> ddp(*be, m, B, T);
+  const bool zero1 = strategy == "zero1";
+  Model<float> ddp(*be, m, B, T,
+                   zero1 ? zero1_masters(ParamLayout::build(m), R, me, b16) : Ranges{});
   ddp.init_params(seed);
   GradBuffer grads{*comm, ddp.grads(), DType::f32};
   std::unique_ptr<AdamW<float>> opt;
   std::unique_ptr<Zero1<float>> zero;
   std::unique_ptr<GradSync> sync;
-  if (strategy == "zero1") {
+  if (zero1) {
     zero = std::make_unique<Zero1<float>>(*be, grads, ddp.layout, bucket_mb, b16);
     // Only this rank's shard of both moments is allocated.
     CHECK(be->memory().current[size_t(MemTag::optimizer)] ==
@@ -104,35 +145,30 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
     }
   }
   comm->synchronize();
+  std::vector<float> mine;  // every parameter: on every rank, or (zero1 under bf16) on rank 0
   if (zero && b16) {
-    // What forward reads is the same on every rank (a matmul-only weight as its bf16 rounding,
-    // the rest exact), and outside its shard a rank holds matmul-only weights as bf16 values
-    // only: they travelled as bf16.
-    const std::vector<float> w = ddp.params_host();
-    std::vector<float> seen(w);
-    size_t outside = 0, as_bf16 = 0;
-    for (const ParamView& p : ddp.layout.params)
-      for (size_t i = p.offset; p.matmul && i < p.offset + p.numel; ++i) {
-        seen[i] = round_to(Precision::bf16, w[i]);
-        if (i >= zero->begin && i < zero->end) continue;
-        ++outside, as_bf16 += seen[i] == w[i];
-      }
-    CHECK((outside > 0) == (R > 1));
-    CHECK(as_bf16 == outside);
-    std::vector<float> every(seen.size() * size_t(R));
-    host->all_gather(seen.data(), every.data(), host->equal(seen.size()), DType::f32);
-    for (int r = 1; r < R; ++r)
-      CHECK(std::equal(every.begin(), every.begin() + long(seen.size()),
-                       every.begin() + long(size_t(r) * seen.size())));
-    zero->gather_master(ddp.params());  // then the exact masters, compared below
+    // What forward reads is the same on every rank (a matmul-only weight as its bf16 copy, the
+    // rest exact), though a rank holds in fp32 only its shard and the exact ones (in whole pages).
+    check_same_on_every_rank(*host, forward_view(*be, ddp));
+    CHECK(ddp.sharded() == (R > 1));
+    CHECK(be->memory().current[size_t(MemTag::params)] ==
+          zero1_bf16_params_bytes(ddp.layout, zero->begin, zero->end, be->sparse_granule()));
+    mine = zero->gather_master(ddp.params(), MPI_COMM_WORLD);
+    CHECK(mine.size() == (me == 0 ? ddp.layout.total : 0));
+    // The copy every rank reads is the masters' bf16 rounding; the masters themselves are exact,
+    // not roundings: they never travelled as bf16.
+    std::vector<uint16_t> copy(ddp.layout.total);
+    be->download_bytes(copy.data(), be->weights_bf16(), copy.size() * 2);
+    size_t exact = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      REQUIRE(copy[i] == to_bf16(mine[i]));
+      exact += mine[i] != from_bf16(copy[i]);
+    }
+    CHECK((exact > mine.size() / 2) == (me == 0));
+  } else {
+    mine = ddp.params_host();
+    check_same_on_every_rank(*host, mine);
   }
-  // Bit-identical across ranks: gather everyone's parameters and compare with rank 0's.
-  const std::vector<float> mine = ddp.params_host();
-  std::vector<float> all(ddp.layout.total * size_t(R));
-  host->all_gather(mine.data(), all.data(), host->equal(ddp.layout.total), DType::f32);
-  for (int r = 1; r < R; ++r)
-    CHECK(std::equal(all.begin(), all.begin() + long(ddp.layout.total),
-                     all.begin() + long(size_t(r) * ddp.layout.total)));
 
   // One process, global batch = every rank's batch in rank order, same data streams.
   Model<float> single(*be, m, B * R, T);
@@ -151,6 +187,7 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
     CHECK(norms[size_t(s)] == doctest::Approx(clip.norm).epsilon(norm_tol));
     opt1.step(single.params(), single.grads(), o.lr, o, clip.scale);
   }
+  if (mine.empty()) return;
   const std::vector<float> ref = single.params_host();
   double num = 0, den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -177,6 +214,59 @@ void check_every_strategy(const std::string& device) {
 
 TEST_CASE("strategies: ranks stay identical and match one process on the global batch") {
   check_every_strategy("cpu");
+}
+
+TEST_CASE("zero1 under bf16: a rank holds the fp32 masters of its shard and of the parameters "
+          "read in fp32 only, as plan mode predicts, and rank 0 gathers the exact masters") {
+  const Runtime rt = runtime_init(nullptr, nullptr);
+  auto host = make_mpi_communicator(MPI_COMM_WORLD);
+  const int R = host->size(), me = host->rank();
+  Config c;
+  c.run.mode = "plan", c.plan.dp = R, c.plan.zero = 1;
+  Config::Model& m = c.model;  // 133k parameters: 131 pages in fp32, the embedding 16 of them
+  m.d_model = 64, m.num_heads = 4, m.d_ff = 176, m.num_layers = 2, m.vocab_size = 256;
+  m.context_length = 16, m.precision = "bf16", m.attention = "naive";
+  c.train.batch_size = 2;
+  validate(c);
+  auto be = make_backend<float>("cpu", rt);
+  auto comm = make_communicator("cpu", rt, *be);
+  Model<float> model(*be, m, 2, 16, zero1_masters(ParamLayout::build(m), R, me, true));
+  Zero1<float> zero(*be, GradBuffer{*comm, model.grads(), DType::f32}, model.layout, 0.05, true);
+  model.init_params(7);
+  Config::Optim o;
+  auto source = make_markov_source(m.vocab_size, 3, 7);
+  Rng rng = data_rng(7, me);
+  std::vector<int32_t> in(2 * 16), tg(2 * 16);
+  for (int s = 0; s < 2; ++s) {
+    source->sample(rng, 2, 16, in.data(), tg.data());
+    model.forward(in.data(), tg.data(), R);
+    model.backward(&zero);
+    zero.step(model.params(), o.lr, o, zero.clip_grad_norm(o.grad_clip).scale);
+  }
+  // Parameters, counted element by element: less than all of them in fp32.
+  const size_t total = model.layout.total, page = be->sparse_granule();
+  const MemoryStats& mem = be->memory();
+  const size_t params = mem.current[size_t(MemTag::params)];
+  CHECK(params == zero1_bf16_params_bytes(model.layout, zero.begin, zero.end, page));
+  CHECK(params - 2 * total < 4 * total);
+  // Every tag, the busiest rank's, as plan mode counts it.
+  const Plan p = make_plan(c);
+  for (auto [tag, planned] : {std::pair{MemTag::params, p.params}, {MemTag::grads, p.grads},
+                              {MemTag::optimizer, p.optimizer},
+                              {MemTag::activations, p.activations},
+                              {MemTag::workspace, p.workspace}}) {
+    INFO(mem_tag_name(tag));
+    unsigned long long mine = mem.current[size_t(tag)], most = 0;
+    MPI_Allreduce(&mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    CHECK(most == planned);
+  }
+  // gather_master brings every rank's shard, as that rank holds it, to rank 0.
+  const std::vector<float> masters = zero.gather_master(model.params(), MPI_COMM_WORLD);
+  std::vector<float> shard(zero.end - zero.begin), all(total);
+  be->download(shard.data(), model.params() + zero.begin, shard.size());
+  host->all_gather(shard.data(), all.data(), zero.counts, DType::f32);
+  if (me == 0) CHECK(masters == all);
+  else CHECK(masters.empty());
 }
 
 TEST_CASE("strategies on GPUs over NCCL: ranks stay identical and match one GPU on the global batch" *

@@ -12,6 +12,8 @@
 #include "helpers.hpp"
 #include "model.hpp"
 #include "optimizer.hpp"
+#include "plan.hpp"
+#include "zero1.hpp"
 
 using namespace lmt;
 using lmt::test::randn;
@@ -330,7 +332,7 @@ TEST_CASE("gpu weights' bf16 copy: AdamW over a part of the weights and weights_
   const int64_t M = 7, N = 29, K = 53, off = 50, n = off + N * K + 101;  // the matmul's: [off, +N*K)
   Vec w = as_float(randn<double>(size_t(n))), x = as_float(randn<double>(size_t(M * K)));
   float *gw = g.up(w), *gx = g.up(x), *gy = g.poisoned(size_t(M * N));
-  gpu->set_weights(gw, size_t(n));
+  gpu->set_weights(gw, size_t(n), {{0, size_t(n)}});
   // y = x W^T under bf16 on the GPU (through its copy of the weights) against the reference on
   // the weights as they are.
   auto matches = [&](const Vec& now) {
@@ -362,6 +364,81 @@ TEST_CASE("gpu weights' bf16 copy: AdamW over a part of the weights and weights_
   gpu->weights_written(gw + c, size_t(e - c));
   CHECK(matches(w2));
   gpu->forget_weights(gw);
+}
+
+TEST_CASE("gpu memory: a sparse allocation maps and counts only its ranges' granules, zeroed; "
+          "release frees them" * doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  const size_t g = gpu->sparse_granule();
+  CHECK(g == kCudaGranule);  // what plan mode predicts the GPU's sharded masters in
+  const size_t bytes = 5 * g + 1000;  // the last granule only partly in the allocation
+  // Granules 0; 2 and 3; 5.
+  const Ranges backed{{100, 200}, {2 * g + 5, 3 * g + 7}, {5 * g + 10, 5 * g + 1000}};
+  const size_t held = 4 * g;
+  const size_t before = gpu->memory().current[size_t(MemTag::params)];
+  size_t free0 = 0, free1 = 0, free2 = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+  char* p = static_cast<char*>(gpu->allocate_sparse(bytes, MemTag::params, backed));
+  CHECK(gpu->memory().current[size_t(MemTag::params)] == before + held);
+  CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+  CHECK(free0 - free1 >= held);  // the granules are memory, the rest of the range is not
+  CHECK(free0 - free1 < 6 * g);
+  for (auto [b, e] : backed) {
+    std::vector<char> host(e - b, 1), back(e - b);
+    gpu->download_bytes(host.data(), p + b, e - b);
+    CHECK(std::count(host.begin(), host.end(), 0) == long(e - b));  // zeroed
+    for (size_t i = 0; i < host.size(); ++i) host[i] = char((b + i) * 7 + 1);
+    gpu->upload_bytes(p + b, host.data(), e - b);
+    gpu->download_bytes(back.data(), p + b, e - b);
+    CHECK(back == host);
+  }
+  gpu->release(p);
+  CHECK(gpu->memory().current[size_t(MemTag::params)] == before);
+  CUDA_CHECK(cudaMemGetInfo(&free2, &total));
+  CHECK(free2 >= free0 - g / 2);  // given back (other allocations move by less than a granule)
+}
+
+TEST_CASE("gpu model: holding only some fp32 masters (zero1 under bf16), the loss and every "
+          "gradient are the whole model's, bit for bit, also after AdamW over its shard" *
+          doctest::skip(gpu_count() == 0)) {
+  // Its matmuls read the weights' bf16 copy, which set_params made on the host from the same
+  // values that the whole model's copy is cast from on the GPU (both to nearest even), and which
+  // AdamW then writes in the same pass as the masters of the shard.
+  Config::Model m;
+  m.d_model = 48, m.num_heads = 3, m.d_ff = 136, m.num_layers = 2, m.vocab_size = 97;
+  m.context_length = 29, m.precision = "bf16";
+  const int64_t B = 3, T = 29;
+  auto in = lmt::test::rand_tokens(B * T, 97), tg = lmt::test::rand_tokens(B * T, 97);
+  const uint64_t seed = lmt::test::rng()();
+  auto gpu = make_cuda_backend(), gpu2 = make_cuda_backend();  // a backend keeps one model's copy
+  Config::Optim o;
+  for (const char* attention : {"naive", "flash"}) {
+    m.attention = attention;
+    Model<float> whole(*gpu, m, B, T);
+    const size_t n = whole.layout.total;
+    for (int world : {2, 3})
+      for (int rank = 0; rank < world; ++rank) {
+        INFO(attention << ", rank " << rank << " of " << world);
+        Model<float> part(*gpu2, m, B, T, zero1_masters(whole.layout, world, rank, true));
+        REQUIRE(part.sharded());
+        // A granule of fp32 masters (a model this small fits in one), and the bf16 copy.
+        CHECK(gpu2->memory().current[size_t(MemTag::params)] == gpu2->sparse_granule() + 2 * n);
+        whole.init_params(seed), part.init_params(seed);
+        CHECK(part.forward(in.data(), tg.data()) == whole.forward(in.data(), tg.data()));
+        whole.backward(), part.backward();
+        CHECK(part.grads_host() == whole.grads_host());
+        const ParamGroup shard = zero1_shard(n, world, rank);
+        const size_t len = shard.end - shard.begin;
+        AdamW<float> oa(*gpu, len), ob(*gpu2, len);
+        oa.step(whole.params() + shard.begin, whole.grads() + shard.begin, 1e-2, o);
+        ob.step(part.params() + shard.begin, part.grads() + shard.begin, 1e-2, o);
+        std::vector<float> a(len), b(len);
+        gpu->download(a.data(), whole.params() + shard.begin, len);
+        gpu2->download(b.data(), part.params() + shard.begin, len);
+        CHECK(a == b);
+        CHECK(part.forward(in.data(), tg.data()) == whole.forward(in.data(), tg.data()));
+      }
+  }
 }
 
 TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training tracks the CPU" *

@@ -58,3 +58,29 @@ TEST_CASE("zero1: shards cover every element exactly once, also when the world d
       CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
     }
 }
+
+TEST_CASE("zero1: under bf16 a rank holds the fp32 masters of its shard and of every parameter "
+          "read in fp32; otherwise all of them") {
+  Config::Model m;
+  m.d_model = 18, m.num_heads = 3, m.d_ff = 40, m.num_layers = 2, m.vocab_size = 29;
+  const ParamLayout layout = ParamLayout::build(m);
+  for (int world : {1, 2, 4, 7})
+    for (int rank = 0; rank < world; ++rank) {
+      INFO("rank " << rank << " of " << world);
+      const Counts c = shard_counts(layout.total, world);
+      const ParamGroup shard = zero1_shard(layout.total, world, rank);
+      CHECK(shard.begin == displacement(c, rank));
+      CHECK(shard.end == shard.begin + c[size_t(rank)]);
+      CHECK(zero1_masters(layout, world, rank, false).empty());
+      const Ranges held = zero1_masters(layout, world, rank, true);
+      CHECK(held == merged(held));  // sorted and disjoint
+      std::vector<bool> want(layout.total, false), got(layout.total, false);
+      for (size_t i = shard.begin; i < shard.end; ++i) want[i] = true;
+      for (const ParamView& p : layout.params)
+        for (size_t i = p.offset; !p.matmul && i < p.offset + p.numel; ++i) want[i] = true;
+      for (auto [b, e] : held)
+        for (size_t i = b; i < e; ++i) got[i] = true;
+      CHECK(got == want);
+      CHECK(is_whole(held, layout.total) == (world == 1));
+    }
+}

@@ -12,6 +12,7 @@
 #include "model.hpp"
 #include "optimizer.hpp"
 #include "safetensors.hpp"
+#include "zero1.hpp"
 
 using namespace lmt;
 
@@ -86,6 +87,30 @@ TEST_CASE("model: backward writes every gradient, whatever the buffer held befor
     for (size_t i = p.offset; i < p.offset + p.numel; ++i) {
       INFO(p.name << "[" << i - p.offset << "]");
       REQUIRE(from_nan[i] == from_zero[i]);
+    }
+}
+
+TEST_CASE("model: one holding only some fp32 masters (zero1 under bf16) computes the loss and "
+          "every gradient of one holding all, bit for bit") {
+  // Its matmuls read the weights' bf16 copy, which set_params made from the same values.
+  Config::Model m = small_model("bf16");
+  auto cpu = make_cpu_backend<float>();
+  const uint64_t seed = lmt::test::rng()();
+  auto in = lmt::test::rand_tokens(10, 11), tg = lmt::test::rand_tokens(10, 11);
+  Model<float> whole(*cpu, m, 2, 5);
+  whole.init_params(seed);
+  const double loss = whole.forward(in.data(), tg.data());
+  whole.backward();
+  const std::vector<float> grads = whole.grads_host();
+  for (int world : {2, 3})
+    for (int rank = 0; rank < world; ++rank) {
+      INFO("rank " << rank << " of " << world);
+      Model<float> part(*cpu, m, 2, 5, zero1_masters(whole.layout, world, rank, true));
+      CHECK(part.sharded());
+      part.init_params(seed);
+      CHECK(part.forward(in.data(), tg.data()) == loss);
+      part.backward();
+      CHECK(part.grads_host() == grads);
     }
 }
 

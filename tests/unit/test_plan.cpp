@@ -107,7 +107,8 @@ TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, a1, a3, g, h2 and hf pa
   CHECK(make_plan(c).bf16_inputs_saved == 0);
 }
 
-TEST_CASE("plan: fsdp shards params, grads and moments; zero1 shards only the moments") {
+TEST_CASE("plan: fsdp shards params, grads and moments; zero1 the moments, and under bf16 the "
+          "masters") {
   Config c = config_of(kShapes[1]);
   const Plan one = make_plan(c);
   const uint64_t P = one.param_count;
@@ -126,9 +127,10 @@ TEST_CASE("plan: fsdp shards params, grads and moments; zero1 shards only the mo
   }
   c.plan.fsdp = 1, c.plan.dp = 4, c.plan.zero = 1;
   Plan z = make_plan(c);
-  CHECK(z.params == one.params);
-  CHECK(z.grads == one.grads);
+  CHECK(z.params == one.params);  // fp32: every master on every rank, the matmuls read them
+  CHECK(z.grads == one.grads + (P + 3) / 4 * 4);  // and the reduced gradients of its shard
   CHECK(z.optimizer == 2 * ((P + 3) / 4) * 4);
+  CHECK(z.workspace == one.workspace + 8);  // the squared norm's all-reduce
   // Reduce-scatter plus all-gather send what the all-reduce sends.
   c.plan.zero = 0;
   Plan d = make_plan(c);
@@ -137,17 +139,33 @@ TEST_CASE("plan: fsdp shards params, grads and moments; zero1 shards only the mo
   CHECK(z.comm_dp == doctest::Approx(d.comm_dp));
   CHECK(one.comm_total() == 0);  // one device sends nothing
   // Under bf16 zero1's all-gather sends the matmul-only weights in bf16 and stages the others
-  // (exact, fp32) in workspace: E of them, counted from the model's own layout. (bf16 adds
-  // backward's rounded copy of the residual gradient to the workspace too: n x d, a piece of
-  // the arena, rounded up to 64 elements.)
+  // (exact, fp32) in workspace: E of them, counted from the model's own layout. The CPU widens
+  // each weight from the bf16 copy into scratch of the largest weight's size (3d x d here).
+  // (bf16 adds backward's rounded copy of the residual gradient to the workspace too: n x d, a
+  // piece of the arena, rounded up to 64 elements.)
   c.plan.zero = 1, c.model.precision = "bf16";
   const Plan zb = make_plan(c);
   uint64_t E = 0;
   for (const ParamView& v : ParamLayout::build(c.model).params) E += v.matmul ? 0 : v.numel;
   CHECK(E > 0);
   CHECK(zb.comm_dp == doctest::Approx(3.0 / 4.0 * (4.0 * double(P) + 2.0 * double(P - E) + 4.0 * double(E))));
+  const uint64_t widened = 3 * 24 * 24 * 4;
   const uint64_t nd = uint64_t(c.train.batch_size * c.model.context_length * c.model.d_model);
-  CHECK(zb.workspace == z.workspace + 4 * E + 4 * ((nd + 63) / 64 * 64));
+  const uint64_t dx16 = 4 * ((nd + 63) / 64 * 64);
+  CHECK(zb.workspace == z.workspace + 4 * E + widened + dx16);
+  // Each rank holds the bf16 copy of every weight and, in fp32, its shard and the E exact ones,
+  // in whole pages: less than all of them (tests/mpi checks these bytes against the allocator).
+  CHECK(zb.params > 2 * P);
+  CHECK(zb.params - 2 * P < one.params);
+  // On the GPU in whole 2 MiB granules: one, for a model this small (68 KiB in fp32).
+  CHECK(zb.forward_cuda == kCudaGranule + 2 * P + zb.activations_cuda);
+  CHECK(zb.total_cuda == zb.forward_cuda + zb.grads + zb.optimizer + zb.workspace - widened -
+                             zb.bf16_scratch_saved + zb.cuda_scratch);
+  // With tp (not lmtrain's layout) every master is counted, and the copy.
+  c.plan.tp = 2, c.plan.dp = 2;
+  validate(c);
+  const Plan zt = make_plan(c);
+  CHECK(zt.params == zt.param_count_device * 6);
 }
 
 TEST_CASE("plan: tp splits the attention and FFN weights and activations, not the rest") {

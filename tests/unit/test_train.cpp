@@ -106,39 +106,45 @@ TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one 
   }
 }
 
-TEST_CASE("train: zero1 checkpoints hold the whole moments, resume bit for bit, and interchange with flat's") {
-  TempDir dir;
-  std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
-                     " --set model.precision=fp32 --set train.steps=6 --set train.checkpoint_every=3";
-  auto z = [&](const std::string& sub) { return checkpoint_path(dir.path + "/" + sub, 6); };
-  auto a = run(base + " --set ddp.strategy=zero1 --set train.checkpoint_dir=" + dir.path + "/a");
-  auto f = run(base + " --set ddp.strategy=flat --set train.checkpoint_dir=" + dir.path + "/f");
-  auto b = run(base + " --set ddp.strategy=zero1 --set train.checkpoint_dir=" + dir.path +
-               "/b --set train.resume=" + checkpoint_path(dir.path + "/a", 3));
-  auto x = run(base + " --set ddp.strategy=zero1 --set train.checkpoint_dir=" + dir.path +
-               "/x --set train.resume=" + checkpoint_path(dir.path + "/f", 3));
-  INFO(a.output, b.output, x.output);
-  REQUIRE(a.code == 0);
-  REQUIRE(f.code == 0);
-  REQUIRE(b.code == 0);
-  REQUIRE(x.code == 0);
-  Safetensors sa = Safetensors::read(z("a")), sf = Safetensors::read(z("f"));
-  CHECK(sa.data == Safetensors::read(z("b")).data);  // zero1 resumed from zero1: every bit
-  // Every tensor, moments included (both ranks' shards), close to flat's: the shards were
-  // gathered whole. The same for zero1 resumed from flat's checkpoint.
-  auto close_to_flat = [&](const Safetensors& st) {
-    for (auto& [name, t] : sf.tensors) {
-      INFO(name);
-      REQUIRE(st.tensors.count(name) == 1);
-      const size_t n = (t.end - t.begin) / sizeof(float);
-      std::vector<float> want(n), got(n);
-      std::memcpy(want.data(), sf.data.data() + t.begin, n * sizeof(float));
-      std::memcpy(got.data(), st.data.data() + st.tensors.at(name).begin, n * sizeof(float));
-      CHECK(lmt::test::rel_err(got, want) < 1e-4);
-    }
-  };
-  close_to_flat(sa);
-  close_to_flat(Safetensors::read(z("x")));
+TEST_CASE("train: zero1 checkpoints hold the whole moments and masters, resume bit for bit, and "
+          "interchange with flat's") {
+  // Under bf16 each rank holds only its shard's fp32 masters: rank 0 gathers them to write.
+  for (std::string prec : {"fp32", "bf16"}) {
+    INFO(prec);
+    TempDir dir;
+    std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                       " --set model.precision=" + prec +
+                       " --set train.steps=6 --set train.checkpoint_every=3";
+    auto z = [&](const std::string& sub) { return checkpoint_path(dir.path + "/" + sub, 6); };
+    auto a = run(base + " --set ddp.strategy=zero1 --set train.checkpoint_dir=" + dir.path + "/a");
+    auto f = run(base + " --set ddp.strategy=flat --set train.checkpoint_dir=" + dir.path + "/f");
+    auto b = run(base + " --set ddp.strategy=zero1 --set train.checkpoint_dir=" + dir.path +
+                 "/b --set train.resume=" + checkpoint_path(dir.path + "/a", 3));
+    auto x = run(base + " --set ddp.strategy=zero1 --set train.checkpoint_dir=" + dir.path +
+                 "/x --set train.resume=" + checkpoint_path(dir.path + "/f", 3));
+    INFO(a.output, b.output, x.output);
+    REQUIRE(a.code == 0);
+    REQUIRE(f.code == 0);
+    REQUIRE(b.code == 0);
+    REQUIRE(x.code == 0);
+    Safetensors sa = Safetensors::read(z("a")), sf = Safetensors::read(z("f"));
+    CHECK(sa.data == Safetensors::read(z("b")).data);  // zero1 resumed from zero1: every bit
+    // Every tensor, moments included (both ranks' shards), close to flat's: the shards were
+    // gathered whole. The same for zero1 resumed from flat's checkpoint.
+    auto close_to_flat = [&](const Safetensors& st) {
+      for (auto& [name, t] : sf.tensors) {
+        INFO(name);
+        REQUIRE(st.tensors.count(name) == 1);
+        const size_t n = (t.end - t.begin) / sizeof(float);
+        std::vector<float> want(n), got(n);
+        std::memcpy(want.data(), sf.data.data() + t.begin, n * sizeof(float));
+        std::memcpy(got.data(), st.data.data() + st.tensors.at(name).begin, n * sizeof(float));
+        CHECK(lmt::test::rel_err(got, want) < 1e-4);
+      }
+    };
+    close_to_flat(sa);
+    close_to_flat(Safetensors::read(z("x")));
+  }
 }
 
 TEST_CASE("train: torn, truncated, corrupted or mismatched checkpoints are refused, never loaded") {
