@@ -243,12 +243,13 @@ TEST_CASE("zero1 under bf16: a rank holds the fp32 masters of its shard and of t
     model.backward(&zero);
     zero.step(model.params(), o.lr, o, zero.clip_grad_norm(o.grad_clip).scale);
   }
-  // Parameters, counted element by element: less than all of them in fp32.
+  // Parameters, counted element by element: on several ranks less than all of them in fp32 (one
+  // rank's shard is all of them).
   const size_t total = model.layout.total, page = be->sparse_granule();
   const MemoryStats& mem = be->memory();
   const size_t params = mem.current[size_t(MemTag::params)];
   CHECK(params == zero1_bf16_params_bytes(model.layout, zero.begin, zero.end, page));
-  CHECK(params - 2 * total < 4 * total);
+  if (R > 1) CHECK(params - 2 * total < 4 * total);
   // Every tag, the busiest rank's, as plan mode counts it.
   const Plan p = make_plan(c);
   for (auto [tag, planned] : {std::pair{MemTag::params, p.params}, {MemTag::grads, p.grads},
