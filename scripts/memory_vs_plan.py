@@ -58,8 +58,10 @@ def main(measured_csv):
     print("\nMeasured: bench mode's tagged allocator (everything lmtrain allocates, fixed after the "
           "first step). Predicted: plan mode for the same configuration. On the GPU plan mode "
           "leaves out only the reductions' partial sums (8,200 bytes); the CUDA context is in "
-          "neither (cuBLASLt's workspace is in both since f933b08; rows before it measured "
-          "without it, which cuBLAS then allocated itself).")
+          "neither. Plan mode describes the code as it is now: rows measured before f933b08 "
+          "(2026-11-23 and earlier) held no cuBLASLt workspace (cuBLAS allocated its own, "
+          "outside our allocator) and one more n x d fp32 scratch, so their full step is "
+          "predicted up to 32 MiB high.")
 
 
 if __name__ == "__main__":
