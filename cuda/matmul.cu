@@ -161,10 +161,13 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   LMT_ASSERT(!d_bf16 || ops == Operands::bf16, "a bf16 D takes bf16 operands");
   LMT_ASSERT(!C || !d_bf16, "an addend C is fp32, as D");
   const Call call{A, B, C ? C : D, D, alpha, beta};
+  // Running it again leaves D as it was unless it accumulates into D: such a call is not tuned,
+  // and has a plan of its own (its first choice), even where a tuned call has the same shape.
+  const bool repeatable = call.C != D || beta == 0;
   const int64_t align_a = alignment(A), align_b = alignment(B), align_c = alignment(call.C),
                 align_d = alignment(D);
   const Key key{transA, transB, M, N, K, lda, ldb, ldd, strideA, strideB, strideD, batch,
-                int64_t(ops), d_bf16, align_a, align_b, align_c, align_d};
+                int64_t(ops), d_bf16, repeatable, align_a, align_b, align_c, align_d};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     const cudaDataType in = ops == Operands::bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -201,7 +204,6 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
     if (found == 0)
       LMT_FATAL(strf("cuBLASLt has no algorithm for a %lld x %lld x %lld matmul",
                      (long long)M, (long long)N, (long long)K));
-    const bool repeatable = call.C != D || beta == 0;
     const size_t d_bytes = size_t((batch - 1) * strideD + (M - 1) * ldd + N) * (d_bf16 ? 2 : 4);
     p.algo = found > 1 && repeatable ? tune(p, cand.data(), found, call, d_bytes) : cand[0].algo;
     it = plans_.emplace(key, p).first;

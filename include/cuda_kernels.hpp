@@ -97,9 +97,9 @@ class Gemm {
   cublasLtMatmulAlgo_t tune(const Plan& p, const cublasLtMatmulHeuristicResult_t* cand, int n,
                             const Call& c, size_t d_bytes);
   uint64_t hash_of(const void* D, size_t bytes);  // waits for the stream
-  // transA, transB, M, N, K, lda, ldb, ldd, strides, batch, operands, d_bf16, the pointers'
-  // alignments: what the chosen algorithm depends on.
-  using Key = std::array<int64_t, 18>;
+  // transA, transB, M, N, K, lda, ldb, ldd, strides, batch, operands, d_bf16, whether it may be
+  // tuned, the pointers' alignments: what the chosen algorithm depends on.
+  using Key = std::array<int64_t, 19>;
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_;
   void* workspace_;
