@@ -37,7 +37,7 @@ Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layo
     : BucketedSync(grads, layout, bucket_mb * (1 << 20)),
       counts(shard_counts(layout.total, grads.comm.size())),
       begin(zero1_shard(layout.total, grads.comm.size(), grads.comm.rank()).begin),
-      end(zero1_shard(layout.total, grads.comm.size(), grads.comm.rank()).end),
+      end(begin + counts[size_t(grads.comm.rank())]),
       pieces(std::max<size_t>(1, (bucket_count() + counts.size() - 1) / counts.size())),
       bf16(bf16_), starts_(displacements(counts)), be_(be),
       grad_shard_(be, end - begin, MemTag::grads),
