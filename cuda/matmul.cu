@@ -4,17 +4,16 @@
 // Accumulation is fp32, and so is D unless asked for in bf16. Operands are fp32 (compute fp32,
 // or TF32 tensor cores under the tf32 policy) or bf16 (bf16 tensor cores; to_bf16 rounds fp32 to
 // nearest even first).
-// D = alpha op(A) op(B) + beta C, where C may be D itself (accumulating) or another buffer laid
-// out as D (the epilogue adds it: the residual adds of the model cost no pass of their own).
+// D = alpha op(A) op(B) + beta C, beta 1 where C is given (another buffer laid out as D: the
+// epilogue adds it, so the residual adds of the model cost no pass of their own), else 0.
 // Each problem's algorithm is chosen on its first call and kept with its descriptors, so a later
 // call costs one map lookup on the host. The choice: cuBLASLt's heuristic offers up to
-// kCandidates algorithms in its order of preference; where running the matmul again leaves its
-// result as it was (D is not also C), each is run on the call's own operands and timed (the
-// median of kTuneReps runs after one more), and the fastest is kept among those whose D is bit
-// for bit the heuristic's first choice's (a hash of D's bytes compared): results never depend on
-// the timing, so runs stay reproducible. (On xl's shapes on an H100 the first choice was often
-// not the fastest, and every candidate gave the same bits.) Where D is also C (accumulating),
-// the first choice is kept.
+// kCandidates algorithms in its order of preference; each is run on the call's own operands (D
+// is never also C, so running it again leaves its result as it was) and timed (the median of
+// kTuneReps runs after one more), and the fastest is kept among those whose D is bit for bit the
+// heuristic's first choice's (a hash of D's bytes compared): results never depend on the
+// timing, so runs stay reproducible. (On xl's shapes on an H100 the first choice was often not
+// the fastest, and every candidate gave the same bits.)
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -156,18 +155,16 @@ cublasLtMatmulAlgo_t Gemm::tune(const Plan& p, const cublasLtMatmulHeuristicResu
 
 void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                       const void* A, int64_t lda, int64_t strideA, const void* B, int64_t ldb,
-                      int64_t strideB, float beta, void* D, int64_t ldd, int64_t strideD,
-                      int64_t batch, Operands ops, bool d_bf16, const void* C) {
+                      int64_t strideB, void* D, int64_t ldd, int64_t strideD, int64_t batch,
+                      Operands ops, bool d_bf16, const void* C) {
   LMT_ASSERT(!d_bf16 || ops == Operands::bf16, "a bf16 D takes bf16 operands");
   LMT_ASSERT(!C || !d_bf16, "an addend C is fp32, as D");
-  const Call call{A, B, C ? C : D, D, alpha, beta};
-  // Running it again leaves D as it was unless it accumulates into D: such a call is not tuned,
-  // and has a plan of its own (its first choice), even where a tuned call has the same shape.
-  const bool repeatable = call.C != D || beta == 0;
+  LMT_ASSERT(C != D, "D = op(A) op(B) + C into C itself would not run twice alike (tuning)");
+  const Call call{A, B, C ? C : D, D, alpha, C ? 1.0f : 0.0f};
   const int64_t align_a = alignment(A), align_b = alignment(B), align_c = alignment(call.C),
                 align_d = alignment(D);
   const Key key{transA, transB, M, N, K, lda, ldb, ldd, strideA, strideB, strideD, batch,
-                int64_t(ops), d_bf16, repeatable, align_a, align_b, align_c, align_d};
+                int64_t(ops), d_bf16, C != nullptr, align_a, align_b, align_c, align_d};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     const cudaDataType in = ops == Operands::bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -205,7 +202,7 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       LMT_FATAL(strf("cuBLASLt has no algorithm for a %lld x %lld x %lld matmul",
                      (long long)M, (long long)N, (long long)K));
     const size_t d_bytes = size_t((batch - 1) * strideD + (M - 1) * ldd + N) * (d_bf16 ? 2 : 4);
-    p.algo = found > 1 && repeatable ? tune(p, cand.data(), found, call, d_bytes) : cand[0].algo;
+    p.algo = found > 1 ? tune(p, cand.data(), found, call, d_bytes) : cand[0].algo;
     it = plans_.emplace(key, p).first;
   }
   LT_CHECK(matmul(it->second, it->second.algo, call));

@@ -120,7 +120,7 @@ template <typename T> class Backend {
   // x_bf16 and dy_bf16 say that x or dy is such a tensor. The values are what the matmul would
   // have rounded its operand to, so results do not change.
   // SwiGLU's inputs (W1's and W3's outputs) are bf16 activations too, as autocast makes them:
-  // linear_fwd's y_bf16 rounds y to bf16, and swiglu's bf16 says its a and b are so stored (in
+  // linear_fwd's y_bf16 rounds y to bf16, and swiglu's bf16 says its u is so stored (in
   // backward also dg, the W2 matmul's input gradient: linear_bwd's dx_bf16).
   // Attention's tensors are bf16 activations too: the QKV projection's output (y_bf16), rotated
   // in place (rope's bf16), attention's output and, in backward, the output projection's input
@@ -133,13 +133,12 @@ template <typename T> class Backend {
   // the CPU keeps them as T. bf16_elems(n) is the number of T elements that n such values occupy.
   virtual int64_t bf16_elems(int64_t n) const { return n; }
   // Residual adds ride on the matmuls (on the GPU, in their epilogue: no pass of their own):
-  // linear_fwd's residual, if not null, is added to y (y = x w^T + residual, both in T), and
-  // linear_bwd's dx_add adds dy w to dx instead of overwriting it.
+  // linear_fwd's residual, if not null, is added to y (y = x w^T + residual, both in T).
   virtual void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,
                           Precision p, bool x_bf16, bool y_bf16, const T* residual) = 0;
   virtual void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M,
                           int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16,
-                          bool dx_bf16, bool dx_add) = 0;
+                          bool dx_bf16) = 0;
   virtual void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
                            double eps, bool y_bf16) = 0;
   virtual void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
@@ -161,8 +160,9 @@ template <typename T> class Backend {
   virtual void attention_bwd(const T* qkv, const T* out, const T* saved, const T* dout, T* dqkv,
                              int64_t B, int64_t T_, int64_t H, int64_t dh, Precision p,
                              AttentionImpl a) = 0;
-  virtual void swiglu_fwd(const T* a, const T* b, T* g, int64_t n, bool bf16) = 0;
-  virtual void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n,
+  // u[rows, 2f] is [W3's output | W1's] per row, one matmul's output (cpu_ops.hpp).
+  virtual void swiglu_fwd(const T* u, T* g, int64_t rows, int64_t f, bool bf16) = 0;
+  virtual void swiglu_bwd(const T* u, const T* dg, T* du, int64_t rows, int64_t f,
                           bool bf16) = 0;
   virtual void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n,
                              int64_t d) = 0;

@@ -63,10 +63,11 @@ template <typename T>
 void attention_bwd(const T* qkv, const T* probs, const T* dout, T* dqkv, int64_t B, int64_t T_,
                    int64_t H, int64_t dh, Precision p);
 
-// g = silu(a) * b, elementwise
-template <typename T> void swiglu_fwd(const T* a, const T* b, T* g, int64_t n);
-template <typename T>
-void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n);
+// SwiGLU's gate over u[rows, 2f], each row [b | a]: W3's output b then W1's a, as one matmul by
+// the two weights (adjacent in the flat buffer, W3 first) makes them. g[rows, f] = silu(a) * b;
+// backward: du[rows, 2f] = [db | da], laid out as u.
+template <typename T> void swiglu_fwd(const T* u, T* g, int64_t rows, int64_t f);
+template <typename T> void swiglu_bwd(const T* u, const T* dg, T* du, int64_t rows, int64_t f);
 
 // out[i, :] = table[tokens[i], :];  backward: dtable[tokens[i], :] += dout[i, :]
 template <typename T>

@@ -30,10 +30,11 @@ constexpr int kRmsnormDgChunks = 32;
 // t * theta^(-2i/dh) at [t * dh/2 + i], t < T.
 void rope(void* x, bool bf16, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,
           int64_t row_stride, bool inverse, cudaStream_t s);
-// a, b, g (backward: a, b, dg, da, db) are float*, or all __nv_bfloat16* with bf16.
-void swiglu_fwd(const void* a, const void* b, void* g, bool bf16, int64_t n, cudaStream_t s);
-void swiglu_bwd(const void* a, const void* b, const void* dg, void* da, void* db, bool bf16,
-                int64_t n, cudaStream_t s);
+// u[rows, 2f] ([b | a] per row), g[rows, f] (backward: u, dg, du) are float*, or all
+// __nv_bfloat16* with bf16.
+void swiglu_fwd(const void* u, void* g, bool bf16, int64_t rows, int64_t f, cudaStream_t s);
+void swiglu_bwd(const void* u, const void* dg, void* du, bool bf16, int64_t rows, int64_t f,
+                cudaStream_t s);
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);
 // Causal softmax over rows of scores [rows, T] (row r is query r % T; fp32, or bf16), in place:
 // P; and P in fp32 to probs, packed causal: for each T rows, T(T+1)/2 values, row q's q + 1
@@ -57,13 +58,13 @@ constexpr int kSumPartials = 1024;  // blocks of the first pass: partials holds 
 // What matmul operands are: fp32 (fp32 arithmetic), fp32 read by TF32 tensor cores, or bf16.
 enum class Operands { fp32, tf32, bf16 };
 
-// Row-major D[M,N] = alpha op(A) op(B) + beta C, batched with strides, through cuBLASLt with
+// Row-major D[M,N] = alpha op(A) op(B) (+ C), batched with strides, through cuBLASLt with
 // fp32 accumulation, on one stream with one workspace; each problem's algorithm is chosen on its
 // first call (timed among cuBLASLt's candidates, results bit for bit its first choice's:
 // cuda/matmul.cu) and kept. A and B are float* or, for Operands::bf16, __nv_bfloat16*; D is
 // float*, or __nv_bfloat16* (rounded from the fp32 result) with d_bf16, for bf16 operands only.
-// C is D itself (beta 1: accumulate into D) unless given: an fp32 buffer laid out as D (the
-// epilogue adds it: D = op(A) op(B) + C without a pass of its own).
+// C, if given, is an fp32 buffer laid out as D (the epilogue adds it: D = alpha op(A) op(B) + C
+// without a pass of its own).
 class Gemm {
  public:
   // workspace: kWorkspaceBytes, the algorithms' scratch and the tuning's hash.
@@ -73,7 +74,7 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
   void operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
                   const void* A, int64_t lda, int64_t strideA, const void* B, int64_t ldb,
-                  int64_t strideB, float beta, void* D, int64_t ldd, int64_t strideD,
+                  int64_t strideB, void* D, int64_t ldd, int64_t strideD,
                   int64_t batch, Operands ops, bool d_bf16 = false, const void* C = nullptr);
   // NVIDIA's advice for the cuBLASLt workspace on Hopper, 32 MiB.
   static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
@@ -97,8 +98,8 @@ class Gemm {
   cublasLtMatmulAlgo_t tune(const Plan& p, const cublasLtMatmulHeuristicResult_t* cand, int n,
                             const Call& c, size_t d_bytes);
   uint64_t hash_of(const void* D, size_t bytes);  // waits for the stream
-  // transA, transB, M, N, K, lda, ldb, ldd, strides, batch, operands, d_bf16, whether it may be
-  // tuned, the pointers' alignments: what the chosen algorithm depends on.
+  // transA, transB, M, N, K, lda, ldb, ldd, strides, batch, operands, d_bf16, whether C is
+  // added, the pointers' alignments: what the chosen algorithm depends on.
   using Key = std::array<int64_t, 19>;
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_;

@@ -68,10 +68,10 @@ template <typename T> class Model {
 
  private:
   struct LayerWeights {
-    size_t ln1, qkv, wo, ln2, w1, w3, w2;
+    size_t ln1, qkv, wo, ln2, w31, w2;  // w31: W3 and W1, one [2 d_ff, d] matrix
   };
   struct LayerActs {
-    T *rstd1, *h1, *qkv, *att_saved, *att, *x_mid, *rstd2, *h2, *a1, *a3, *g;
+    T *rstd1, *h1, *qkv, *att_saved, *att, *x_mid, *rstd2, *h2, *u, *g;  // u: [W3 h2 | W1 h2]
   };
   std::vector<T> to_host(const T* p, size_t n) const {
     std::vector<T> out(n);
@@ -84,7 +84,7 @@ template <typename T> class Model {
   std::vector<LayerActs> acts_;
   std::vector<T*> x_;  // residual stream entering layer l; x_[L] enters the final norm
   T *rstdf_, *hf_, *logits_, *dlogits_, *row_loss_;
-  T *dx_, *dh_, *dx16_, *datt_, *dqkv_, *dg_, *da1_, *da3_;  // backward scratch
+  T *dx_, *dh_, *dx16_, *datt_, *dqkv_, *dg_, *du_;  // backward scratch
   // One allocation for all the pointers in `plan`, which it sets.
   std::unique_ptr<BackendArray<T>> carve(std::vector<std::pair<T**, int64_t>>& plan, MemTag tag);
 

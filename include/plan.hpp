@@ -56,7 +56,7 @@ struct Plan {
   uint64_t flash_lse = 0;    // what FlashAttention saves instead: B x H/tp x T fp32 per layer
   // What the CUDA backend saves under bf16 by storing the matmul-only activations, SwiGLU's
   // inputs and attention's qkv and output in bf16, in activations and in workspace (backward's
-  // dg, da1, da3, datt, dqkv).
+  // dg, du, datt, dqkv).
   uint64_t bf16_inputs_saved = 0, bf16_scratch_saved = 0;
   // The activations on the CUDA backend with c.model.attention: in place of attn_probs,
   // flash_lse under "flash" (the default) or, under "naive", the probabilities at key <= query

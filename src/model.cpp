@@ -27,17 +27,21 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   LMT_ASSERT(!sharded() || mm16, "sharded fp32 masters need the bf16 policy");
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
-  // The RMSNorms' outputs, SwiGLU's gate and backward's da1, da3 are read only by matmuls, and
-  // SwiGLU's inputs a1, a3 and attention's qkv, att (and backward's dg, dqkv, datt) are bf16
+  // The RMSNorms' outputs, SwiGLU's gate and backward's du are read only by matmuls, and
+  // SwiGLU's input u and attention's qkv, att (and backward's dg, dqkv, datt) are bf16
   // activations: under bf16, stored in bf16 (Backend::bf16_elems).
   auto stored = [&](int64_t elems) { return mm16 ? be.bf16_elems(elems) : elems; };
   const int64_t nd16 = stored(n * d), nf16 = stored(n * f), qkv16 = stored(3 * n * d);
+  const int64_t u16 = stored(2 * n * f);
   for (int64_t l = 0; l < L; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
     auto off = [&](const char* s) { return layout.get(p + s).offset; };
+    // W3 then W1, adjacent: one [2f, d] weight, whose matmul makes SwiGLU's u = [W3 h | W1 h].
+    LMT_ASSERT(off("ffn.w1.weight") == off("ffn.w3.weight") + size_t(f * d),
+               "the flat buffer keeps W1 right after W3");
     weights_.push_back({off("ln1.weight"), off("attn.qkv_proj.weight"),
-                        off("attn.output_proj.weight"), off("ln2.weight"), off("ffn.w1.weight"),
-                        off("ffn.w3.weight"), off("ffn.w2.weight")});
+                        off("attn.output_proj.weight"), off("ln2.weight"), off("ffn.w3.weight"),
+                        off("ffn.w2.weight")});
   }
   // Two arenas: what forward saves for backward (activations), and backward's scratch
   // (workspace). Each is sized first, then its pointers are handed out in the same order.
@@ -49,7 +53,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
     for (auto [ptr, size] : {std::pair{&a.rstd1, n}, {&a.h1, nd16}, {&a.qkv, qkv16},
                              {&a.att_saved, be.attention_saved(B, T_, H, c.head_dim(), attention)},
                              {&a.att, nd16}, {&a.x_mid, n * d}, {&a.rstd2, n}, {&a.h2, nd16},
-                             {&a.a1, nf16}, {&a.a3, nf16}, {&a.g, nf16}})
+                             {&a.u, u16}, {&a.g, nf16}})
       saved.push_back({ptr, size});
   }
   for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, nd16}, {&logits_, n * V},
@@ -57,8 +61,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
     saved.push_back({ptr, size});
   // dx16_: the residual stream's gradient as matmuls read it (under bf16 only).
   for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dx16_, mm16 ? nd16 : 0},
-                           {&datt_, nd16}, {&dqkv_, qkv16}, {&dg_, nf16}, {&da1_, nf16},
-                           {&da3_, nf16}})
+                           {&datt_, nd16}, {&dqkv_, qkv16}, {&dg_, nf16}, {&du_, u16}})
     scratch.push_back({ptr, size});
   be.set_weights(params_.data(), layout.total, masters);
   activations_ = carve(saved, MemTag::activations);
@@ -170,9 +173,8 @@ void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, doubl
     be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention);
     be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision, mm16, false, x_[l]);  // + residual
     be.rmsnorm_fwd(a.x_mid, P + w.ln2, a.h2, a.rstd2, n, d, cfg.norm_eps, mm16);
-    be.linear_fwd(a.h2, P + w.w1, a.a1, n, f, d, precision, mm16, mm16, nullptr);
-    be.linear_fwd(a.h2, P + w.w3, a.a3, n, f, d, precision, mm16, mm16, nullptr);
-    be.swiglu_fwd(a.a1, a.a3, a.g, n * f, mm16);
+    be.linear_fwd(a.h2, P + w.w31, a.u, n, 2 * f, d, precision, mm16, mm16, nullptr);
+    be.swiglu_fwd(a.u, a.g, n, f, mm16);
     be.linear_fwd(a.g, P + w.w2, x_[l + 1], n, d, f, precision, mm16, false, a.x_mid);
   }
   be.rmsnorm_fwd(x_.back(), P + layout.get("ln_final.weight").offset, hf_, rstdf_, n, d,
@@ -198,8 +200,7 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
   // The residual stream's gradient dx_ as the W2 and output projections read it: under bf16,
   // the copy rounded by the RMSNorm backward that last updated dx_.
   T* const dres = mm16 ? dx16_ : dx_;
-  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16, false, false,
-                false);
+  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16, false, false);
   be.zero_bytes(dx_, size_t(n * d) * sizeof(T));  // rmsnorm_bwd adds into it
   be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d, mm16 ? dx16_ : nullptr);
   if (sync) sync->ready(0);
@@ -207,20 +208,17 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
-    be.linear_bwd(a.g, P + w.w2, dres, dg_, G + w.w2, n, d, f, precision, mm16, mm16, mm16, false);
-    be.swiglu_bwd(a.a1, a.a3, dg_, da1_, da3_, n * f, mm16);
-    be.linear_bwd(a.h2, P + w.w1, da1_, dh_, G + w.w1, n, f, d, precision, mm16, mm16, false,
+    be.linear_bwd(a.g, P + w.w2, dres, dg_, G + w.w2, n, d, f, precision, mm16, mm16, mm16);
+    be.swiglu_bwd(a.u, dg_, du_, n, f, mm16);
+    be.linear_bwd(a.h2, P + w.w31, du_, dh_, G + w.w31, n, 2 * f, d, precision, mm16, mm16,
                   false);
-    be.linear_bwd(a.h2, P + w.w3, da3_, dh_, G + w.w3, n, f, d, precision, mm16, mm16, false,
-                  true);  // dh_ += W3's part
     be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dx_, G + w.ln2, n, d,  // dx_: x_mid's
                    mm16 ? dx16_ : nullptr);
-    be.linear_bwd(a.att, P + w.wo, dres, datt_, G + w.wo, n, d, d, precision, mm16, mm16, mm16,
-                  false);
+    be.linear_bwd(a.att, P + w.wo, dres, datt_, G + w.wo, n, d, d, precision, mm16, mm16, mm16);
     be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention);
     be.rope(dqkv_, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true, mm16);
     be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision, mm16, mm16,
-                  false, false);
+                  false);
     be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dx_, G + w.ln1, n, d,  // x_[l]'s
                    mm16 && l > 0 ? dx16_ : nullptr);  // layer 0's goes to the embedding, in T
     if (sync) sync->ready(ParamLayout::layer_group(L, l));

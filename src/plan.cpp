@@ -78,18 +78,19 @@ Plan make_plan(const Config& c) {
     // As Model's constructor lays out its arenas, each piece rounded as carve() rounds it:
     // int32 inputs, targets and their sort order (allocations of their own); the residual
     // stream entering each layer and the final norm; per layer rstd1, h1, qkv, attention's saved
-    // buffer, att, x_mid, rstd2, h2, a1, a3, g; then rstdf, hf, logits, dlogits, row_loss.
+    // buffer, att, x_mid, rstd2, h2, u (SwiGLU's input: W3's and W1's outputs), g; then rstdf,
+    // hf, logits, dlogits, row_loss.
     // The CPU backend saves naive's probabilities for either model.attention.
     const uint64_t probs = piece(B * Hl * T * T), lse = piece(B * Hl * T);
     const uint64_t per_layer = 2 * piece(n) + 3 * piece(n * d) + piece(3 * n * dl) +
-                               piece(n * dl) + 3 * piece(n * fl);
+                               piece(n * dl) + piece(2 * n * fl) + piece(n * fl);
     const uint64_t rest = (L + 1) * piece(n * d) + 2 * piece(n) + piece(n * d) + 2 * piece(n * Vl);
     acts = 3 * n * 4 + (L * (per_layer + probs) + rest) * a;
     // Backward's scratch: dx, dh (residual width), under bf16 dx's rounded copy dx16, datt,
-    // dqkv (attention), dg, da1, da3.
+    // dqkv (attention), dg, du.
     const bool bf16 = m.precision == "bf16";
     scratch_elems = (bf16 ? 3 : 2) * piece(n * d) + piece(n * dl) + piece(3 * n * dl) +
-                    3 * piece(n * fl);
+                    piece(n * fl) + piece(2 * n * fl);
     p.attn_probs = L * probs * a;
     // The CUDA backend's flash saves each row's logsumexp, its naive the probabilities at key
     // <= query (T(T+1)/2 a head), in its fp32 storage.
@@ -97,8 +98,8 @@ Plan make_plan(const Config& c) {
     const uint64_t causal_probs = L * piece(B * Hl * T * (T + 1) / 2) * 4;
     acts_cuda = acts - p.attn_probs + (m.attention == "flash" ? p.flash_lse : causal_probs);
     // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf),
-    // SwiGLU's inputs (a1, a3) and attention's qkv and att packed in bf16: half of each piece.
-    // Backward's dg, da1, da3 (SwiGLU's output and input gradients), datt, dqkv and dx16
+    // SwiGLU's input u and attention's qkv and att packed in bf16: half of each piece.
+    // Backward's dg, du (SwiGLU's output and input gradients), datt, dqkv and dx16
     // likewise, in its workspace.
     // Its fp32 scratch, the largest request: RMSNorm backward's partial sums of dg
     // (kRmsnormDgChunks = 32 rows of d); flash backward's D; naive's scores and, in backward,
@@ -119,8 +120,8 @@ Plan make_plan(const Config& c) {
       auto saved = [](uint64_t e) { return piece(e) - piece(ceil_div(e, 2)); };
       const uint64_t attn = saved(3 * n * dl) + saved(n * dl);
       p.bf16_inputs_saved =
-          (L * (2 * saved(n * d) + 3 * saved(n * fl) + attn) + saved(n * d)) * a;
-      p.bf16_scratch_saved = (3 * saved(n * fl) + attn + saved(n * d)) * w;
+          (L * (2 * saved(n * d) + saved(2 * n * fl) + saved(n * fl) + attn) + saved(n * d)) * a;
+      p.bf16_scratch_saved = (saved(2 * n * fl) + saved(n * fl) + attn + saved(n * d)) * w;
       acts_cuda -= p.bf16_inputs_saved;
     }
     p.act_per_token = acts / n;
@@ -151,14 +152,15 @@ Plan make_plan(const Config& c) {
   // Under bf16 each rank holds the fp32 masters of its shard and of the exact parameters only
   // (lmtrain's own layout: without tp and fsdp; else all of them), and the bf16 copy of every
   // weight, which the CPU backend too keeps then: the all-gather's source and, where the masters
-  // are sharded, what its matmuls read, each weight widened into scratch of the largest's size.
+  // are sharded, what its matmuls read, each matmul's weight widened into scratch of the largest's
+  // size (W3 and W1 are one matmul's, 2 d_ff x d).
   const uint64_t weights16 = m.precision == "bf16" ? p.param_count_device * 2 : 0;
   uint64_t masters_cuda = p.params, widened = 0;
   if (zero_bf16) {
     if (tp == 1 && fs == 1) {
       p.params = zero1_master_bytes(m, pc.dp, uint64_t(sysconf(_SC_PAGESIZE)), w);
       masters_cuda = zero1_master_bytes(m, pc.dp, kCudaGranule, w);
-      if (pc.dp > 1) widened = std::max({Vl * d, 3 * d * d, f * d}) * w;
+      if (pc.dp > 1) widened = std::max({Vl * d, 3 * d * d, 2 * f * d}) * w;
     }
     p.params += weights16;
     p.workspace += widened;

@@ -59,7 +59,7 @@ template <typename T> class CpuBackend : public Backend<T> {
 
   // x_bf16, dy_bf16: x or dy already holds bf16 values, which the bf16 policy's rounding of
   // matmul operands leaves as they are.
-  // A residual or dx_add sums in T after the product, as the GPU's epilogue does.
+  // A residual sums in T after the product, as the GPU's epilogue does.
   void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, Precision p,
                   bool, bool y_bf16, const T* residual) override {
     LMT_ASSERT(!(residual && y_bf16), "a residual sum is stored in T");
@@ -69,17 +69,10 @@ template <typename T> class CpuBackend : public Backend<T> {
     if (y_bf16) round_bf16(y, M * N);
   }
   void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
-                  int64_t K, Precision p, bool, bool, bool dx_bf16, bool dx_add) override {
-    LMT_ASSERT(!(dx_add && dx_bf16), "a sum of input gradients is stored in T");
+                  int64_t K, Precision p, bool, bool, bool dx_bf16) override {
     w = weight(w, size_t(N * K), p);
-    if (!dx_add) {
-      cpu::linear_bwd(x, w, dy, dx, dw, M, N, K, p);
-      if (dx_bf16) round_bf16(dx, M * K);
-      return;
-    }
-    std::vector<T> part(size_t(M * K));
-    cpu::linear_bwd(x, w, dy, part.data(), dw, M, N, K, p);
-    cpu::add_inplace(dx, part.data(), M * K);
+    cpu::linear_bwd(x, w, dy, dx, dw, M, N, K, p);
+    if (dx_bf16) round_bf16(dx, M * K);
   }
   void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d, double eps,
                    bool y_bf16) override {
@@ -110,14 +103,14 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::attention_bwd(qkv, probs, dout, dqkv, B, T_, H, dh, p);
     if (p == Precision::bf16) round_bf16(dqkv, B * T_ * 3 * H * dh);
   }
-  void swiglu_fwd(const T* a, const T* b, T* g, int64_t n, bool bf16) override {
-    cpu::swiglu_fwd(a, b, g, n);  // a and b hold bf16 values already (linear_fwd's y_bf16)
-    if (bf16) round_bf16(g, n);
+  void swiglu_fwd(const T* u, T* g, int64_t rows, int64_t f, bool bf16) override {
+    cpu::swiglu_fwd(u, g, rows, f);  // u holds bf16 values already (linear_fwd's y_bf16)
+    if (bf16) round_bf16(g, rows * f);
   }
-  void swiglu_bwd(const T* a, const T* b, const T* dg, T* da, T* db, int64_t n,
+  void swiglu_bwd(const T* u, const T* dg, T* du, int64_t rows, int64_t f,
                   bool bf16) override {
-    cpu::swiglu_bwd(a, b, dg, da, db, n);  // dg too (linear_bwd's dx_bf16)
-    if (bf16) round_bf16(da, n), round_bf16(db, n);
+    cpu::swiglu_bwd(u, dg, du, rows, f);  // dg too (linear_bwd's dx_bf16)
+    if (bf16) round_bf16(du, rows * 2 * f);
   }
   void embedding_fwd(const int32_t* tok, const T* table, T* out, int64_t n, int64_t d) override {
     cpu::embedding_fwd(tok, table, out, n, d);

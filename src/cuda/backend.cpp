@@ -149,17 +149,15 @@ class CudaBackend : public Backend<float> {
   void linear_fwd(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K,
                   Precision p, bool x_bf16, bool y_bf16, const float* residual) override {
     const void *X = operand(x, M * K, p, 0, x_bf16), *W = operand(w, N * K, p, 1);
-    (*gemm_)(false, true, M, N, K, 1, X, K, 0, W, K, 0, residual ? 1 : 0, y, N, 0, 1, ops(p),
-             y_bf16, residual);
+    (*gemm_)(false, true, M, N, K, 1, X, K, 0, W, K, 0, y, N, 0, 1, ops(p), y_bf16, residual);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw,
                   int64_t M, int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16,
-                  bool dx_bf16, bool dx_add) override {
+                  bool dx_bf16) override {
     const void *dY = operand(dy, M * N, p, 0, dy_bf16), *W = operand(w, N * K, p, 1);
-    (*gemm_)(false, false, M, K, N, 1, dY, N, 0, W, K, 0, dx_add ? 1 : 0, dx, K, 0, 1, ops(p),
-             dx_bf16);
+    (*gemm_)(false, false, M, K, N, 1, dY, N, 0, W, K, 0, dx, K, 0, 1, ops(p), dx_bf16);
     const void* X = operand(x, M * K, p, 1, x_bf16);  // stream order: the matmul above read slot 1
-    (*gemm_)(true, false, N, K, M, 1, dY, N, 0, X, K, 0, 0, dw, K, 0, 1, ops(p));
+    (*gemm_)(true, false, N, K, M, 1, dY, N, 0, X, K, 0, dw, K, 0, 1, ops(p));
   }
   void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows,
                    int64_t d, double eps, bool y_bf16) override {
@@ -202,7 +200,7 @@ class CudaBackend : public Backend<float> {
       NvtxRange r("attention scores matmul");
       for (int64_t b = 0; b < B; ++b)  // S = scale * Q K^T, each head a batch entry
         (*gemm_)(false, true, T, T, dh, scale, at(qkv, b * T * ld, p), ld, dh,
-                 at(qkv, b * T * ld + d, p), ld, dh, 0, at(S, b * H * T * T, p), T, T * T, H,
+                 at(qkv, b * T * ld + d, p), ld, dh, at(S, b * H * T * T, p), T, T * T, H,
                  ops(p), b16);
     }
     {
@@ -212,7 +210,7 @@ class CudaBackend : public Backend<float> {
     NvtxRange r("attention output matmul");
     for (int64_t b = 0; b < B; ++b)  // out = P V
       (*gemm_)(false, false, T, dh, T, 1, at(S, b * H * T * T, p), T, T * T,
-               at(qkv, b * T * ld + 2 * d, p), ld, dh, 0, at(out, b * T * d, p), d, dh, H,
+               at(qkv, b * T * ld + 2 * d, p), ld, dh, at(out, b * T * d, p), d, dh, H,
                ops(p), b16);
   }
   void attention_bwd(const float* qkv, const float* out, const float* saved, const float* dout,
@@ -239,23 +237,23 @@ class CudaBackend : public Backend<float> {
       const void *v = at(qkv, b * T * ld + 2 * d, p), *dO = at(dout, b * T * d, p);
       const float* Pf = saved + b * H * T * (T + 1) / 2;
       void *dq = at(dqkv, b * T * ld, p), *dk = at(dq, d, p), *dv = at(dq, 2 * d, p);
-      (*gemm_)(false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, 0, dS, T, T * T, H,
+      (*gemm_)(false, true, T, T, dh, 1, dO, d, dh, v, ld, dh, dS, T, T * T, H,
                ops(p), b16);
       cuda::softmax_causal_bwd(Pf, dS, P, b16, H * T, T, scale, stream_);
-      (*gemm_)(true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, 0, dv, ld, dh, H,
+      (*gemm_)(true, false, T, dh, T, 1, P, T, T * T, dO, d, dh, dv, ld, dh, H,
                ops(p), b16);
-      (*gemm_)(false, false, T, dh, T, 1, dS, T, T * T, k, ld, dh, 0, dq, ld, dh, H,
+      (*gemm_)(false, false, T, dh, T, 1, dS, T, T * T, k, ld, dh, dq, ld, dh, H,
                ops(p), b16);
-      (*gemm_)(true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, 0, dk, ld, dh, H,
+      (*gemm_)(true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, dk, ld, dh, H,
                ops(p), b16);
     }
   }
-  void swiglu_fwd(const float* a, const float* b, float* g, int64_t n, bool bf16) override {
-    cuda::swiglu_fwd(a, b, g, bf16, n, stream_);
+  void swiglu_fwd(const float* u, float* g, int64_t rows, int64_t f, bool bf16) override {
+    cuda::swiglu_fwd(u, g, bf16, rows, f, stream_);
   }
-  void swiglu_bwd(const float* a, const float* b, const float* dg, float* da, float* db,
-                  int64_t n, bool bf16) override {
-    cuda::swiglu_bwd(a, b, dg, da, db, bf16, n, stream_);
+  void swiglu_bwd(const float* u, const float* dg, float* du, int64_t rows, int64_t f,
+                  bool bf16) override {
+    cuda::swiglu_bwd(u, dg, du, bf16, rows, f, stream_);
   }
   void embedding_fwd(const int32_t* tok, const float* table, float* out, int64_t n,
                      int64_t d) override {

@@ -2,6 +2,7 @@
 // odd sizes; the fp32 instantiation against the fp64 one; the precision policy's rounding.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -131,14 +132,19 @@ TEST_CASE("attention: dqkv matches finite differences; causal; rows of P sum to 
   check_grad(qkv, dqkv, loss, "dqkv", 120);
 }
 
-TEST_CASE("swiglu: da and db match finite differences") {
-  const int64_t n = 13;
-  Vec a = randn<double>(n, 2.0), b = randn<double>(n), r = randn<double>(n), g(n);
-  auto loss = [&] { cpu::swiglu_fwd(a.data(), b.data(), g.data(), n); return dot(g, r); };
-  Vec da(n), db(n);
-  cpu::swiglu_bwd(a.data(), b.data(), r.data(), da.data(), db.data(), n);
-  check_grad(a, da, loss, "da");
-  check_grad(b, db, loss, "db");
+TEST_CASE("swiglu: g = silu(a) * b over rows [b | a]; du matches finite differences") {
+  const int64_t rows = 3, f = 7;
+  Vec u = randn<double>(rows * 2 * f, 2.0), r = randn<double>(rows * f), g(rows * f);
+  cpu::swiglu_fwd(u.data(), g.data(), rows, f);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < f; ++j) {
+      const double a = u[size_t(i * 2 * f + f + j)], b = u[size_t(i * 2 * f + j)];
+      CHECK(g[size_t(i * f + j)] == doctest::Approx(a / (1 + std::exp(-a)) * b).epsilon(1e-14));
+    }
+  auto loss = [&] { cpu::swiglu_fwd(u.data(), g.data(), rows, f); return dot(g, r); };
+  Vec du(u.size());
+  cpu::swiglu_bwd(u.data(), r.data(), du.data(), rows, f);
+  check_grad(u, du, loss, "du");
 }
 
 TEST_CASE("embedding: gather forward, scatter-add backward with repeated tokens") {

@@ -82,7 +82,7 @@ TEST_CASE("plan: on the GPU flash saves B x H x T fp32 per layer, naive B x H x 
   CHECK(p.activations_cuda == p.activations - p.attn_probs + L * 192 * 4);  // 168 -> 192
 }
 
-TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, a1, a3, g, h2 and hf packed, half their "
+TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, u, g, h2 and hf packed, half their "
           "pieces") {
   Config c = config_of(kShapes[0]);  // tiny, bf16: n = 8 x 64, d 64, d_ff 176, 2 layers
   c.model.attention = "naive";
@@ -92,7 +92,7 @@ TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, a1, a3, g, h2 and hf pa
   CHECK(p.bf16_inputs_saved == (L * (2 * n * d + 4 * n * d + 3 * n * f) + n * d) / 2 * 4);
   CHECK(p.activations_cuda ==
         p.activations - p.attn_probs + L * B * H * T * (T + 1) / 2 * 4 - p.bf16_inputs_saved);
-  // dg, da1, da3; datt, dqkv; dx16 (the residual gradient that matmuls read)
+  // dg, du (2f wide); datt, dqkv; dx16 (the residual gradient that matmuls read)
   CHECK(p.bf16_scratch_saved == (3 * n * f + 5 * n * d) / 2 * 4);
   // On the GPU: the weights' bf16 copy besides; the step adds state and workspace.
   CHECK(p.forward_cuda == p.params + p.param_count * 2 + p.activations_cuda);
@@ -140,7 +140,8 @@ TEST_CASE("plan: fsdp shards params, grads and moments; zero1 the moments, and u
   CHECK(one.comm_total() == 0);  // one device sends nothing
   // Under bf16 zero1's all-gather sends the matmul-only weights in bf16 and stages the others
   // (exact, fp32) in workspace: E of them, counted from the model's own layout. The CPU widens
-  // each weight from the bf16 copy into scratch of the largest weight's size (3d x d here).
+  // each matmul's weight from the bf16 copy into scratch of the largest's size (W3 and W1's,
+  // 2 d_ff x d here).
   // (bf16 adds backward's rounded copy of the residual gradient to the workspace too: n x d, a
   // piece of the arena, rounded up to 64 elements.)
   c.plan.zero = 1, c.model.precision = "bf16";
@@ -149,7 +150,7 @@ TEST_CASE("plan: fsdp shards params, grads and moments; zero1 the moments, and u
   for (const ParamView& v : ParamLayout::build(c.model).params) E += v.matmul ? 0 : v.numel;
   CHECK(E > 0);
   CHECK(zb.comm_dp == doctest::Approx(3.0 / 4.0 * (4.0 * double(P) + 2.0 * double(P - E) + 4.0 * double(E))));
-  const uint64_t widened = 3 * 24 * 24 * 4;
+  const uint64_t widened = 2 * 40 * 24 * 4;
   const uint64_t nd = uint64_t(c.train.batch_size * c.model.context_length * c.model.d_model);
   const uint64_t dx16 = 4 * ((nd + 63) / 64 * 64);
   CHECK(zb.workspace == z.workspace + 4 * E + widened + dx16);
