@@ -12,23 +12,52 @@
 namespace lmt::cuda {
 namespace {
 
-// One block per row (b*T + t), its threads over the row's H * dh/2 pairs: 32-bit index maths
-// (64-bit division per element made the kernel compute-bound).
-template <typename E>
+// (x0, x1) rotated by the angle whose (cos, sin) is cs, times sign.
+__device__ inline float2 rotate(float x0, float x1, float2 cs, float sign) {
+  const float fs = sign * cs.y, fc = cs.x;
+  return {x0 * fc - x1 * fs, x0 * fs + x1 * fc};
+}
+
+// One block per row (b*T + t), its threads over the row's H * dh/2 pairs, two at a time with
+// Pair2 (one load4/store4 of four values: dh a multiple of 4 and the rows so aligned), else one:
+// 32-bit index maths (64-bit division per element made the kernel compute-bound).
+template <typename E, bool Pair2>
 __global__ void rope_kernel(E* x, const float2* table, int T, int H, int dh, int64_t row_stride,
                             float sign) {
+  constexpr int P = Pair2 ? 2 : 1;
   const int64_t row = blockIdx.x;
   const int half = dh / 2;
   const float2* cs_row = table + int64_t(row % T) * half;
   E* xr = x + row * row_stride;
-  for (int j = threadIdx.x; j < H * half; j += blockDim.x) {
+  for (int j = P * threadIdx.x; j < H * half; j += P * blockDim.x) {
     const int h = j / half, i = j - h * half;
-    const float2 cs = cs_row[i];
     E* p = xr + h * dh + 2 * i;
-    const float x0 = float(p[0]), x1 = float(p[1]), fs = sign * cs.y, fc = cs.x;
-    p[0] = stored<E>(x0 * fc - x1 * fs);
-    p[1] = stored<E>(x0 * fs + x1 * fc);
+    if constexpr (Pair2) {
+      const float4 v = load4(p), cs = *reinterpret_cast<const float4*>(cs_row + i);
+      const float2 r0 = rotate(v.x, v.y, {cs.x, cs.y}, sign);
+      const float2 r1 = rotate(v.z, v.w, {cs.z, cs.w}, sign);
+      store4(p, make_float4(r0.x, r0.y, r1.x, r1.y));
+    } else {
+      const float2 r = rotate(float(p[0]), float(p[1]), cs_row[i], sign);
+      p[0] = stored<E>(r.x), p[1] = stored<E>(r.y);
+    }
   }
+}
+
+template <typename E>
+void launch_rope(void* x, const float2* cs, int64_t rows, int64_t T, int64_t H, int64_t dh,
+                 int64_t row_stride, float sign, cudaStream_t s) {
+  const bool pair2 = dh % 4 == 0 && aligned_for(x, 4 * sizeof(E)) &&
+                     (row_stride * int64_t(sizeof(E))) % int64_t(4 * sizeof(E)) == 0;
+  const int threads = int(std::min<int64_t>(256, (H * dh / (pair2 ? 4 : 2) + 31) / 32 * 32));
+  E* p = static_cast<E*>(x);
+  if (pair2)
+    rope_kernel<E, true><<<unsigned(rows), threads, 0, s>>>(p, cs, int(T), int(H), int(dh),
+                                                            row_stride, sign);
+  else
+    rope_kernel<E, false><<<unsigned(rows), threads, 0, s>>>(p, cs, int(T), int(H), int(dh),
+                                                             row_stride, sign);
+  CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -38,15 +67,8 @@ void rope(void* x, bool bf16, const void* table, int64_t B, int64_t T, int64_t H
   LMT_ASSERT(T < (int64_t(1) << 31) && H * dh < (int64_t(1) << 31), "rope: a row too long");
   const auto* cs = static_cast<const float2*>(table);
   const float sign = inverse ? -1.0f : 1.0f;
-  const int threads = int(std::min<int64_t>(256, (H * dh / 2 + 31) / 32 * 32));
-  const unsigned rows = unsigned(B * T);
-  if (bf16)
-    rope_kernel<<<rows, threads, 0, s>>>(static_cast<__nv_bfloat16*>(x), cs, int(T), int(H),
-                                         int(dh), row_stride, sign);
-  else
-    rope_kernel<<<rows, threads, 0, s>>>(static_cast<float*>(x), cs, int(T), int(H), int(dh),
-                                         row_stride, sign);
-  CUDA_LAUNCH_CHECK();
+  if (bf16) launch_rope<__nv_bfloat16>(x, cs, B * T, T, H, dh, row_stride, sign, s);
+  else launch_rope<float>(x, cs, B * T, T, H, dh, row_stride, sign, s);
 }
 
 }  // namespace lmt::cuda

@@ -176,22 +176,26 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
     }
   }
   SUBCASE("rope forward and inverse on strided rows") {
-    const int64_t B = 2, T = 37, H = 3, dh = 10, stride = 97;  // rows wider than the heads, odd
-    Vec x = as_float(randn<double>(B * T * stride)), ref = x;
-    float* gx = g.up(x);
-    float* gx16 = g.up16(x);
-    cpu::rope(ref.data(), B, T, H, dh, stride, 10000.0, false);
-    gpu->rope(gx, B, T, H, dh, stride, 10000.0, false, false);
-    CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
-    // In bf16: each rotated value the rounding of the fp32 kernel's on the same bf16 inputs, the
-    // columns past the heads untouched.
-    float* gr = g.up(g.down16(gx16, x.size()));
-    gpu->rope(gr, B, T, H, dh, stride, 10000.0, false, false);
-    gpu->rope(gx16, B, T, H, dh, stride, 10000.0, false, true);
-    CHECK(rounds_of(g.down16(gx16, x.size()), g.down(gr, x.size())));
-    cpu::rope(ref.data(), B, T, H, dh, stride, 500.0, true);
-    gpu->rope(gx, B, T, H, dh, stride, 500.0, true, false);
-    CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
+    // Rows wider than the heads; dh 10, stride 97 one pair a thread, dh 12, stride 40 two.
+    for (auto [dh, stride] : {std::pair<int64_t, int64_t>{10, 97}, {12, 40}}) {
+      INFO("dh " << dh << ", stride " << stride);
+      const int64_t B = 2, T = 37, H = 3;
+      Vec x = as_float(randn<double>(B * T * stride)), ref = x;
+      float* gx = g.up(x);
+      float* gx16 = g.up16(x);
+      cpu::rope(ref.data(), B, T, H, dh, stride, 10000.0, false);
+      gpu->rope(gx, B, T, H, dh, stride, 10000.0, false, false);
+      CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
+      // In bf16: each rotated value the rounding of the fp32 kernel's on the same bf16 inputs, the
+      // columns past the heads untouched.
+      float* gr = g.up(g.down16(gx16, x.size()));
+      gpu->rope(gr, B, T, H, dh, stride, 10000.0, false, false);
+      gpu->rope(gx16, B, T, H, dh, stride, 10000.0, false, true);
+      CHECK(rounds_of(g.down16(gx16, x.size()), g.down(gr, x.size())));
+      cpu::rope(ref.data(), B, T, H, dh, stride, 500.0, true);
+      gpu->rope(gx, B, T, H, dh, stride, 500.0, true, false);
+      CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
+    }
   }
   SUBCASE("swiglu forward and backward over rows [b | a], residual add") {
     // f a multiple of 4 (four elements a thread) and not (one at a time).
