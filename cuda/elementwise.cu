@@ -4,6 +4,8 @@
 // outputs, one matmul's: cpu_ops.hpp), and writes g[rows, f]; backward writes du laid out as u.
 // Its tensors (u, g; u, dg, du) are all fp32, or all bf16 (the matmul's output and W2's input
 // gradient in bf16, results rounded to nearest even for the bf16 matmuls that read them).
+#include <algorithm>
+
 #include "common.cuh"
 #include "cuda_kernels.hpp"
 
@@ -21,40 +23,44 @@ __device__ inline float2 gate_bwd(float a, float b, float dg) {
   return {dg * b * sig * (1.0f + a * (1.0f - sig)), dg * a * sig};
 }
 
-// Both SwiGLU kernels: thread i takes g's elements [4i, 4i + 4) of the rows * f; with f a
-// multiple of 4 (Vec4) they lie in one row, one load4/store4 each (u's rows then start 16-byte
-// aligned too); otherwise one element at a time.
+// Both SwiGLU kernels: blockIdx.y (and every gridDim.y-th row after it) picks the row, thread j
+// of the x dimension g's elements [4j, 4j + 4) of it: with f a multiple of 4 (Vec4) one
+// load4/store4 each (u's rows then start 16-byte aligned too), otherwise one element at a time.
 template <typename E, bool Vec4>
-__global__ void swiglu_fwd_kernel(const E* u, E* g, int64_t n, int64_t f) {
-  const int64_t i = 4 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
-  if (Vec4 && i < n) {
-    const E* b = u + i / f * f + i;  // row r = i / f: b at u[2 f r + i - f r]
-    float4 x = load4(b + f), y = load4(b);
-    store4(g + i, make_float4(gate(x.x, y.x), gate(x.y, y.y), gate(x.z, y.z), gate(x.w, y.w)));
-    return;
-  }
-  for (int64_t k = i; k < i + 4 && k < n; ++k) {
-    const E* b = u + k / f * f + k;
-    g[k] = stored<E>(gate(float(b[f]), float(b[0])));
+__global__ void swiglu_fwd_kernel(const E* u, E* g, int64_t rows, int64_t f) {
+  const int64_t j = 4 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
+  if (j >= f) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const E* b = u + 2 * f * r + j;
+    E* out = g + f * r + j;
+    if constexpr (Vec4) {
+      const float4 x = load4(b + f), y = load4(b);
+      store4(out, make_float4(gate(x.x, y.x), gate(x.y, y.y), gate(x.z, y.z), gate(x.w, y.w)));
+    } else {
+      for (int64_t k = 0; k < 4 && j + k < f; ++k)
+        out[k] = stored<E>(gate(float(b[f + k]), float(b[k])));
+    }
   }
 }
 
 template <typename E, bool Vec4>
-__global__ void swiglu_bwd_kernel(const E* u, const E* dg, E* du, int64_t n, int64_t f) {
-  const int64_t i = 4 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
-  if (Vec4 && i < n) {
-    const int64_t at = i / f * f + i;
-    float4 x = load4(u + at + f), y = load4(u + at), d = load4(dg + i);
-    float2 r0 = gate_bwd(x.x, y.x, d.x), r1 = gate_bwd(x.y, y.y, d.y);
-    float2 r2 = gate_bwd(x.z, y.z, d.z), r3 = gate_bwd(x.w, y.w, d.w);
-    store4(du + at + f, make_float4(r0.x, r1.x, r2.x, r3.x));
-    store4(du + at, make_float4(r0.y, r1.y, r2.y, r3.y));
-    return;
-  }
-  for (int64_t k = i; k < i + 4 && k < n; ++k) {
-    const int64_t at = k / f * f + k;
-    float2 r = gate_bwd(float(u[at + f]), float(u[at]), float(dg[k]));
-    du[at + f] = stored<E>(r.x), du[at] = stored<E>(r.y);
+__global__ void swiglu_bwd_kernel(const E* u, const E* dg, E* du, int64_t rows, int64_t f) {
+  const int64_t j = 4 * (blockIdx.x * int64_t(blockDim.x) + threadIdx.x);
+  if (j >= f) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t at = 2 * f * r + j, i = f * r + j;
+    if constexpr (Vec4) {
+      const float4 x = load4(u + at + f), y = load4(u + at), d = load4(dg + i);
+      const float2 r0 = gate_bwd(x.x, y.x, d.x), r1 = gate_bwd(x.y, y.y, d.y);
+      const float2 r2 = gate_bwd(x.z, y.z, d.z), r3 = gate_bwd(x.w, y.w, d.w);
+      store4(du + at + f, make_float4(r0.x, r1.x, r2.x, r3.x));
+      store4(du + at, make_float4(r0.y, r1.y, r2.y, r3.y));
+    } else {
+      for (int64_t k = 0; k < 4 && j + k < f; ++k) {
+        const float2 v = gate_bwd(float(u[at + f + k]), float(u[at + k]), float(dg[i + k]));
+        du[at + f + k] = stored<E>(v.x), du[at + k] = stored<E>(v.y);
+      }
+    }
   }
 }
 
@@ -65,26 +71,31 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
 
 constexpr const char* kUnaligned = "SwiGLU's buffers must be 16-byte aligned";
 
+// The SwiGLU kernels' grid: a row's 4-element groups by kSwigluThreads, times up to 65535 rows.
+constexpr int kSwigluThreads = 128;
+dim3 swiglu_grid(int64_t rows, int64_t f) {
+  return dim3(unsigned(blocks_for((f + 3) / 4, kSwigluThreads)),
+              unsigned(std::min<int64_t>(rows, 65535)));
+}
+
 template <typename E>
 void launch_swiglu_fwd(const void* u, void* g, int64_t rows, int64_t f, cudaStream_t s) {
-  const int64_t n = rows * f;
-  const int blocks = blocks_for((n + 3) / 4, 256);
   const E* in = static_cast<const E*>(u);
   E* out = static_cast<E*>(g);
-  if (f % 4 == 0) swiglu_fwd_kernel<E, true><<<blocks, 256, 0, s>>>(in, out, n, f);
-  else swiglu_fwd_kernel<E, false><<<blocks, 256, 0, s>>>(in, out, n, f);
+  const dim3 grid = swiglu_grid(rows, f);
+  if (f % 4 == 0) swiglu_fwd_kernel<E, true><<<grid, kSwigluThreads, 0, s>>>(in, out, rows, f);
+  else swiglu_fwd_kernel<E, false><<<grid, kSwigluThreads, 0, s>>>(in, out, rows, f);
   CUDA_LAUNCH_CHECK();
 }
 
 template <typename E>
 void launch_swiglu_bwd(const void* u, const void* dg, void* du, int64_t rows, int64_t f,
                        cudaStream_t s) {
-  const int64_t n = rows * f;
-  const int blocks = blocks_for((n + 3) / 4, 256);
   const E *in = static_cast<const E*>(u), *d = static_cast<const E*>(dg);
   E* out = static_cast<E*>(du);
-  if (f % 4 == 0) swiglu_bwd_kernel<E, true><<<blocks, 256, 0, s>>>(in, d, out, n, f);
-  else swiglu_bwd_kernel<E, false><<<blocks, 256, 0, s>>>(in, d, out, n, f);
+  const dim3 grid = swiglu_grid(rows, f);
+  if (f % 4 == 0) swiglu_bwd_kernel<E, true><<<grid, kSwigluThreads, 0, s>>>(in, d, out, rows, f);
+  else swiglu_bwd_kernel<E, false><<<grid, kSwigluThreads, 0, s>>>(in, d, out, rows, f);
   CUDA_LAUNCH_CHECK();
 }
 

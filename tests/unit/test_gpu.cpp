@@ -148,8 +148,9 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, add, embedding, cross-entropy match the CP
   auto gpu = make_cuda_backend();
   Pair g{*gpu, {}};
   SUBCASE("rmsnorm forward and backward") {
-    // dg sums rows in 32 chunks: fewer rows than chunks, and many rows a chunk.
-    for (auto [rows, d] : {std::pair<int64_t, int64_t>{33, 77}, {1001, 45}}) {
+    // dg sums rows in 32 chunks: fewer rows than chunks, and many rows a chunk; d a multiple of 4
+    // (four values a load, several loads a thread) and not.
+    for (auto [rows, d] : {std::pair<int64_t, int64_t>{33, 77}, {1001, 45}, {57, 1036}}) {
       INFO(rows << " rows");
       Vec x = as_float(randn<double>(rows * d)), w = as_float(randn<double>(d));
       Vec dy = as_float(randn<double>(rows * d)), dg0 = as_float(randn<double>(d));
