@@ -8,6 +8,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -184,6 +185,22 @@ template <typename T> class Backend {
   virtual int mark() = 0;
   virtual double elapsed_ms(int from, int to) = 0;
   virtual void clear_marks() = 0;
+
+  // Recorded work: capture(body) runs body with the backend recording, not doing, the work it
+  // enqueues (on the GPU a CUDA graph), and run() does all of it again with one launch (none of
+  // the GPU's kernel-by-kernel launch work). Only the enqueued work is replayed, as it was
+  // recorded: body may not wait for results (sum, download, elapsed_ms) nor allocate, so every
+  // call in it must have run once before (cuda::Gemm's first-call choice, scratch sizes), and
+  // host-side decisions made while recording (which bf16 copies to refresh) are not revisited.
+  // Null where the backend records nothing (the CPU).
+  struct Replay {
+    virtual ~Replay() = default;
+    virtual void run() = 0;
+  };
+  virtual std::unique_ptr<Replay> capture(const std::function<void()>& body) {
+    (void)body;
+    return nullptr;
+  }
 
   // Typed helpers.
   void upload(T* dst, const T* src, size_t n) { upload_bytes(dst, src, n * sizeof(T)); }

@@ -42,6 +42,7 @@ struct Config {
   } data;
   struct Bench {
     int64_t warmup = 5, steps = 20, kernels = 8;
+    int64_t graphs = 0;  // 1: forward and backward replayed as CUDA graphs (one GPU)
     double peak_tflops = 989.0;  // for MFU: H100/H200 dense bf16
   } bench;
   struct Attention {  // the attention mode's grid: every combination is one row

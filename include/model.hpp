@@ -38,7 +38,14 @@ template <typename T> class Model {
     return loss();
   }
   // The same without reading the loss back: no synchronisation with a device backend.
-  void forward_pass(const int32_t* inputs, const int32_t* targets, double grad_divisor = 1);
+  void forward_pass(const int32_t* inputs, const int32_t* targets, double grad_divisor = 1) {
+    set_batch(inputs, targets);
+    forward_compute(grad_divisor);
+  }
+  // Its two halves: the batch's tokens into backend memory, and the forward over the last
+  // batch set (all of it backend work: what Backend::capture can record).
+  void set_batch(const int32_t* inputs, const int32_t* targets);
+  void forward_compute(double grad_divisor = 1);
   double loss() { return be.sum(row_loss_, size_t(B * T_)) / double(B * T_); }
   // Gradients of the last forward into `grads` (overwritten), calling sync.ready() per group.
   void backward(GradSync* sync = nullptr);

@@ -152,16 +152,19 @@ template <typename T> void Model<T>::set_params(const std::vector<T>& host) {
   }
 }
 
-template <typename T>
-void Model<T>::forward_pass(const int32_t* inputs, const int32_t* targets, double grad_divisor) {
-  const int64_t n = B * T_, d = cfg.d_model, f = cfg.d_ff, V = cfg.vocab_size;
-  const int64_t H = cfg.num_heads, dh = cfg.head_dim();
-  const T* P = params_.data();
-  NvtxRange range("forward");
+template <typename T> void Model<T>::set_batch(const int32_t* inputs, const int32_t* targets) {
+  const int64_t n = B * T_;
   be.upload_bytes(inputs_.data(), inputs, size_t(n) * sizeof(int32_t));
   be.upload_bytes(targets_.data(), targets, size_t(n) * sizeof(int32_t));
   cpu::token_order(inputs, n, order_host_.data());  // for the embedding's backward
   be.upload_bytes(order_.data(), order_host_.data(), size_t(n) * sizeof(int32_t));
+}
+
+template <typename T> void Model<T>::forward_compute(double grad_divisor) {
+  const int64_t n = B * T_, d = cfg.d_model, f = cfg.d_ff, V = cfg.vocab_size;
+  const int64_t H = cfg.num_heads, dh = cfg.head_dim();
+  const T* P = params_.data();
+  NvtxRange range("forward");
   be.embedding_fwd(inputs_.data(), P + layout.get("token_embeddings.weight").offset, x_[0], n, d);
   for (size_t l = 0; l < acts_.size(); ++l) {
     NvtxRange layer(strf("layer %zu", l).c_str());

@@ -54,6 +54,19 @@ class CudaBackend : public Backend<float> {
     return prop.name;
   }
 
+  std::unique_ptr<Replay> capture(const std::function<void()>& body) override {
+    // Thread-local mode: a call that would not be recorded (a synchronisation, an allocation)
+    // fails at once, naming itself, instead of being left out of the graph.
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    body();
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    cudaGraphExec_t exec = nullptr;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    return std::make_unique<Graph>(exec, stream_);
+  }
+
   int mark() override {
     if (next_mark_ == events_.size()) {
       cudaEvent_t e;
@@ -392,6 +405,14 @@ class CudaBackend : public Backend<float> {
     }
     return workspace_;
   }
+
+  struct Graph : Replay {
+    Graph(cudaGraphExec_t e, cudaStream_t s) : exec(e), stream(s) {}
+    ~Graph() override { cudaGraphExecDestroy(exec); }
+    void run() override { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }
+    cudaGraphExec_t exec;
+    cudaStream_t stream;
+  };
 
   cudaStream_t stream_ = nullptr;
   void* gemm_workspace_ = nullptr;

@@ -277,6 +277,15 @@ TEST_CASE("bench: --trace writes the timed steps' phases and a memory counter; t
   CHECK(train.output.find("only run.mode = \"bench\" writes a trace") != std::string::npos);
 }
 
+TEST_CASE("bench: bench.graphs = 1 off the GPU stops with one line and exit code 2") {
+  auto r = run(std::string(lmt::test::lmtrain()) + kTiny +
+               " --set run.mode=bench --set run.device=cpu --set bench.graphs=1");
+  CHECK(r.code == 2);
+  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+  CHECK(r.output.find("bench.graphs = 1: CUDA graphs need the cuda device (this run's is cpu)") !=
+        std::string::npos);
+}
+
 TEST_CASE("bench: on 2 ranks the step synchronises gradients and reports comm, exposed and compute") {
   for (std::string strategy : {"flat", "zero1"}) {
     auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
