@@ -1,0 +1,170 @@
+// Every algorithm cuBLASLt's heuristic offers for each matmul of a training step, timed: what the
+// best the library has would make the step's matmuls cost (scripts/gemm_candidates.sh builds and
+// runs it). The shapes are the model's as src/model.cpp runs them (bf16 operands, fp32
+// accumulation, D in bf16 where the model stores it so, the residual added in the epilogue of the
+// output projection and W2, W3 and W1 as one matmul), row-major as cuda/matmul.cu lays them out.
+//   gemm_candidates d_model d_ff vocab tokens layers
+// Each candidate: 2 runs, then the median of 5 batches of 20 back-to-back runs (as in a step);
+// its D compared bit for bit with the heuristic's first choice's ('=' same, 'D' differs, 'x' it
+// failed to run).
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+void check(bool ok, const char* what, int line) {
+  if (ok) return;
+  std::fprintf(stderr, "gemm_candidates: %s failed (line %d)\n", what, line);
+  std::exit(1);
+}
+#define CHECK_CUDA(call) check((call) == cudaSuccess, #call, __LINE__)
+#define CHECK_LT(call) check((call) == CUBLAS_STATUS_SUCCESS, #call, __LINE__)
+
+struct Shape {
+  const char* name;
+  bool transA, transB;  // row-major D[M, N] = op(A) op(B)
+  long M, N, K;
+  bool d_bf16, residual;  // D stored in bf16; D = op(A) op(B) + C (C another fp32 buffer)
+  long per_step;          // calls in one forward + backward
+};
+
+// Values in [-0.5, 0.5) from a hash of the index: operands that are not all alike.
+__global__ void fill(__nv_bfloat16* p, long n, unsigned seed) {
+  const long stride = long(gridDim.x) * blockDim.x;
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    unsigned h = unsigned(i) * 2654435761u ^ seed;
+    h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
+    p[i] = __float2bfloat16(float(h & 0xffff) / 65536.0f - 0.5f);
+  }
+}
+
+cublasLtMatrixLayout_t layout(cudaDataType t, long rows, long cols, long ld) {
+  cublasLtMatrixLayout_t l;
+  CHECK_LT(cublasLtMatrixLayoutCreate(&l, t, uint64_t(rows), uint64_t(cols), ld));
+  return l;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: gemm_candidates d_model d_ff vocab tokens layers\n");
+    return 2;
+  }
+  const long d = std::atol(argv[1]), f = std::atol(argv[2]), V = std::atol(argv[3]);
+  const long n = std::atol(argv[4]), L = std::atol(argv[5]);
+  const Shape shapes[] = {
+      {"fwd qkv", false, true, n, 3 * d, d, true, false, L},
+      {"fwd wo +res", false, true, n, d, d, false, true, L},
+      {"fwd w3,w1", false, true, n, 2 * f, d, true, false, L},
+      {"fwd w2 +res", false, true, n, d, f, false, true, L},
+      {"fwd head", false, true, n, V, d, false, false, 1},
+      {"dgrad head", false, false, n, d, V, false, false, 1},
+      {"dgrad w2", false, false, n, f, d, true, false, L},
+      {"dgrad w3,w1", false, false, n, d, 2 * f, false, false, L},
+      {"dgrad wo", false, false, n, d, d, true, false, L},
+      {"dgrad qkv", false, false, n, d, 3 * d, false, false, L},
+      {"wgrad head", true, false, V, d, n, false, false, 1},
+      {"wgrad w2", true, false, d, f, n, false, false, L},
+      {"wgrad w3,w1", true, false, 2 * f, d, n, false, false, L},
+      {"wgrad wo", true, false, d, d, n, false, false, L},
+      {"wgrad qkv", true, false, 3 * d, d, n, false, false, L},
+  };
+  size_t largest = 0;  // elements of the largest operand or result
+  for (const Shape& s : shapes)
+    largest = std::max({largest, size_t(s.M * s.K), size_t(s.K * s.N), size_t(s.M * s.N)});
+  const size_t ws_bytes = size_t(32) << 20;  // cuda::Gemm::kWorkspaceBytes
+  void *ws, *A, *B, *C, *D;
+  CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+  for (void** p : {&A, &B, &C, &D}) CHECK_CUDA(cudaMalloc(p, largest * 4));
+  for (auto [p, seed] : {std::pair{A, 1u}, {B, 2u}, {C, 3u}})
+    fill<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), long(largest * 2), seed);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  cublasLtHandle_t lt;
+  CHECK_LT(cublasLtCreate(&lt));
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# %s; d_model %ld, d_ff %ld, vocab %ld, %ld tokens, %ld layers\n", prop.name, d, f,
+              V, n, L);
+  std::printf("%-12s %6s %6s %6s %9s %9s %7s %9s  %s\n", "matmul", "M", "N", "K", "first us",
+              "best us", "TFLOP/s", "per step", "candidates");
+  double step_first = 0, step_best = 0;
+  for (const Shape& s : shapes) {
+    // cuBLASLt is column-major: row-major D = op(A) op(B) is its D^T = op(B)^T op(A)^T.
+    cublasLtMatmulDesc_t op;
+    CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t opa = s.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = s.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    CHECK_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    const long lda = s.transA ? s.M : s.K, ldb = s.transB ? s.K : s.N;
+    cublasLtMatrixLayout_t la = s.transB ? layout(CUDA_R_16BF, s.K, s.N, ldb)
+                                         : layout(CUDA_R_16BF, s.N, s.K, ldb);
+    cublasLtMatrixLayout_t lb = s.transA ? layout(CUDA_R_16BF, s.M, s.K, lda)
+                                         : layout(CUDA_R_16BF, s.K, s.M, lda);
+    cublasLtMatrixLayout_t ld = layout(s.d_bf16 ? CUDA_R_16BF : CUDA_R_32F, s.N, s.M, s.N);
+    cublasLtMatmulPreference_t pref;
+    CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+    CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &ws_bytes, sizeof ws_bytes));
+    cublasLtMatmulHeuristicResult_t cand[16];
+    int found = 0;
+    CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 16, cand, &found));
+    const float alpha = 1, beta = s.residual ? 1 : 0;
+    const size_t d_bytes = size_t(s.M * s.N) * (s.d_bf16 ? 2 : 4);
+    std::vector<char> first_d(d_bytes), this_d(d_bytes);
+    std::string marks;
+    double first_us = 0, best_us = 0;  // 0: the first choice did not run
+    for (int i = 0; i < found; ++i) {
+      auto run = [&] {
+        return cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, s.residual ? C : D, ld, D, ld,
+                              &cand[i].algo, ws, ws_bytes, stream);
+      };
+      bool ok = run() == CUBLAS_STATUS_SUCCESS && run() == CUBLAS_STATUS_SUCCESS;
+      std::vector<float> us;
+      for (int batch = 0; ok && batch < 5; ++batch) {
+        CHECK_CUDA(cudaEventRecord(start, stream));
+        for (int k = 0; k < 20; ++k) ok = ok && run() == CUBLAS_STATUS_SUCCESS;
+        CHECK_CUDA(cudaEventRecord(stop, stream));
+        CHECK_CUDA(cudaEventSynchronize(stop));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+        us.push_back(ms * 1e3f / 20);
+      }
+      if (!ok) {
+        marks += 'x';
+        continue;
+      }
+      CHECK_CUDA(cudaMemcpy(i == 0 ? first_d.data() : this_d.data(), D, d_bytes,
+                            cudaMemcpyDeviceToHost));
+      marks += i == 0 || std::memcmp(first_d.data(), this_d.data(), d_bytes) == 0 ? '=' : 'D';
+      std::nth_element(us.begin(), us.begin() + 2, us.end());
+      if (i == 0) first_us = best_us = us[2];
+      if (first_us > 0) best_us = std::min(best_us, double(us[2]));
+    }
+    step_first += first_us * double(s.per_step), step_best += best_us * double(s.per_step);
+    std::printf("%-12s %6ld %6ld %6ld %9.1f %9.1f %7.0f %9ld  %s\n", s.name, s.M, s.N, s.K,
+                first_us, best_us, 2.0 * double(s.M) * double(s.N) * double(s.K) / best_us / 1e6,
+                s.per_step, marks.c_str());
+    cublasLtMatmulPreferenceDestroy(pref);
+    for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulDescDestroy(op);
+  }
+  std::printf("a step's matmuls (forward + backward): %.2f ms with the heuristic's first choices, "
+              "%.2f ms with the fastest candidates\n", step_first / 1e3, step_best / 1e3);
+  return 0;
+}
