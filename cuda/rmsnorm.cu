@@ -5,9 +5,10 @@
 // Forward and dx: one block per row, four values a load where d is a multiple of 4 (Vec4: rows
 // then 16-byte aligned, the launcher checks the pointers), else one. dg in two passes,
 // deterministic (fixed partition and order, no atomics): the rows are cut into kRmsnormDgChunks
-// chunks, a 32 x 8 block sums one chunk's rows for 32 columns (each row lane every 8th row, then
-// the lanes in order) into scratch; then each column adds its chunks' sums in order. (One block
-// per 32 columns over all rows left xl's 1600 columns 50 blocks: a third of the GPU.)
+// chunks, a 32 x 8 block sums one chunk's rows for 32 columns, or 32 groups of four under Vec4
+// (each row lane every 8th row, then the lanes in order) into scratch; then each column adds its
+// chunks' sums in order. (One block per 32 columns over all rows left xl's 1600 columns 50
+// blocks: a third of the GPU.)
 #include "common.cuh"
 #include "cuda_kernels.hpp"
 
@@ -72,22 +73,30 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* g, const float* r
 
 constexpr int kDgLanes = 8;  // row lanes of a dg block
 
+// Under Vec4 a thread's column i is four columns 4i..4i+3 (one load4 a row).
+template <bool Vec4>
 __global__ void rmsnorm_dg_chunk_kernel(const float* x, const float* rstd, const float* dy,
                                         float* chunk_sums, int64_t rows, int64_t d) {
-  __shared__ float part[kDgLanes][33];
-  const int64_t i = blockIdx.x * 32 + threadIdx.x;
+  __shared__ float4 part[kDgLanes][33];
+  const int64_t i = blockIdx.x * 32 + threadIdx.x, cols = Vec4 ? d / 4 : d;
   const int64_t per = (rows + kRmsnormDgChunks - 1) / kRmsnormDgChunks;
   const int64_t begin = blockIdx.y * per, end = begin + per < rows ? begin + per : rows;
-  float acc = 0;
-  if (i < d)
-    for (int64_t r = begin + threadIdx.y; r < end; r += kDgLanes)
-      acc += dy[r * d + i] * x[r * d + i] * rstd[r];
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (i < cols)
+    for (int64_t r = begin + threadIdx.y; r < end; r += kDgLanes) {
+      const float4 v = mul(at4<Vec4>(dy + r * d, i), at4<Vec4>(x + r * d, i));
+      const float rr = rstd[r];
+      acc.x += v.x * rr, acc.y += v.y * rr, acc.z += v.z * rr, acc.w += v.w * rr;
+    }
   part[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
-  if (threadIdx.y != 0 || i >= d) return;
-  float total = 0;
-  for (int k = 0; k < kDgLanes; ++k) total += part[k][threadIdx.x];
-  chunk_sums[blockIdx.y * d + i] = total;
+  if (threadIdx.y != 0 || i >= cols) return;
+  float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int k = 0; k < kDgLanes; ++k) {
+    const float4 p = part[k][threadIdx.x];
+    total.x += p.x, total.y += p.y, total.z += p.z, total.w += p.w;
+  }
+  put4<Vec4>(chunk_sums + blockIdx.y * d, i, total);
 }
 
 __global__ void rmsnorm_dg_sum_kernel(const float* chunk_sums, float* dg, int64_t d) {
@@ -137,8 +146,11 @@ void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float*
   else
     rmsnorm_dx_kernel<false><<<unsigned(rows), kThreads, 0, s>>>(x, g, rstd, dy, dx, dx16, d);
   CUDA_LAUNCH_CHECK();
-  const dim3 grid(unsigned(blocks_for(d, 32)), kRmsnormDgChunks);
-  rmsnorm_dg_chunk_kernel<<<grid, dim3(32, kDgLanes), 0, s>>>(x, rstd, dy, scratch, rows, d);
+  const bool vec4 = vec4_rows(d, {x, dy, scratch});
+  const dim3 grid(unsigned(blocks_for(vec4 ? d / 4 : d, 32)), kRmsnormDgChunks);
+  const dim3 block(32, kDgLanes);
+  if (vec4) rmsnorm_dg_chunk_kernel<true><<<grid, block, 0, s>>>(x, rstd, dy, scratch, rows, d);
+  else rmsnorm_dg_chunk_kernel<false><<<grid, block, 0, s>>>(x, rstd, dy, scratch, rows, d);
   CUDA_LAUNCH_CHECK();
   rmsnorm_dg_sum_kernel<<<blocks_for(d, 256), 256, 0, s>>>(scratch, dg, d);
   CUDA_LAUNCH_CHECK();
