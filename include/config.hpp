@@ -16,6 +16,7 @@ struct Config {
     std::string mode = "train";   // train | bench | attention | plan | allreduce
     std::string device = "auto";  // auto | cpu | cuda
     int64_t seed = 0;
+    int64_t graphs = 0;  // 1: forward and backward replayed as CUDA graphs (one GPU, one rank)
   } run;
   struct Model {  // defaults are the tiny model (configs/models/tiny.toml)
     int64_t d_model = 64, d_ff = 176, num_layers = 2, num_heads = 4, vocab_size = 256,
@@ -42,7 +43,6 @@ struct Config {
   } data;
   struct Bench {
     int64_t warmup = 5, steps = 20, kernels = 8;
-    int64_t graphs = 0;  // 1: forward and backward replayed as CUDA graphs (one GPU)
     double peak_tflops = 989.0;  // for MFU: H100/H200 dense bf16
   } bench;
   struct Attention {  // the attention mode's grid: every combination is one row

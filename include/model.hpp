@@ -43,12 +43,18 @@ template <typename T> class Model {
     forward_compute(grad_divisor);
   }
   // Its two halves: the batch's tokens into backend memory, and the forward over the last
-  // batch set (all of it backend work: what Backend::capture can record).
+  // batch set (backend work only).
   void set_batch(const int32_t* inputs, const int32_t* targets);
   void forward_compute(double grad_divisor = 1);
   double loss() { return be.sum(row_loss_, size_t(B * T_)) / double(B * T_); }
   // Gradients of the last forward into `grads` (overwritten), calling sync.ready() per group.
   void backward(GradSync* sync = nullptr);
+  // Records forward_compute(grad_divisor) and backward() without a sync as backend replays
+  // (Backend::capture: CUDA graphs), which they run from then on instead of launching op by op.
+  // A forward and a backward must have run before (the ops' first-call work); the backend must
+  // record (the GPU's).
+  void record(double grad_divisor = 1);
+  bool replays() const { return fwd_replay_ != nullptr; }
 
   T* params() const { return params_.data(); }  // layout.total elements, backend memory
   T* grads() const { return grads_.data(); }
@@ -94,6 +100,11 @@ template <typename T> class Model {
   T *dx_, *dh_, *dx16_, *datt_, *dqkv_, *dg_, *du_;  // backward scratch
   // One allocation for all the pointers in `plan`, which it sets.
   std::unique_ptr<BackendArray<T>> carve(std::vector<std::pair<T**, int64_t>>& plan, MemTag tag);
+
+  void forward_ops(double grad_divisor);
+  void backward_ops(GradSync* sync);
+  std::unique_ptr<typename Backend<T>::Replay> fwd_replay_, bwd_replay_;
+  double replay_divisor_ = 1;
 
   std::unique_ptr<BackendArray<T>> activations_, scratch_;
   BackendArray<T, int32_t> inputs_, targets_, order_;

@@ -18,6 +18,10 @@ int run_plan(const CommandLine& cl, const Runtime& rt);
 // The all-reduce benchmark: its backend (allreduce.backend) decides the device.
 int run_allreduce(const CommandLine& cl, const Runtime& rt);
 
+// run.graphs = 1 (train, bench) replays CUDA graphs: it needs the cuda device and one rank (the
+// gradients' collectives are not recorded). Otherwise every rank stops with one line, exit 2.
+void check_graphs(const Config& c, const Runtime& rt, const std::string& device);
+
 // The backend for `device` (on "cuda": this rank's GPU, selected first). Collective: a refusal
 // on any rank stops every rank with exit code 2.
 template <typename T>

@@ -174,6 +174,9 @@ std::vector<ConfigField> config_fields(Config& c) {
       str_field("run", "device", &r.device, {"auto", "cpu", "cuda"},
                 "backend; auto: cuda when every rank has a GPU and precision is not fp64"),
       int_field("run", "seed", &r.seed, 0, "seed of parameter init and every data stream"),
+      int_field("run", "graphs", &r.graphs, 0,
+                "1: train and bench record forward and backward once each as a CUDA graph and "
+                "replay them (one GPU, one rank)", 1),
       int_field("model", "d_model", &m.d_model, 1, "width of the residual stream"),
       int_field("model", "d_ff", &m.d_ff, 1, "hidden width of the SwiGLU feed-forward"),
       int_field("model", "num_layers", &m.num_layers, 1, "transformer blocks"),
@@ -220,9 +223,7 @@ std::vector<ConfigField> config_fields(Config& c) {
       int_field("bench", "steps", &c.bench.steps, 1, "timed repetitions of each measurement"),
       int_field("bench", "kernels", &c.bench.kernels, 0,
                 "top kernels by GPU time to list per phase (CUPTI; 0: none)"),
-      int_field("bench", "graphs", &c.bench.graphs, 0,
-                "1: forward and backward each recorded once as a CUDA graph and replayed (one "
-                "GPU, one rank)", 1),
+
       real_field("bench", "peak_tflops", &c.bench.peak_tflops, 0, true, kBig,
                  "the GPU's peak at this precision, for MFU (989: H100/H200 dense bf16)"),
       int_field("attention", "batch", &c.attention.batch, 1, "attention mode: batch size"),

@@ -160,7 +160,27 @@ template <typename T> void Model<T>::set_batch(const int32_t* inputs, const int3
   be.upload_bytes(order_.data(), order_host_.data(), size_t(n) * sizeof(int32_t));
 }
 
+template <typename T> void Model<T>::record(double grad_divisor) {
+  fwd_replay_ = be.capture([&] { forward_ops(grad_divisor); });
+  bwd_replay_ = be.capture([&] { backward_ops(nullptr); });
+  LMT_ASSERT(fwd_replay_ && bwd_replay_, std::string("the ") + be.name() +
+                                             " backend records no replays (CUDA graphs)");
+  replay_divisor_ = grad_divisor;
+}
+
 template <typename T> void Model<T>::forward_compute(double grad_divisor) {
+  if (!fwd_replay_) return forward_ops(grad_divisor);
+  LMT_ASSERT(grad_divisor == replay_divisor_, "the forward was recorded for another divisor");
+  fwd_replay_->run();
+}
+
+template <typename T> void Model<T>::backward(GradSync* sync) {
+  if (!bwd_replay_) return backward_ops(sync);
+  LMT_ASSERT(!sync, "a recorded backward synchronises no gradients");
+  bwd_replay_->run();
+}
+
+template <typename T> void Model<T>::forward_ops(double grad_divisor) {
   const int64_t n = B * T_, d = cfg.d_model, f = cfg.d_ff, V = cfg.vocab_size;
   const int64_t H = cfg.num_heads, dh = cfg.head_dim();
   const T* P = params_.data();
@@ -188,7 +208,7 @@ template <typename T> void Model<T>::forward_compute(double grad_divisor) {
                    1.0 / (double(n) * grad_divisor));
 }
 
-template <typename T> void Model<T>::backward(GradSync* sync) {
+template <typename T> void Model<T>::backward_ops(GradSync* sync) {
   const int64_t n = B * T_, d = cfg.d_model, f = cfg.d_ff, V = cfg.vocab_size;
   const int64_t H = cfg.num_heads, dh = cfg.head_dim(), L = cfg.num_layers;
   const T* P = params_.data();

@@ -1,10 +1,22 @@
-// The backend a mode runs on, and the communicator for its buffers.
+// The backend a mode runs on, the communicator for its buffers, and what run.graphs needs.
 #include <type_traits>
 
 #include "gpu.hpp"
 #include "modes.hpp"
 
 namespace lmt {
+
+void check_graphs(const Config& c, const Runtime& rt, const std::string& device) {
+  if (!c.run.graphs) return;
+  agree(rt, [&] {
+    if (device != "cuda")
+      throw UsageError("run.graphs = 1: CUDA graphs need the cuda device (this run's is " +
+                       device + ")");
+    if (rt.world > 1)
+      throw UsageError(strf("run.graphs = 1: one rank only (the gradients' collectives are not "
+                            "recorded); this run has %d", rt.world));
+  });
+}
 
 template <typename T>
 std::unique_ptr<Backend<T>> make_backend(const std::string& device, const Runtime& rt) {

@@ -1,9 +1,9 @@
 // bench mode: times forward, forward+backward and the full training step (with AdamW) of one
 // model size, after `warmup` untimed repetitions, with the backend's timers (CUDA events on the
 // GPU); prints mean/std/median/min/max, the step's phases, tokens/s, MFU and memory by tag.
-// bench.graphs = 1: forward and backward are each recorded once as a CUDA graph (after one
-// pass as usual, which makes the first-call choices and scratch) and replayed, the optimizer
-// launched as usual; what the GPU's kernel-by-kernel launching costs is the difference.
+// run.graphs = 1: forward and backward are recorded once each as a CUDA graph (after one pass as
+// usual, which makes the first-call choices and scratch) and replayed, the optimizer launched as
+// usual; what the GPU's kernel-by-kernel launching costs is the difference.
 //
 // FLOPs counted (matmuls only, attention over the full T x T it materialises):
 //   forward = 2 B T (L (4 d^2 + 3 d d_ff) + d V) + 4 L B T^2 d,   forward+backward = 3 x forward.
@@ -117,29 +117,16 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   std::vector<int32_t> in(static_cast<size_t>(B * T_)), tg(static_cast<size_t>(B * T_));
   source->sample(rng, B, T_, in.data(), tg.data());
   const int64_t W = c.bench.warmup, S = c.bench.steps;
-  // Forward and backward as launched, or replayed (bench.graphs: one rank, so the gradient
-  // divisor is 1 and there is no sync).
-  std::unique_ptr<typename Backend<T>::Replay> fwd_graph, bwd_graph;
-  if (c.bench.graphs) {
+  if (c.run.graphs) {  // one rank (check_graphs): the gradient divisor is 1
     model.forward_pass(in.data(), tg.data());
     model.backward();
-    fwd_graph = be.capture([&] { model.forward_compute(); });
-    bwd_graph = be.capture([&] { model.backward(); });
-    LMT_ASSERT(fwd_graph && bwd_graph, "bench.graphs: this backend records no graphs");
+    model.record();
   }
-  auto forward = [&](double grad_divisor) {
-    if (fwd_graph) fwd_graph->run();
-    else model.forward_pass(in.data(), tg.data(), grad_divisor);
-  };
-  auto backward = [&](GradSync* s) {
-    if (bwd_graph) bwd_graph->run();
-    else model.backward(s);
-  };
 
-  auto fwd = time_reps<T>(be, W, S, [&](std::vector<int>&) { forward(1); });
+  auto fwd = time_reps<T>(be, W, S, [&](std::vector<int>&) { model.forward_pass(in.data(), tg.data()); });
   auto fwd_bwd = time_reps<T>(be, W, S, [&](std::vector<int>&) {
-    forward(1);
-    backward(nullptr);
+    model.forward_pass(in.data(), tg.data());
+    model.backward();
   });
   std::vector<std::vector<double>> phases;
   std::vector<double> starts;  // of each timed step, ms after the first
@@ -149,10 +136,10 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   if (comm) comm->take_comm_ms();
   auto step = time_reps<T>(be, W, S, [&](std::vector<int>& marks) {
     held.push_back(be.memory().current);
-    forward(rt.world);
+    model.forward_pass(in.data(), tg.data(), rt.world);
     marks.push_back(be.mark());
     held.push_back(be.memory().current);
-    backward(sync.get());
+    model.backward(sync.get());
     marks.push_back(be.mark());
     held.push_back(be.memory().current);
     NvtxRange r("optimizer");
@@ -175,10 +162,10 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   if (c.bench.kernels > 0 && std::string(be.name()) == "cuda" && KernelProfile::available()) {
     KernelProfile prof;
     prof.start();
-    forward(1);
+    model.forward_pass(in.data(), tg.data());
     kernels.push_back({"forward", prof.stop()});
     prof.start();
-    backward(nullptr);
+    model.backward();
     kernels.push_back({"backward", prof.stop()});
     prof.start();
     optimizer_step();
@@ -195,7 +182,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     printf("== lmtrain bench: %s on %s, %s, batch %lld x context %lld, warm-up %lld, %lld timed%s ==\n",
            human_count(double(model.layout.total)).c_str(), be.device_name().c_str(),
            c.model.precision.c_str(), (long long)B, (long long)T_, (long long)W, (long long)S,
-           fwd_graph ? ", forward and backward as CUDA graphs" : "");
+           model.replays() ? ", forward and backward as CUDA graphs" : "");
     printf("%-22s %9s %9s %9s %9s %9s\n", "ms", "mean", "std", "median", "min", "max");
     for (auto [name, st] : {std::pair{"forward", sf}, {"forward+backward", sfb}, {"step (with AdamW)", ss}})
       printf("%-22s %9.3f %9.3f %9.3f %9.3f %9.3f\n", name, st.mean, st.std, st.median, st.min, st.max);
@@ -259,15 +246,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
 }  // namespace
 
 int run_bench(const CommandLine& cl, const Runtime& rt, const std::string& device) {
-  if (cl.config.bench.graphs)
-    agree(rt, [&] {
-      if (device != "cuda")
-        throw UsageError("bench.graphs = 1: CUDA graphs need the cuda device (this run's is " +
-                         device + ")");
-      if (rt.world > 1)
-        throw UsageError(strf("bench.graphs = 1: times one rank (NCCL's collectives are not "
-                              "recorded); this run has %d", rt.world));
-    });
+  check_graphs(cl.config, rt, device);
   if (cl.config.model.precision == "fp64")
     return bench<double>(cl, rt, make_backend<double>(device, rt));
   return bench<float>(cl, rt, make_backend<float>(device, rt));

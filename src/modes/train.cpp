@@ -148,8 +148,10 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   const double tokens_per_step = double(B * T_ * rt.world);
   if (rt.is_root()) {
     printf("== lmtrain train ==\n%s\n", config_to_toml(c).c_str());
-    printf("device %s, %d rank(s), %s parameters, %s tokens per step\n", device.c_str(), rt.world,
-           human_count(double(model.layout.total)).c_str(), human_count(tokens_per_step).c_str());
+    printf("device %s, %d rank(s), %s parameters, %s tokens per step%s\n", device.c_str(),
+           rt.world, human_count(double(model.layout.total)).c_str(),
+           human_count(tokens_per_step).c_str(),
+           c.run.graphs ? "; forward and backward as CUDA graphs after the first step" : "");
     printf("data: %s\n", source->describe().c_str());
     if (first_step > 0) printf("resumed from %s at step %lld\n", c.train.resume.c_str(),
                                (long long)first_step);
@@ -177,6 +179,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     source->sample(rng, B, T_, inputs.data(), targets.data());
     interval_loss += model.forward(inputs.data(), targets.data(), rt.world);
     model.backward(sync.get());
+    if (c.run.graphs && !model.replays()) model.record(rt.world);  // after this process's first
     if (comm) comm->synchronize();  // clipping reads the gradients on the host: fail, never hang
     double gnorm, lr = learning_rate(c.optim, step, steps);
     {
@@ -286,6 +289,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
 }  // namespace
 
 int run_train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
+  check_graphs(cl.config, rt, device);
   if (cl.config.model.precision == "fp64") return train<double>(cl, rt, device);
   return train<float>(cl, rt, device);
 }

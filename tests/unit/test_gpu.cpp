@@ -445,45 +445,37 @@ TEST_CASE("gpu model: holding only some fp32 masters (zero1 under bf16), the los
   }
 }
 
-TEST_CASE("gpu model: forward and backward recorded as CUDA graphs replay to the launched loss "
-          "and gradients, bit for bit, after AdamW and on a new batch too" *
+TEST_CASE("gpu model: forward and backward recorded as CUDA graphs (Model::record) give the "
+          "launched model's loss and gradients, bit for bit, through AdamW steps and new batches" *
           doctest::skip(gpu_count() == 0)) {
   Config::Model m;
   m.d_model = 48, m.num_heads = 3, m.d_ff = 136, m.num_layers = 2, m.vocab_size = 97;
   m.context_length = 29;
   const int64_t B = 3, T = 29;
-  auto gpu = make_cuda_backend();
+  auto gpu = make_cuda_backend(), gpu2 = make_cuda_backend();  // a backend keeps one model's copy
   Config::Optim o;
   for (const char* prec : {"fp32", "bf16"})
     for (const char* attention : {"naive", "flash"}) {
       INFO(prec << " " << attention);
       m.precision = prec, m.attention = attention;
-      Model<float> model(*gpu, m, B, T);
-      model.init_params(lmt::test::rng()());
-      AdamW<float> opt(*gpu, model.layout.total);
-      auto in = lmt::test::rand_tokens(B * T, 97), tg = lmt::test::rand_tokens(B * T, 97);
-      model.forward(in.data(), tg.data());  // the first calls: algorithm choices, scratch
-      model.backward();
-      auto fwd = gpu->capture([&] { model.forward_compute(); });
-      auto bwd = gpu->capture([&] { model.backward(); });
-      REQUIRE(fwd);
-      REQUIRE(bwd);
-      const std::vector<float> nan(model.layout.total, std::numeric_limits<float>::quiet_NaN());
-      for (int round = 0; round < 3; ++round) {
-        INFO("round " << round);  // 1: after an AdamW step; 2: also on another batch
-        if (round == 1) opt.step(model.params(), model.grads(), 1e-2, o);
-        if (round == 2) {
-          in = lmt::test::rand_tokens(B * T, 97), tg = lmt::test::rand_tokens(B * T, 97);
-        }
-        const double launched = model.forward(in.data(), tg.data());
-        model.backward();
-        const std::vector<float> grads = model.grads_host();
-        gpu->upload(model.grads(), nan.data(), nan.size());  // every gradient written again
-        model.set_batch(in.data(), tg.data());
-        fwd->run();
-        bwd->run();
-        CHECK(model.loss() == launched);
-        CHECK(model.grads_host() == grads);
+      Model<float> launched(*gpu, m, B, T), replayed(*gpu2, m, B, T);
+      const uint64_t seed = lmt::test::rng()();
+      launched.init_params(seed), replayed.init_params(seed);
+      AdamW<float> opt(*gpu, launched.layout.total), opt2(*gpu2, replayed.layout.total);
+      const std::vector<float> nan(replayed.layout.total, std::numeric_limits<float>::quiet_NaN());
+      for (int step = 0; step < 4; ++step) {
+        INFO("step " << step);  // a new batch every step; step 0 launches and records
+        auto in = lmt::test::rand_tokens(B * T, 97), tg = lmt::test::rand_tokens(B * T, 97);
+        const double loss = launched.forward(in.data(), tg.data());
+        launched.backward();
+        gpu2->upload(replayed.grads(), nan.data(), nan.size());  // every gradient written again
+        CHECK(replayed.forward(in.data(), tg.data()) == loss);
+        replayed.backward();
+        CHECK(replayed.grads_host() == launched.grads_host());
+        if (step == 0) replayed.record();
+        CHECK(replayed.replays());
+        opt.step(launched.params(), launched.grads(), 1e-2, o);
+        opt2.step(replayed.params(), replayed.grads(), 1e-2, o);
       }
     }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "check.hpp"
 #include "checkpoint.hpp"
@@ -196,7 +197,7 @@ TEST_CASE("train: --csv appends rows under one header; a file with another heade
   std::string header, row1, row2, extra;
   std::getline(f, header), std::getline(f, row1), std::getline(f, row2);
   CHECK(!std::getline(f, extra));
-  CHECK(header.rfind("run.mode,run.device,run.seed,model.d_model", 0) == 0);
+  CHECK(header.rfind("run.mode,run.device,run.seed,run.graphs,model.d_model", 0) == 0);
   CHECK(header.find("final_loss") != std::string::npos);
   CHECK(std::count(row1.begin(), row1.end(), ',') == std::count(header.begin(), header.end(), ','));
   std::string other = dir.file("other.csv", "a,b\n1,2\n");
@@ -277,13 +278,39 @@ TEST_CASE("bench: --trace writes the timed steps' phases and a memory counter; t
   CHECK(train.output.find("only run.mode = \"bench\" writes a trace") != std::string::npos);
 }
 
-TEST_CASE("bench: bench.graphs = 1 off the GPU stops with one line and exit code 2") {
-  auto r = run(std::string(lmt::test::lmtrain()) + kTiny +
-               " --set run.mode=bench --set run.device=cpu --set bench.graphs=1");
-  CHECK(r.code == 2);
-  CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
-  CHECK(r.output.find("bench.graphs = 1: CUDA graphs need the cuda device (this run's is cpu)") !=
-        std::string::npos);
+TEST_CASE("run.graphs = 1 off the GPU or on several ranks stops with one line and exit code 2") {
+  for (const char* mode : {"train", "bench"}) {
+    INFO(mode);
+    auto r = run(std::string(lmt::test::lmtrain()) + kTiny + " --set run.mode=" + mode +
+                 " --set run.device=cpu --set run.graphs=1");
+    CHECK(r.code == 2);
+    CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
+    CHECK(r.output.find("run.graphs = 1: CUDA graphs need the cuda device (this run's is cpu)") !=
+          std::string::npos);
+  }
+}
+
+// On a machine with a GPU: the same training run launched op by op and replayed as CUDA graphs
+// prints the same losses (the kernels and their order are the same).
+TEST_CASE("train with run.graphs = 1 on a GPU follows the launched run's losses exactly" *
+          doctest::skip(lmt::gpu_count() < 1)) {
+  std::vector<std::string> lines[2];
+  for (int graphs : {0, 1}) {
+    auto r = run(std::string(lmt::test::lmtrain()) + kTiny +
+                 " --set run.device=cuda --set model.precision=bf16 --set train.steps=12"
+                 " --set train.log_every=4 --set run.graphs=" + std::to_string(graphs));
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    std::istringstream text(r.output);
+    for (std::string line; std::getline(text, line);)
+      if (line.rfind("step ", 0) == 0) {  // step, loss, lr, grad norm: up to the 4th '|'
+        size_t at = 0;
+        for (int k = 0; k < 4 && at != std::string::npos; ++k) at = line.find('|', at + 1);
+        lines[graphs].push_back(line.substr(0, at));
+      }
+  }
+  CHECK(lines[0].size() == 3);
+  CHECK(lines[1] == lines[0]);
 }
 
 TEST_CASE("bench: on 2 ranks the step synchronises gradients and reports comm, exposed and compute") {
