@@ -1,7 +1,7 @@
-// Elementwise kernels: SwiGLU's gate g = silu(a) * b and its backward
-//   da = dg * b * sig(a) * (1 + a (1 - sig(a))),  db = dg * silu(a),
-// and the residual add y += x. SwiGLU reads u[rows, 2f], each row [b | a] (W3's and W1's
-// outputs, one matmul's: cpu_ops.hpp), and writes g[rows, f]; backward writes du laid out as u.
+// SwiGLU's gate g = silu(a) * b and its backward
+//   da = dg * b * sig(a) * (1 + a (1 - sig(a))),  db = dg * silu(a).
+// It reads u[rows, 2f], each row [b | a] (W3's and W1's outputs, one matmul's: cpu_ops.hpp), and
+// writes g[rows, f]; backward writes du laid out as u.
 // Its tensors (u, g; u, dg, du) are all fp32, or all bf16 (the matmul's output and W2's input
 // gradient in bf16, results rounded to nearest even for the bf16 matmuls that read them).
 #include <algorithm>
@@ -64,11 +64,6 @@ __global__ void swiglu_bwd_kernel(const E* u, const E* dg, E* du, int64_t rows, 
   }
 }
 
-__global__ void add_kernel(float* y, const float* x, int64_t n) {
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i < n) y[i] += x[i];
-}
-
 constexpr const char* kUnaligned = "SwiGLU's buffers must be 16-byte aligned";
 
 // The SwiGLU kernels' grid: a row's 4-element groups by kSwigluThreads, times up to 65535 rows.
@@ -112,11 +107,6 @@ void swiglu_bwd(const void* u, const void* dg, void* du, bool bf16, int64_t rows
   check_aligned16({u, dg, du}, kUnaligned);
   if (bf16) launch_swiglu_bwd<__nv_bfloat16>(u, dg, du, rows, f, s);
   else launch_swiglu_bwd<float>(u, dg, du, rows, f, s);
-}
-
-void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s) {
-  add_kernel<<<blocks_for(n, 256), 256, 0, s>>>(y, x, n);
-  CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace lmt::cuda

@@ -173,7 +173,6 @@ template <typename T> class Backend {
   // row_loss[i] = loss of row i; dlogits as cpu::cross_entropy.
   virtual void cross_entropy(const T* logits, const int32_t* targets, T* dlogits, T* row_loss,
                              int64_t n, int64_t V, double grad_scale) = 0;
-  virtual void add_inplace(T* y, const T* x, int64_t n) = 0;
 
   // Reductions return to the host (a synchronisation on a device backend), summed in double.
   virtual double sum(const T* x, size_t n) = 0;

@@ -35,7 +35,6 @@ void rope(void* x, bool bf16, const void* table, int64_t B, int64_t T, int64_t H
 void swiglu_fwd(const void* u, void* g, bool bf16, int64_t rows, int64_t f, cudaStream_t s);
 void swiglu_bwd(const void* u, const void* dg, void* du, bool bf16, int64_t rows, int64_t f,
                 cudaStream_t s);
-void add_inplace(float* y, const float* x, int64_t n, cudaStream_t s);
 // Causal softmax over rows of scores [rows, T] (row r is query r % T; fp32, or bf16), in place:
 // P; and P in fp32 to probs, packed causal: for each T rows, T(T+1)/2 values, row q's q + 1
 // (keys 0..q) after the rows before it.

@@ -123,7 +123,6 @@ template <typename T> class CpuBackend : public Backend<T> {
                      int64_t V, double grad_scale) override {
     cpu::cross_entropy(logits, targets, dlogits, row_loss, n, V, grad_scale);
   }
-  void add_inplace(T* y, const T* x, int64_t n) override { cpu::add_inplace(y, x, n); }
 
   double sum(const T* x, size_t n) override {
     double s = 0;

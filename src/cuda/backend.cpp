@@ -280,9 +280,6 @@ class CudaBackend : public Backend<float> {
                      float* row_loss, int64_t n, int64_t V, double grad_scale) override {
     cuda::cross_entropy(logits, targets, dlogits, row_loss, n, V, grad_scale, stream_);
   }
-  void add_inplace(float* y, const float* x, int64_t n) override {
-    cuda::add_inplace(y, x, n, stream_);
-  }
   double sum(const float* x, size_t n) override { return reduce(x, n, false); }
   double sum_squares(const float* x, size_t n) override { return reduce(x, n, true); }
   void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s) override {

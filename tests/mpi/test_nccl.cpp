@@ -160,18 +160,21 @@ TEST_CASE("nccl communicator: collectives wait for the compute stream and the co
   Gpu g;
   const int R = g.comm->size(), me = g.comm->rank();
   const size_t n = size_t(1) << 24;  // large: a missing dependency shows as a race
-  std::vector<float> ones(n, 1.0f);
-  auto* x = reinterpret_cast<float*>(g.device(encode(std::vector<double>(n, 1.0), DType::f32)));
-  auto* rank = reinterpret_cast<float*>(g.device(encode(std::vector<double>(n, me), DType::f32)));
+  std::vector<float> zeros(n, 0.0f);
+  auto* x = reinterpret_cast<float*>(g.device(encode(std::vector<double>(n, 0.0), DType::f32)));
+  auto* y = reinterpret_cast<float*>(g.device(encode(std::vector<double>(n, 0.0), DType::f32)));
+  auto* mine =
+      reinterpret_cast<float*>(g.device(encode(std::vector<double>(n, me + 1), DType::f32)));
   for (int rep = 0; rep < 3; ++rep) {
-    // compute stream: x = 1 + me; comm: sum; compute stream: x += x, all enqueued at once
-    g.be->upload(x, ones.data(), n);
-    g.be->add_inplace(x, rank, int64_t(n));
+    // compute stream: x = 0, then x = 1 + me; comm: sum; compute stream: y = x; all enqueued at
+    // once (copies on the compute stream, not kernels, but ordered as the kernels are)
+    g.be->upload(x, zeros.data(), n);
+    g.be->copy_bytes(x, mine, n * sizeof(float));
     g.comm->all_reduce_async(x, n, DType::f32)->wait();
-    g.be->add_inplace(x, x, int64_t(n));
+    g.be->copy_bytes(y, x, n * sizeof(float));
     std::vector<float> out(n);
-    g.be->download(out.data(), x, n);  // the compute stream: after the add after the wait
-    const float want = float(R * (R + 1));  // 2 * sum of (r + 1)
+    g.be->download(out.data(), y, n);  // the compute stream: after the copy after the wait
+    const float want = float(R * (R + 1) / 2);  // sum of (r + 1)
     size_t wrong = 0;
     for (float v : out) wrong += v != want;
     REQUIRE(wrong == 0);
