@@ -47,8 +47,7 @@ __global__ void rope_kernel(E* x, const float2* table, int T, int H, int dh, int
 template <typename E>
 void launch_rope(void* x, const float2* cs, int64_t rows, int64_t T, int64_t H, int64_t dh,
                  int64_t row_stride, float sign, cudaStream_t s) {
-  const bool pair2 = dh % 4 == 0 && aligned_for(x, 4 * sizeof(E)) &&
-                     (row_stride * int64_t(sizeof(E))) % int64_t(4 * sizeof(E)) == 0;
+  const bool pair2 = dh % 4 == 0 && row_stride % 4 == 0 && aligned_for(x, 4 * sizeof(E));
   const int threads = int(std::min<int64_t>(256, (H * dh / (pair2 ? 4 : 2) + 31) / 32 * 32));
   E* p = static_cast<E*>(x);
   if (pair2)

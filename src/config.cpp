@@ -223,7 +223,6 @@ std::vector<ConfigField> config_fields(Config& c) {
       int_field("bench", "steps", &c.bench.steps, 1, "timed repetitions of each measurement"),
       int_field("bench", "kernels", &c.bench.kernels, 0,
                 "top kernels by GPU time to list per phase (CUPTI; 0: none)"),
-
       real_field("bench", "peak_tflops", &c.bench.peak_tflops, 0, true, kBig,
                  "the GPU's peak at this precision, for MFU (989: H100/H200 dense bf16)"),
       int_field("attention", "batch", &c.attention.batch, 1, "attention mode: batch size"),

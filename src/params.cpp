@@ -26,7 +26,7 @@ ParamLayout ParamLayout::build(const Config::Model& m) {
     group([&] {
       std::string p = "layers." + std::to_string(l) + ".";
       add(p + "ffn.w2.weight", {d, f}, true);
-      add(p + "ffn.w3.weight", {f, d}, true);
+      add(p + "ffn.w3.weight", {f, d}, true);  // W3 right before W1: one [2f, d] matmul (Model)
       add(p + "ffn.w1.weight", {f, d}, true);
       add(p + "ln2.weight", {d}, false);
       add(p + "attn.output_proj.weight", {d, d}, true);

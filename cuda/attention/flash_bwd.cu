@@ -43,12 +43,11 @@ __global__ void flash_bwd_rowsum_kernel(const Params p, int64_t rows, int dh) {
   const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (b, t, h)
   if (r >= rows) return;
   const int64_t h = r % p.H, bt = r / p.H, t = bt % p.T, b = bt / p.T;
-  const E* o = head<E>(p.o, b, h, dh, p.o_batch) + t * p.o_row;
-  const E* g = head<E>(p.dout, b, h, dh, p.o_batch) + t * p.o_row;
+  const int64_t row = t * p.o_row;
+  const auto* o = reinterpret_cast<const uint4*>(head<E>(p.o, b, h, dh, p.o_batch) + row);
+  const auto* g = reinterpret_cast<const uint4*>(head<E>(p.dout, b, h, dh, p.o_batch) + row);
   float acc = 0;
-  for (int c = 0; c < dh * int(sizeof(E)); c += 16)
-    acc += dot16(*reinterpret_cast<const uint4*>(reinterpret_cast<const char*>(g) + c),
-                 *reinterpret_cast<const uint4*>(reinterpret_cast<const char*>(o) + c), E{});
+  for (int k = 0; k < dh * int(sizeof(E)) / 16; ++k) acc += dot16(g[k], o[k], E{});
   p.D[(b * p.H + h) * p.T + t] = acc;
 }
 
