@@ -3,6 +3,7 @@
 // stream's work without host synchronisation. Skipped where no GPU is visible; needs one GPU per
 // rank (mpirun -np 2 on a 2-GPU machine).
 #include <doctest/doctest.h>
+
 #include <string>
 
 #include "comm.hpp"
