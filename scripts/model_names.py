@@ -36,6 +36,14 @@ def model_name(d_model, num_layers=None):
     return names[0] if len(names) == 1 else f"d_model {d}"
 
 
+def model_shape(name):
+    """(d_model, num_layers) of a config by name."""
+    for shape, known in _names().items():
+        if known == name:
+            return shape
+    raise KeyError(f"no configs/models/{name}.toml")
+
+
 def size_order(name):
     """Sort key: smaller models first (by d_model, then layers); unknown names last."""
     for (d, n), known in _names().items():
