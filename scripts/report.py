@@ -514,13 +514,15 @@ def plan_row(data, size, prec, ctx):
 
 
 def b_residual(data):
-    r = e2e(data, "bf16", 5, "xl", 512)
-    B, T, d, L = (int(r[k]) for k in ("train.batch_size", "model.context_length", "model.d_model",
-                                       "model.num_layers"))
-    one = B * T * d * 4
-    return (f"{B} × {T} × {d} × 4 B = {one:,} B = {one / MIB:.1f} MiB; lmtrain saves the stream "
-            f"entering each layer and after each attention, and the final one, {2 * L + 1} of them, "
-            f"{(2 * L + 1) * one / GIB:.2f} GiB")
+    parts = []
+    for size in ("xl", SIZES[-1]):
+        r = e2e(data, "bf16", 5, size, 512)
+        B, T, d, L = (int(r[k]) for k in ("train.batch_size", "model.context_length", "model.d_model",
+                                           "model.num_layers"))
+        one = B * T * d * 4
+        parts.append(f"{size}: {B} × {T} × {d} × 4 B = {one:,} B = {one / MIB:.1f} MiB, and "
+                     f"{2 * L + 1} of them saved, {(2 * L + 1) * one / GIB:.2f} GiB")
+    return "; ".join(parts)
 
 
 def b_allocations(data):
