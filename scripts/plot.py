@@ -22,7 +22,7 @@ from model_names import model_name  # noqa: E402
 
 # How a series column's value reads in a legend (default: "key=value").
 LABELS = {
-    "model.d_model": lambda r, v: model_name(v, r.get("model.num_layers")),
+    "model.d_model": lambda r, v: model_name(v, r.get("model.num_layers"), r.get("model.d_ff")),
     "model.precision": lambda r, v: v,
     "model.attention": lambda r, v: f"{v} attention",
     "impl": lambda r, v: v,

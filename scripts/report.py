@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model_names import model_name, model_shape, size_order  # noqa: E402
 import attention_table  # noqa: E402
 import bench_table  # noqa: E402
+import gpt2_table  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 BLOCK = re.compile(r"<!-- report:([a-z0-9_]+) -->(.*?)<!-- /report:\1 -->", re.S)
@@ -107,7 +108,7 @@ def num(r, col):
 
 
 def name_of(r):
-    return model_name(r["model.d_model"], r["model.num_layers"])
+    return model_name(r["model.d_model"], r["model.num_layers"], r["model.d_ff"])
 
 
 # ---- the e2e grid (bench mode, one GPU) -----------------------------------------------------------
@@ -974,6 +975,25 @@ def b_timeline_source(data):
     d, t, _ = parts[0]
     return source(d, t, "scripts/ddp_timeline.sh", ["timeline_naive.json", "timeline_naive.png",
                                                     "timeline_overlap.json", "timeline_overlap.png"]).strip()
+
+
+# ---- a real vocabulary: gpt2-small beside PyTorch ------------------------------------------------------
+
+KGPT2 = "kernels_gpt2-small_bf16_flash.txt"
+
+
+def b_gpt2_table(data):
+    ours, torch = data.csv("gpt2_lmtrain.csv"), data.csv("gpt2_torch.csv")
+    return (table(gpt2_table.HEADER, gpt2_table.table_rows(ours, torch))
+            + source(f"one {devices(ours)}", dates(ours), "scripts/bench_gpt2.sh",
+                     ["gpt2.md", "gpt2_lmtrain.csv", "gpt2_torch.csv"]))
+
+
+def b_gpt2_classifier(data):
+    k = kernels(data, KGPT2)
+    ms = sum(m for m, _, _, name in k["forward"] + k["backward"] if name.startswith("cross_entropy"))
+    device, date, cmd = data.provenance(KGPT2)
+    return f"{ms:.2f} ms ({device}, {date}, `{cmd}` → [{KGPT2}]({KGPT2}))"
 
 
 # ---------------------------------------------------------------------------------------------------------
