@@ -602,10 +602,12 @@ ATT_IMPLS = [("lmtrain naive", "naive (ours)"), ("torch naive", "naive (PyTorch)
              ("torch sdpa-flash", "SDPA flash"), ("torch sdpa-cudnn", "SDPA cuDNN")]
 
 
-def attention_rows(data):
+def attention_rows(data, batch=1, heads=16):
+    """The grid of one batch x heads (the study's B 1 x H 16 unless asked): {key: {impl: row}}."""
     ours = attention_table.latest(data.path("attention_lmtrain.csv"), "lmtrain ")
     torch = attention_table.latest(data.path("attention_torch.csv"), "torch ")
-    return {k: {**ours.get(k, {}), **torch.get(k, {})} for k in set(ours) | set(torch)}
+    return {k: {**ours.get(k, {}), **torch.get(k, {})} for k in set(ours) | set(torch)
+            if k[2:4] == (batch, heads)}
 
 
 def att_cell(r, col="fwd_bwd_ms"):
@@ -634,6 +636,31 @@ def b_attention(data):
     return (table(["T", "head dim", *(n for _, n in ATT_IMPLS), "naive peak (ours)", "flash peak (ours)"], rows)
             + source(f"one {devices(lm)}", f"{dates(lm)} (ours), {dates(tr, 'date')} (PyTorch)",
                      "scripts/attention_vs_torch.sh", ["attention_lmtrain.csv", "attention_torch.csv", "attention.md"]))
+
+
+def b_attention_b8(data):
+    """The assignment's grid: batch 8, one head; forward and backward apart."""
+    rows, used = [], []
+    grid = attention_rows(data, 8, 1)
+    if not grid:
+        raise Missing("attention: no rows of batch 8 x 1 head")
+    impls = [("lmtrain naive", "naive (ours)"), ("lmtrain flash", "flash (ours)"),
+             ("torch naive", "naive (PyTorch)")]
+    for key in sorted(grid):
+        r = grid[key]
+        used += list(r.values())
+        rows.append([key[4], key[5],
+                     *(f"{att_cell(r.get(i), 'fwd_ms')} / {att_cell(r.get(i), 'bwd_ms')}" for i, _ in impls),
+                     att_mem(r.get("lmtrain naive")), att_mem(r.get("lmtrain flash"))])
+    lm = [r for r in used if "device_name" in r]
+    tr = [r for r in used if "gpu_name" in r]
+    return (table(["T", "head dim", *(f"{n}: forward / backward ms" for _, n in impls),
+                   "naive peak (ours)", "flash peak (ours)"], rows)
+            + source(f"one {devices(lm)}", f"{dates(lm)} (ours), {dates(tr, 'date')} (PyTorch)",
+                     'BATCH=8 HEADS=1 SEQ_LENS="256 1024 4096 8192 16384" HEAD_DIMS="16 32 64 128" '
+                     "scripts/attention_vs_torch.sh",
+                     ["attention_lmtrain.csv", "attention_torch.csv", "attention.md",
+                      "attention_fwd_bwd_b8_h1.png"]))
 
 
 def att_ratios(data, theirs, col="fwd_bwd_ms", min_t=4096, dims=(64, 128)):
