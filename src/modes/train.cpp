@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "checkpoint.hpp"
+#include "exit_codes.hpp"
 #include "comm.hpp"
 #include "data.hpp"
 #include "grad_sync.hpp"
@@ -16,6 +17,7 @@
 #include "modes.hpp"
 #include "optimizer.hpp"
 #include "report.hpp"
+#include "stop.hpp"
 #include "zero1.hpp"
 
 namespace lmt {
@@ -170,6 +172,24 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
                            : std::string("(every fp32 parameter: the matmuls read them)"));
   }
 
+  // Every rank's data Rng and the exact masters and moments, written by rank 0. Collective.
+  std::string last_checkpoint = c.train.resume;  // what a stopped run can be resumed from
+  auto write_checkpoint = [&](int64_t done) {
+    RngState mine = rng.state();
+    std::vector<RngState> all(static_cast<size_t>(rt.world));
+    MPI_CHECK(MPI_Gather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
+                         MPI_COMM_WORLD));
+    const std::vector<T> params = zero ? zero->gather_master(model.params(), MPI_COMM_WORLD)
+                                  : rt.is_root() ? model.params_host() : std::vector<T>{};
+    OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);
+    last_checkpoint = checkpoint_path(c.train.checkpoint_dir, done);
+    if (rt.is_root()) {
+      save_checkpoint(last_checkpoint, c, model.layout, params, state, done, all);
+      printf("checkpoint %s\n", last_checkpoint.c_str());
+      fflush(stdout);
+    }
+  };
+
   std::vector<int32_t> inputs(static_cast<size_t>(B * T_)), targets(static_cast<size_t>(B * T_));
   double interval_loss = 0, last_loss = NAN;
   int64_t interval_steps = 0;
@@ -177,26 +197,40 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   auto t0 = Clock::now(), t_interval = t0;
   for (int64_t step = first_step; step < steps; ++step) {
     source->sample(rng, B, T_, inputs.data(), targets.data());
-    interval_loss += model.forward(inputs.data(), targets.data(), rt.world);
+    const double loss = model.forward(inputs.data(), targets.data(), rt.world);
+    interval_loss += loss;
     model.backward(sync.get());
     if (c.run.graphs && !model.replays()) model.record(rt.world);  // after this process's first
     if (comm) comm->synchronize();  // clipping reads the gradients on the host: fail, never hang
     double gnorm, lr = learning_rate(c.optim, step, steps);
+    StepVerdict verdict;
     {
       NvtxRange range("optimizer");
       const bool first = zero1 && step == first_step;
       if (first)
         print_rank_memory(rt, *backend, MemTag::optimizer, "optimizer state", "before step 1", "");
-      if (zero) {
-        const GradClip clip = zero->clip_grad_norm(c.optim.grad_clip);
-        zero->step(model.params(), lr, c.optim, clip.scale);
-        gnorm = clip.norm;
-      } else {
-        const GradClip clip =
-            clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
-        opt->step(model.params(), model.grads(), lr, c.optim, clip.scale);
-        gnorm = clip.norm;
+      const GradClip clip =
+          zero ? zero->clip_grad_norm(c.optim.grad_clip)
+               : clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
+      gnorm = clip.norm;
+      // Every rank stops here, before the update, if any rank's loss or the norm is not finite.
+      verdict = agree_on_step(rt, loss, gnorm);
+      if (verdict.diverged()) {
+        const bool by_loss = verdict.bad_loss >= 0;
+        if (rt.rank == (by_loss ? verdict.bad_loss : 0)) {
+          fprintf(stderr, "lmtrain: diverged at step %lld (rank %d): %s; stopped before its "
+                  "update, no checkpoint of this state; last checkpoint: %s\n",
+                  (long long)step + 1, rt.rank,
+                  by_loss ? strf("loss = %g, grad norm = %g", loss, gnorm).c_str()
+                          : strf("grad norm = %g (after the gradient sync; every rank's loss "
+                                 "finite)", gnorm).c_str(),
+                  last_checkpoint.empty() ? "none" : last_checkpoint.c_str());
+          fflush(stderr);
+        }
+        return kExitDiverged;
       }
+      if (zero) zero->step(model.params(), lr, c.optim, clip.scale);
+      else opt->step(model.params(), model.grads(), lr, c.optim, clip.scale);
       if (first)
         print_rank_memory(rt, *backend, MemTag::optimizer, "optimizer state", "after step 1", "");
     }
@@ -226,21 +260,8 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       interval_loss = 0, interval_steps = 0, t_interval = Clock::now();
     }
     const int64_t every = c.train.checkpoint_every;
-    if (!c.train.checkpoint_dir.empty() && (last || (every > 0 && (step + 1) % every == 0))) {
-      RngState mine = rng.state();
-      std::vector<RngState> all(static_cast<size_t>(rt.world));
-      MPI_CHECK(MPI_Gather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
-                           MPI_COMM_WORLD));
-      // Rank 0 writes every exact master.
-      const std::vector<T> params = zero ? zero->gather_master(model.params(), MPI_COMM_WORLD)
-                                    : rt.is_root() ? model.params_host() : std::vector<T>{};
-      OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);
-      if (rt.is_root()) {
-        std::string path = checkpoint_path(c.train.checkpoint_dir, step + 1);
-        save_checkpoint(path, c, model.layout, params, state, step + 1, all);
-        printf("checkpoint %s\n", path.c_str());
-      }
-    }
+    if (!c.train.checkpoint_dir.empty() && (last || (every > 0 && (step + 1) % every == 0)))
+      write_checkpoint(step + 1);
   }
 
   const double wall = seconds_since(t0), run_steps = double(steps - first_step);
@@ -283,7 +304,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       printf("  csv row       appended to %s\n", cl.csv_path.c_str());
     }
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace

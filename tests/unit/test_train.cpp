@@ -16,23 +16,8 @@
 using namespace lmt;
 using lmt::test::run;
 using lmt::test::TempDir;
-
-namespace {
-
-// Head dim 8: flash has no kernel for it, so on a machine with a GPU these runs use naive.
-const std::string kTiny =
-    " --set train.batch_size=2 --set model.context_length=16 --set model.num_layers=1"
-    " --set model.d_model=16 --set model.num_heads=2 --set model.d_ff=24 --set model.vocab_size=32"
-    " --set model.attention=naive";
-
-std::vector<double> progress_losses(const std::string& out) {
-  std::vector<double> v;
-  for (size_t at = 0; (at = out.find("| loss ", at)) != std::string::npos; at += 7)
-    v.push_back(std::stod(out.substr(at + 7)));
-  return v;
-}
-
-}  // namespace
+using lmt::test::kTiny;
+using lmt::test::progress_losses;
 
 TEST_CASE("train: two ranks on the synthetic source lower the loss toward its floor") {
   auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() +
