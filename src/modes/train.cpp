@@ -1,21 +1,18 @@
 // train mode: the training loop, its progress lines, checkpoints, closing table and CSV row.
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
 
 #include "checkpoint.hpp"
-#include "exit_codes.hpp"
 #include "comm.hpp"
+#include "exit_codes.hpp"
 #include "data.hpp"
 #include "grad_sync.hpp"
 #include "model.hpp"
 #include "nvtx.hpp"
 #include "modes.hpp"
 #include "optimizer.hpp"
+#include "preflight.hpp"
 #include "report.hpp"
 #include "stop.hpp"
 #include "zero1.hpp"
@@ -27,18 +24,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-void make_dir(const std::string& dir) {
-  std::string partial;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-        throw UsageError(strf("train.checkpoint_dir = \"%s\": cannot create %s: %s", dir.c_str(),
-                              partial.c_str(), strerror(errno)));
-    }
-    if (i < dir.size()) partial += dir[i];
-  }
 }
 
 // One line on rank 0: every rank's bytes under `tag` (what it holds: `what`) at this point.
@@ -81,10 +66,16 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   const Config& c = cl.config;
   const int64_t B = c.train.batch_size, T_ = c.model.context_length, steps = c.train.steps;
   std::unique_ptr<TokenSource> source;
+  // What would fail late fails now, before anything is allocated (preflight.hpp).
+  agree(rt, [&] {
+    if (!c.train.checkpoint_dir.empty() && rt.is_root()) prepare_checkpoint_dir(c);
+    check_host_memory(c, rt, device);
+  });
   // Host scalars (the loss) go over MPI; gradients and parameters over the communicator of the
   // backend's memory (NCCL on the GPU).
   std::unique_ptr<Communicator> host = make_mpi_communicator(MPI_COMM_WORLD);
   std::unique_ptr<Backend<T>> backend = make_backend<T>(device, rt);
+  agree(rt, [&] { check_device_memory(c, rt, device); });
   const bool zero1 = c.ddp.strategy == "zero1";
   std::unique_ptr<Communicator> comm;  // one rank has nothing to synchronise, unless zero1
   if (rt.world > 1 || zero1) comm = make_communicator(device, rt, *backend, c.ddp.comm_ctas);
@@ -122,7 +113,6 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
                               model.layout, c.ddp.bucket_mb);
     }
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
-    if (!c.train.checkpoint_dir.empty() && rt.is_root()) make_dir(c.train.checkpoint_dir);
     if (!c.train.resume.empty()) {
       OptimizerState<T> state;
       first_step = load_checkpoint(c.train.resume, model, state, rt.world, rngs);

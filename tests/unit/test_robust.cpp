@@ -3,6 +3,7 @@
 // peer ends the job by name, checkpoints are sealed (exit_codes.hpp lists the codes).
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -59,4 +60,72 @@ TEST_CASE("robust: a diverging run stops at that step with exit code 3 and no ch
   CHECK(r.output.find("step 2/50") == std::string::npos);  // no progress line of the bad step
   CHECK(files_in(dir.path) == std::vector<std::string>{"step_00000001.safetensors"});
   CHECK(all_finite(Safetensors::read(checkpoint_path(dir.path, 1))));
+}
+
+TEST_CASE("robust: an unwritable checkpoint directory is refused before step 1, in seconds") {
+  TempDir dir;
+  const std::string file = dir.file("a-file", "x");
+  struct Case {
+    std::string path, expect;
+  } cases[] = {
+      {file, "a-file is not a directory"},
+      {file + "/sub", "a-file is not a directory"},
+      {"/proc", "cannot write a file in it"},  // not writable even by root
+  };
+  for (auto& c : cases) {
+    INFO(c.path);
+    // Without the check the run would train for ever (and fail at its first checkpoint).
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = run("timeout 60 " + lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                 " --set train.steps=1000000000 --set train.checkpoint_dir=" + c.path);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO(r.output);
+    CHECK(r.code == kExitUsage);
+    CHECK(r.output.find("train.checkpoint_dir = \"" + c.path + "\": " ) != std::string::npos);
+    CHECK(r.output.find(c.expect) != std::string::npos);
+    CHECK(r.output.find("step ") == std::string::npos);
+    CHECK(s < 10);
+  }
+}
+
+TEST_CASE("robust: a model too big for host memory is refused in seconds with the byte counts") {
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = run("timeout 60 " + std::string(lmt::test::lmtrain()) +
+               " --set model.num_layers=100000 --set model.d_model=4096 --set model.d_ff=11008"
+               " --set model.num_heads=32");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.output);
+  CHECK(r.code == kExitUsage);
+  CHECK(r.output.find("not enough host memory: this run needs ") != std::string::npos);
+  CHECK(r.output.find(" GiB (1 rank(s) on this node x ") != std::string::npos);
+  CHECK(r.output.find(" is available (") != std::string::npos);
+  CHECK(s < 10);
+}
+
+TEST_CASE("robust: a model of 100k layers is laid out and takes a step in seconds") {
+  // Small layers: the run fits; what is tested is the parameter layout's cost (its name lookups
+  // were quadratic in the layer count).
+  auto r = run("timeout 60 " + std::string(lmt::test::lmtrain()) +
+               " --set model.num_layers=100000 --set model.d_model=2 --set model.num_heads=1"
+               " --set model.d_ff=1 --set model.vocab_size=2 --set model.context_length=2"
+               " --set data.synthetic_successors=1 --set train.batch_size=1 --set train.steps=1"
+               " --set model.precision=fp32");
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("== done ==") != std::string::npos);
+}
+
+TEST_CASE("robust: partial checkpoints of dead writers are removed, a live writer's kept") {
+  TempDir dir;
+  // A process that has exited: its pid names no live writer.
+  const std::string dead = lmt::test::run("sh -c 'echo $$'").output;
+  const std::string stale = dir.file("step_00000004.safetensors.tmp." + dead.substr(0, dead.size() - 1), "x");
+  const std::string live = dir.file("step_00000004.safetensors.tmp." + std::to_string(getpid()), "x");
+  auto r = run(std::string(lmt::test::lmtrain()) + kTiny +
+               " --set train.steps=1 --set train.checkpoint_dir=" + dir.path);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("removed " + stale + ": a partial checkpoint whose writer") != std::string::npos);
+  CHECK(!std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists(live));
 }
