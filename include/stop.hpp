@@ -21,6 +21,7 @@ struct StepVerdict {
   int bad_loss = -1;   // this rank's loss is not finite
   int bad_norm = -1;   // the gradient norm is not finite
   int signaled = -1;   // a stop signal was caught
+  int signal = 0;      // the lowest such signal's number
   bool diverged() const { return bad_loss >= 0 || bad_norm >= 0; }
 };
 // Collective (one small all-reduce over the host's MPI; nothing with one rank).

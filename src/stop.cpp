@@ -1,5 +1,6 @@
 #include "stop.hpp"
 
+#include <climits>
 #include <csignal>
 #include <cmath>
 #include <cstring>
@@ -37,10 +38,12 @@ std::string signal_name(int sig) {
 
 StepVerdict agree_on_step(const Runtime& rt, double loss, double grad_norm) {
   auto mine = [&](bool holds) { return holds ? rt.rank : rt.world; };
-  int v[3] = {mine(!std::isfinite(loss)), mine(!std::isfinite(grad_norm)), mine(g_signal != 0)};
-  if (rt.world > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  const int sig = g_signal;
+  int v[4] = {mine(!std::isfinite(loss)), mine(!std::isfinite(grad_norm)), mine(sig != 0),
+              sig ? sig : INT_MAX};
+  if (rt.world > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   auto rank = [&](int r) { return r < rt.world ? r : -1; };
-  return {rank(v[0]), rank(v[1]), rank(v[2])};
+  return {rank(v[0]), rank(v[1]), rank(v[2]), v[3] == INT_MAX ? 0 : v[3]};
 }
 
 }  // namespace lmt

@@ -250,8 +250,20 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       interval_loss = 0, interval_steps = 0, t_interval = Clock::now();
     }
     const int64_t every = c.train.checkpoint_every;
-    if (!c.train.checkpoint_dir.empty() && (last || (every > 0 && (step + 1) % every == 0)))
-      write_checkpoint(step + 1);
+    const bool due = last || (every > 0 && (step + 1) % every == 0);
+    if (!c.train.checkpoint_dir.empty() && (due || verdict.signaled >= 0)) write_checkpoint(step + 1);
+    if (verdict.signaled >= 0) {  // this step is done and saved: stop
+      if (rt.is_root()) {
+        fprintf(stderr, "lmtrain: %s (rank %d): stopped after step %lld of %lld; %s\n",
+                signal_name(verdict.signal).c_str(), verdict.signaled, (long long)step + 1,
+                (long long)steps,
+                c.train.checkpoint_dir.empty()
+                    ? "no train.checkpoint_dir, nothing saved"
+                    : strf("resume with --set train.resume=%s", last_checkpoint.c_str()).c_str());
+        fflush(stderr);
+      }
+      return kExitPreempted;
+    }
   }
 
   const double wall = seconds_since(t0), run_steps = double(steps - first_step);
@@ -301,6 +313,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
 
 int run_train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   check_graphs(cl.config, rt, device);
+  install_stop_handlers();  // from here a stop signal ends the run after a step, checkpointed
   if (cl.config.model.precision == "fp64") return train<double>(cl, rt, device);
   return train<float>(cl, rt, device);
 }

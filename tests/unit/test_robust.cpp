@@ -129,3 +129,47 @@ TEST_CASE("robust: partial checkpoints of dead writers are removed, a live write
   CHECK(!std::filesystem::exists(stale));
   CHECK(std::filesystem::exists(live));
 }
+
+TEST_CASE("robust: SIGTERM to one rank stops both after the same step, checkpointed; the resume "
+          "matches an uninterrupted run bit for bit") {
+  TempDir dir;
+  // Constant lr after warm-up: the schedule does not depend on train.steps, so the interrupted
+  // run (steps = 1e9) and the reference (steps = its stop + 4) take identical steps.
+  const std::string args = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                           " --set model.precision=fp32 --set optim.schedule=constant";
+  // Rank 1 alone gets SIGTERM (as Slurm signals every task; rank 0 must learn of it) once
+  // training is under way.
+  const std::string log = dir.file("log");
+  auto b = run(args + " --set train.steps=1000000000 --set train.log_every=100"
+               " --set train.checkpoint_dir=" + dir.path + "/b > " + log + " 2>&1 & mp=$!\n"
+               "for i in $(seq 1200); do grep -q '| loss' " + log + " && break; sleep 0.05; done\n"
+               "for p in $(pgrep -P $mp); do\n"
+               "  tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -TERM $p\n"
+               "done\n"
+               "wait $mp; echo \"exit code $?\"; cat " + log);
+  INFO(b.output);
+  CHECK(b.output.find("exit code " + std::to_string(kExitPreempted)) != std::string::npos);
+  const std::string said = "lmtrain: SIGTERM (rank 1): stopped after step ";
+  const size_t at = b.output.find(said);
+  REQUIRE(at != std::string::npos);
+  const long stop = std::stol(b.output.substr(at + said.size()));
+  CHECK(stop >= 100);
+  const std::string saved = checkpoint_path(dir.path + "/b", stop);
+  CHECK(b.output.find("resume with --set train.resume=" + saved) != std::string::npos);
+  CHECK(files_in(dir.path + "/b") == std::vector<std::string>{std::filesystem::path(saved).filename()});
+
+  const std::string to = " --set train.log_every=1 --set train.steps=" + std::to_string(stop + 4);
+  auto a = run(args + to + " --set train.checkpoint_dir=" + dir.path + "/a");
+  auto c = run(args + to + " --set train.checkpoint_dir=" + dir.path + "/c --set train.resume=" + saved);
+  INFO(c.output);
+  REQUIRE(a.code == 0);
+  REQUIRE(c.code == 0);
+  auto la = lmt::test::progress_losses(a.output), lc = lmt::test::progress_losses(c.output);
+  REQUIRE(lc.size() == 4);
+  CHECK(std::vector<double>(la.end() - 4, la.end()) == lc);
+  Safetensors sa = Safetensors::read(checkpoint_path(dir.path + "/a", stop + 4));
+  Safetensors sc = Safetensors::read(checkpoint_path(dir.path + "/c", stop + 4));
+  CHECK(sa.data == sc.data);
+  CHECK(sa.metadata["rng.0"] == sc.metadata["rng.0"]);
+  CHECK(sa.metadata["rng.1"] == sc.metadata["rng.1"]);
+}
