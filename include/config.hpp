@@ -29,6 +29,7 @@ struct Config {
   struct Train {
     int64_t batch_size = 8, steps = 200, log_every = 20, checkpoint_every = 0;
     std::string checkpoint_dir = "", resume = "";
+    int64_t overwrite = 0;  // 1: checkpoints may go where another run's are
   } train;
   struct Optim {
     double lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;

@@ -196,6 +196,9 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "steps between checkpoints (0: only at the end, if checkpoint_dir is set)"),
       str_field("train", "checkpoint_dir", &t.checkpoint_dir, {}, "where checkpoints go; empty: none"),
       str_field("train", "resume", &t.resume, {}, "checkpoint file to resume from; empty: fresh start"),
+      int_field("train", "overwrite", &t.overwrite, 0,
+                "1: write checkpoints into a checkpoint_dir holding another run's (a run "
+                "continues its own: the resumed file's); 0: refuse, naming the file", 1),
       real_field("optim", "lr", &o.lr, 0, false, kBig, "peak learning rate"),
       real_field("optim", "beta1", &o.beta1, 0, false, 0.999999, "AdamW first-moment decay"),
       real_field("optim", "beta2", &o.beta2, 0, false, 0.999999, "AdamW second-moment decay"),

@@ -7,12 +7,15 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
+#include "checkpoint.hpp"
 #include "gpu.hpp"
 #include "plan.hpp"
 #include "report.hpp"
@@ -86,6 +89,35 @@ void remove_stale_partials(const Config& c) {
   fflush(stdout);
 }
 
+// A checkpoint of another run (another run_id than the resumed file's; any, for a fresh run)
+// would be overwritten, or mixed with this run's.
+void refuse_others_checkpoints(const Config& c) {
+  const std::string mine = c.train.resume.empty() ? "" : checkpoint_run_id(c.train.resume);
+  DIR* d = opendir(c.train.checkpoint_dir.c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("step_", 0) == 0 && name.size() > 12 &&
+        name.compare(name.size() - 12, 12, ".safetensors") == 0)
+      names.push_back(name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const std::string path = c.train.checkpoint_dir + "/" + name;
+    std::string theirs;
+    try {
+      theirs = checkpoint_run_id(path);
+    } catch (const UsageError&) {  // unreadable: not this run's
+    }
+    if (mine.empty() || theirs != mine)
+      throw UsageError(dir_error(c, strf("holds %s of another run%s; set train.overwrite = 1 to "
+                                         "write there anyway, or use another directory",
+                                         path.c_str(), mine.empty() ? "" : " than the resumed one")));
+  }
+}
+
 // A "Key: N kB" line of /proc/meminfo, in bytes; 0 if absent.
 uint64_t meminfo(const char* key) {
   std::ifstream f("/proc/meminfo");
@@ -117,6 +149,7 @@ void prepare_checkpoint_dir(const Config& c) {
   make_dir(c);
   probe_writable(c);
   remove_stale_partials(c);
+  if (!c.train.overwrite) refuse_others_checkpoints(c);
   struct statvfs vfs {};
   if (statvfs(c.train.checkpoint_dir.c_str(), &vfs) == 0) {
     const double room = double(vfs.f_bavail) * double(vfs.f_frsize), need = double(checkpoint_bytes(c));

@@ -93,6 +93,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   Zero1<T>* zero = nullptr;       // sync, when it is zero1 (it runs the optimizer too)
   std::vector<RngState> rngs;
   int64_t first_step = 0;
+  std::string run_id = new_run_id(), mismatch;  // a resume continues its checkpoint's run
   CsvRow row = config_columns(c);
   for (auto name : {"world_size", "device_used", "parameters", "steps_run", "final_loss",
                     "loss_floor", "ms_per_step", "tokens_per_s", "wall_s", "compute_ms_per_step",
@@ -115,7 +116,9 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
     if (!c.train.resume.empty()) {
       OptimizerState<T> state;
-      first_step = load_checkpoint(c.train.resume, model, state, rt.world, rngs);
+      const Resumed resumed = load_checkpoint(c.train.resume, model, state, rt.world, rngs);
+      first_step = resumed.step, run_id = resumed.run_id;
+      mismatch = resume_mismatch(c, resumed);
       if (zero) zero->optimizer().set_state(state, zero->begin);
       else opt->set_state(state);
       if (first_step > steps)
@@ -147,6 +150,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     printf("data: %s\n", source->describe().c_str());
     if (first_step > 0) printf("resumed from %s at step %lld\n", c.train.resume.c_str(),
                                (long long)first_step);
+    if (!mismatch.empty()) fprintf(stderr, "lmtrain: warning: %s\n", mismatch.c_str());
     fflush(stdout);
   }
   if (zero1) {
@@ -174,7 +178,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);
     last_checkpoint = checkpoint_path(c.train.checkpoint_dir, done);
     if (rt.is_root()) {
-      save_checkpoint(last_checkpoint, c, model.layout, params, state, done, all);
+      save_checkpoint(last_checkpoint, c, model.layout, params, state, done, all, run_id);
       printf("checkpoint %s\n", last_checkpoint.c_str());
       fflush(stdout);
     }

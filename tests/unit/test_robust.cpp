@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 
 #include "checkpoint.hpp"
 #include "exit_codes.hpp"
@@ -172,4 +174,119 @@ TEST_CASE("robust: SIGTERM to one rank stops both after the same step, checkpoin
   CHECK(sa.data == sc.data);
   CHECK(sa.metadata["rng.0"] == sc.metadata["rng.0"]);
   CHECK(sa.metadata["rng.1"] == sc.metadata["rng.1"]);
+}
+
+namespace {
+
+// `from` with its JSON header passed through `edit` (the header length rewritten), saved as `to`.
+void edit_header(const std::string& from, const std::string& to,
+                 const std::function<void(std::string&)>& edit) {
+  std::ifstream f(from, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  std::string header = bytes.substr(8, n);
+  const std::string data = bytes.substr(8 + n);
+  edit(header);
+  n = header.size();
+  std::ofstream out(to, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << header << data;
+}
+
+void replace(std::string& s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  s.replace(at, from.size(), to);
+}
+
+// The "[begin,end]" after a tensor's "data_offsets".
+std::string offsets_of(const std::string& header, const std::string& name) {
+  size_t at = header.find("\"" + name + "\"");
+  at = header.find("\"data_offsets\":", at) + 15;
+  return header.substr(at, header.find(']', at) + 1 - at);
+}
+
+}  // namespace
+
+TEST_CASE("robust: checkpoint headers are sealed: edits that stay valid JSON are refused") {
+  TempDir dir;
+  auto a = run(std::string(lmt::test::lmtrain()) + kTiny + " --set model.precision=fp32"
+               " --set train.steps=2 --set train.checkpoint_dir=" + dir.path + "/a");
+  REQUIRE(a.code == 0);
+  const std::string good = checkpoint_path(dir.path + "/a", 2);
+  std::vector<std::pair<std::string, std::function<void(std::string&)>>> edits = {
+      {"step", [](std::string& h) { replace(h, "\"step\":\"2\"", "\"step\":\"1\""); }},
+      {"adam_t", [](std::string& h) { replace(h, "\"adam_t\":\"2\"", "\"adam_t\":\"7\""); }},
+      {"seed", [](std::string& h) { replace(h, "\"seed\":\"0\"", "\"seed\":\"5\""); }},
+      {"swapped offsets", [](std::string& h) {  // two tensors of one shape trade their data
+         const std::string m = offsets_of(h, "optim.m.ln_final.weight");
+         const std::string v = offsets_of(h, "optim.v.ln_final.weight");
+         replace(h, m, "@"), replace(h, v, m), replace(h, "@", v);
+       }},
+      {"a dropped metadata entry", [](std::string& h) { replace(h, "\"data\":\"synthetic (4 successors)\",", ""); }},
+  };
+  for (auto& [what, edit] : edits) {
+    INFO(what);
+    const std::string path = dir.file("edited.safetensors");
+    edit_header(good, path, edit);
+    Safetensors::read(path);  // still a well-formed safetensors file
+    auto r = run(std::string(lmt::test::lmtrain()) + kTiny + " --set model.precision=fp32"
+                 " --set train.steps=4 --set train.resume=" + path);
+    INFO(r.output);
+    CHECK(r.code == kExitUsage);
+    CHECK(r.output.find(path + ": corrupted: checksum of header and data") != std::string::npos);
+    CHECK(r.output.find("step ") == std::string::npos);
+  }
+  // The unedited file through the same path loads.
+  edit_header(good, dir.file("same.safetensors"), [](std::string&) {});
+  CHECK(run(std::string(lmt::test::lmtrain()) + kTiny + " --set model.precision=fp32"
+            " --set train.steps=4 --set train.resume=" + dir.file("same.safetensors")).code == 0);
+}
+
+TEST_CASE("robust: another run's checkpoint directory is refused unless train.overwrite = 1; a "
+          "resume may write into its own") {
+  TempDir dir;
+  const std::string base = std::string(lmt::test::lmtrain()) + kTiny +
+                           " --set train.steps=4 --set train.checkpoint_every=2";
+  REQUIRE(run(base + " --set train.checkpoint_dir=" + dir.path).code == 0);
+  auto again = run(base + " --set train.checkpoint_dir=" + dir.path);
+  INFO(again.output);
+  CHECK(again.code == kExitUsage);
+  CHECK(again.output.find("holds " + checkpoint_path(dir.path, 2) + " of another run; set "
+                          "train.overwrite = 1") != std::string::npos);
+  // The run that wrote them continues there; another run's resume does not.
+  CHECK(run(base + " --set train.steps=6 --set train.checkpoint_dir=" + dir.path +
+            " --set train.resume=" + checkpoint_path(dir.path, 4)).code == 0);
+  TempDir other;
+  REQUIRE(run(base + " --set train.checkpoint_dir=" + other.path).code == 0);
+  auto mixed = run(base + " --set train.steps=6 --set train.checkpoint_dir=" + dir.path +
+                   " --set train.resume=" + checkpoint_path(other.path, 4));
+  CHECK(mixed.code == kExitUsage);
+  CHECK(mixed.output.find("of another run than the resumed one") != std::string::npos);
+  auto forced = run(base + " --set train.checkpoint_dir=" + dir.path + " --set train.overwrite=1");
+  INFO(forced.output);
+  CHECK(forced.code == 0);
+}
+
+TEST_CASE("robust: resuming under another seed or data source warns in one line and continues") {
+  TempDir dir;
+  const std::string base = std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=4";
+  REQUIRE(run(base + " --set train.steps=2 --set train.checkpoint_dir=" + dir.path).code == 0);
+  const std::string ckpt = checkpoint_path(dir.path, 2);
+  auto same = run(base + " --set train.resume=" + ckpt);
+  CHECK(same.code == 0);
+  CHECK(same.output.find("warning") == std::string::npos);
+  std::vector<uint16_t> tokens(1000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t(i % 32);
+  const std::string file = dir.file("tokens.bin");
+  std::ofstream(file, std::ios::binary).write(reinterpret_cast<const char*>(tokens.data()), 2000);
+  auto r = run(base + " --set run.seed=3 --set data.source=file --set data.path=" + file +
+               " --set train.resume=" + ckpt);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(count(r.output, "warning") == 1);
+  CHECK(r.output.find("lmtrain: warning: resuming " + ckpt + " with run.seed 3, data file " + file +
+                      " (2000 bytes); its run had run.seed 0, data synthetic (4 successors): "
+                      "continuing") != std::string::npos);
 }

@@ -70,11 +70,11 @@ TEST_CASE("train: zero1 on 2 ranks follows flat's curve and holds half the optim
 }
 
 TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one (2 ranks)") {
-  TempDir dir;
   std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
                      " --set train.steps=6 --set train.checkpoint_every=3";
   for (std::string prec : {"fp32", "bf16", "fp64"}) {
     INFO(prec);
+    TempDir dir;  // one run's checkpoints per directory
     std::string p = " --set model.precision=\"" + prec + "\"";
     auto a = run(base + p + " --set train.checkpoint_dir=" + dir.path + "/a");
     REQUIRE(a.code == 0);
