@@ -17,6 +17,7 @@ struct Config {
     std::string device = "auto";  // auto | cpu | cuda
     int64_t seed = 0;
     int64_t graphs = 0;  // 1: forward and backward replayed as CUDA graphs (one GPU, one rank)
+    double comm_timeout_s = 600;  // watchdog.hpp; 0: wait for ever
   } run;
   struct Model {  // defaults are the tiny model (configs/models/tiny.toml)
     int64_t d_model = 64, d_ff = 176, num_layers = 2, num_heads = 4, vocab_size = 256,

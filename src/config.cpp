@@ -177,6 +177,9 @@ std::vector<ConfigField> config_fields(Config& c) {
       int_field("run", "graphs", &r.graphs, 0,
                 "1: train and bench record forward and backward once each as a CUDA graph and "
                 "replay them (one GPU, one rank)", 1),
+      real_field("run", "comm_timeout_s", &r.comm_timeout_s, 0, false, kBig,
+                 "seconds a rank waits for its peers in a collective before the job aborts "
+                 "naming the ranks that did not arrive, exit code 5; 0: for ever"),
       int_field("model", "d_model", &m.d_model, 1, "width of the residual stream"),
       int_field("model", "d_ff", &m.d_ff, 1, "hidden width of the SwiGLU feed-forward"),
       int_field("model", "num_layers", &m.num_layers, 1, "transformer blocks"),

@@ -3,6 +3,7 @@
 
 #include "modes.hpp"
 #include "runtime.hpp"
+#include "watchdog.hpp"
 
 int main(int argc, char** argv) {
   using namespace lmt;
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
       if (rt.is_root()) fputs(config_to_toml(cl.config).c_str(), stdout);
     } else {
       agree_on_config(rt, config_hash(cl.config));
+      set_comm_timeout(cl.config.run.comm_timeout_s);
       const std::string& mode = cl.config.run.mode;
       if (mode == "plan") {  // computed: no device to resolve
         code = run_plan(cl, rt);

@@ -1,6 +1,7 @@
 #include "runtime.hpp"
 
 #include "gpu.hpp"
+#include "watchdog.hpp"
 
 #include <cstdarg>
 #include <cstdint>
@@ -47,6 +48,7 @@ Runtime runtime_init(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_rank(node, &rt.local_rank));
   MPI_CHECK(MPI_Comm_size(node, &rt.local_world));
   MPI_CHECK(MPI_Comm_free(&node));
+  watchdog_init();
   return rt;
 }
 
@@ -64,7 +66,9 @@ void agree(const Runtime& rt, const std::function<void()>& step) {
     error = e.what();
   }
   int mine = error.empty() ? rt.world : rt.rank, first = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req));
+  wait_for_peers(&req, "the ranks' agreement on the setup");
   if (first == rt.world) return;
   if (rt.rank == first) {
     std::string who = rt.world > 1 ? strf(" (rank %d)", rt.rank) : "";

@@ -1,5 +1,7 @@
 #include "stop.hpp"
 
+#include "watchdog.hpp"
+
 #include <climits>
 #include <csignal>
 #include <cmath>
@@ -41,7 +43,11 @@ StepVerdict agree_on_step(const Runtime& rt, double loss, double grad_norm) {
   const int sig = g_signal;
   int v[4] = {mine(!std::isfinite(loss)), mine(!std::isfinite(grad_norm)), mine(sig != 0),
               sig ? sig : INT_MAX};
-  if (rt.world > 1) MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (rt.world > 1) {
+    MPI_Request req;
+    MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v, 4, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req));
+    wait_for_peers(&req, "the step's stop/divergence all-reduce");
+  }
   auto rank = [&](int r) { return r < rt.world ? r : -1; };
   return {rank(v[0]), rank(v[1]), rank(v[2]), v[3] == INT_MAX ? 0 : v[3]};
 }

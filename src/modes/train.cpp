@@ -15,6 +15,7 @@
 #include "preflight.hpp"
 #include "report.hpp"
 #include "stop.hpp"
+#include "watchdog.hpp"
 #include "zero1.hpp"
 
 namespace lmt {
@@ -171,8 +172,10 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   auto write_checkpoint = [&](int64_t done) {
     RngState mine = rng.state();
     std::vector<RngState> all(static_cast<size_t>(rt.world));
-    MPI_CHECK(MPI_Gather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
-                         MPI_COMM_WORLD));
+    MPI_Request req;
+    MPI_CHECK(MPI_Igather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
+                          MPI_COMM_WORLD, &req));
+    wait_for_peers(&req, "the checkpoint's gather of Rng states");
     const std::vector<T> params = zero ? zero->gather_master(model.params(), MPI_COMM_WORLD)
                                   : rt.is_root() ? model.params_host() : std::vector<T>{};
     OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);

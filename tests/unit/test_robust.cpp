@@ -290,3 +290,28 @@ TEST_CASE("robust: resuming under another seed or data source warns in one line 
                       " (2000 bytes); its run had run.seed 0, data synthetic (4 successors): "
                       "continuing") != std::string::npos);
 }
+
+TEST_CASE("robust: a stopped rank ends the job after run.comm_timeout_s, named, exit code 5") {
+  TempDir dir;
+  const std::string log = dir.file("log");
+  // Rank 1 of 3 is SIGSTOPped mid-run: the others wait in a collective (they spun for ever).
+  auto t0 = std::chrono::steady_clock::now();
+  // A hang is ended after 90 s (mpirun, then the stopped rank, killed).
+  auto r = run(lmt::test::mpirun(3) + lmt::test::lmtrain() + kTiny +
+               " --set train.steps=1000000000 --set train.log_every=100 --set run.comm_timeout_s=2"
+               " > " + log + " 2>&1 & mp=$!\n"
+               "for i in $(seq 1200); do grep -q '| loss' " + log + " && break; sleep 0.05; done\n"
+               "for p in $(pgrep -P $mp); do\n"
+               "  tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -STOP $p && s=$p\n"
+               "done\n"
+               "(sleep 90; kill -TERM $mp) >/dev/null 2>&1 & k=$!\n"
+               "wait $mp; echo \"exit code $?\"; kill $k; kill -9 $s 2>/dev/null; cat " + log);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.output);
+  CHECK(r.output.find("exit code " + std::to_string(kExitCommTimeout)) != std::string::npos);
+  CHECK(r.output.find("lmtrain: communication timeout: rank(s) 1 did not arrive within "
+                      "run.comm_timeout_s = 2 s (rank 0 waited ") != std::string::npos);
+  CHECK(r.output.find("rank(s) 0, 2 were waiting)") != std::string::npos);
+  CHECK(count(r.output, "communication timeout") == 1);
+  CHECK(s < 60);
+}

@@ -182,7 +182,8 @@ TEST_CASE("train: --csv appends rows under one header; a file with another heade
   std::string header, row1, row2, extra;
   std::getline(f, header), std::getline(f, row1), std::getline(f, row2);
   CHECK(!std::getline(f, extra));
-  CHECK(header.rfind("run.mode,run.device,run.seed,run.graphs,model.d_model", 0) == 0);
+  CHECK(header.rfind("run.mode,run.device,run.seed,run.graphs,run.comm_timeout_s,model.d_model",
+                     0) == 0);
   CHECK(header.find("final_loss") != std::string::npos);
   CHECK(std::count(row1.begin(), row1.end(), ',') == std::count(header.begin(), header.end(), ','));
   std::string other = dir.file("other.csv", "a,b\n1,2\n");
