@@ -112,7 +112,7 @@ namespace {
 size_t open_and_parse(const std::string& path, std::ifstream& f, Safetensors& st) {
   struct stat sb {};
   if (stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode))
-    throw UsageError(strf("%s: is a directory, not a file", path.c_str()));
+    throw UsageError(strf("%s: a directory, not a safetensors file", path.c_str()));
   f.open(path, std::ios::binary | std::ios::ate);
   if (!f) throw UsageError(strf("%s: cannot open: %s", path.c_str(), strerror(errno)));
   size_t size = size_t(f.tellg());

@@ -1,6 +1,7 @@
 #include "watchdog.hpp"
 
 #include <algorithm>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "exit_codes.hpp"
 #include "runtime.hpp"
+#include "stop.hpp"
 
 namespace lmt {
 namespace {
@@ -77,6 +79,20 @@ std::string list(const std::vector<char>& ranks, char want) {
   std::exit(kExitCommTimeout);
 }
 
+// mpirun ends a job whose rank died by SIGTERM to the others, then SIGKILL: under mpirun -q
+// nothing else says why. A rank stuck in a collective with SIGTERM pending says it, once.
+void explain_sigterm(double waited, const char* what) {
+  static bool said = false;
+  if (said || pending_signal() != SIGTERM || waited < 0.25) return;
+  said = true;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  fprintf(stderr, "lmtrain: rank %d: SIGTERM while waiting %.1f s for its peers in %s: if the job "
+          "ends now, the launcher is ending it, on request or because a rank died (mpirun "
+          "without -q names it)\n", rank, waited, what);
+  fflush(stderr);
+}
+
 }  // namespace
 
 void watchdog_init() {
@@ -111,6 +127,7 @@ void wait_for_peers(MPI_Request* req, const char* what) {
     if (now - last_look > std::chrono::milliseconds(10)) {  // reports, now and then
       last_look = now;
       peers_overdue(waited, what);
+      explain_sigterm(waited, what);
     }
     // A long wait (a peer writing a checkpoint, or stuck) need not spin a core.
     if (waited > 1) std::this_thread::sleep_for(std::chrono::microseconds(200));

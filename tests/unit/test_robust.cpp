@@ -315,3 +315,31 @@ TEST_CASE("robust: a stopped rank ends the job after run.comm_timeout_s, named, 
   CHECK(count(r.output, "communication timeout") == 1);
   CHECK(s < 60);
 }
+
+TEST_CASE("robust: a directory as token file or checkpoint is named as such") {
+  TempDir dir;
+  auto data = run(std::string(lmt::test::lmtrain()) + kTiny + " --set data.source=file"
+                  " --set data.path=" + dir.path);
+  CHECK(data.code == kExitUsage);
+  CHECK(data.output.find("data.path = \"" + dir.path + "\": a directory, not a token file") !=
+        std::string::npos);
+  auto resume = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.resume=" + dir.path);
+  CHECK(resume.code == kExitUsage);
+  CHECK(resume.output.find(dir.path + ": a directory, not a safetensors file") != std::string::npos);
+}
+
+TEST_CASE("robust: under mpirun -q, a rank that dies leaves a line saying why the others end") {
+  TempDir dir;
+  const std::string log = dir.file("log");
+  auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+               " --set train.steps=1000000000 --set train.log_every=100 > " + log + " 2>&1 & mp=$!\n"
+               "for i in $(seq 1200); do grep -q '| loss' " + log + " && break; sleep 0.05; done\n"
+               "for p in $(pgrep -P $mp); do\n"
+               "  tr '\\0' '\\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -9 $p\n"
+               "done\n"
+               "wait $mp; echo \"exit code $?\"; cat " + log);
+  INFO(r.output);
+  CHECK(r.output.find("exit code 0") == std::string::npos);
+  CHECK(r.output.find("lmtrain: rank 0: SIGTERM while waiting ") != std::string::npos);
+  CHECK(r.output.find("because a rank died") != std::string::npos);
+}

@@ -201,7 +201,8 @@ TEST_CASE("train: ranks with different configs refuse to start and name the rank
                " --set train.steps=4");
   INFO(r.output);
   CHECK(r.code == 2);
-  CHECK(r.output.find("rank(s) 1 differ from rank 0") != std::string::npos);
+  CHECK(r.output.find("rank(s) 1 differ from rank 0, first at train.steps (rank 0: 3, rank 1: 4)") !=
+        std::string::npos);
 }
 
 TEST_CASE("train: a bad data file on one rank stops every rank with one line and exit code 2") {
