@@ -8,12 +8,15 @@
 // epilogue adds it, so the residual adds of the model cost no pass of their own), else 0.
 // Each problem's algorithm is chosen on its first call and kept with its descriptors, so a later
 // call costs one map lookup on the host. The choice: cuBLASLt's heuristic offers up to
-// kCandidates algorithms in its order of preference; each is run on the call's own operands (D
-// is never also C, so running it again leaves its result as it was) and timed (the median of
+// kCandidates algorithms in its order of preference; those that sum each output in the same
+// order as its first choice (the same algorithm id, split-K count and reduction scheme: they
+// differ only in tiles, stages, swizzling and clusters) are run on the call's own operands (D is
+// never also C, so running it again leaves its result as it was) and timed (the median of
 // kTuneReps runs after one more), and the fastest is kept among those whose D is bit for bit the
-// heuristic's first choice's (a hash of D's bytes compared): results never depend on the
-// timing, so runs stay reproducible. (On xl's shapes on an H100 the first choice was often not
-// the fastest, and every candidate gave the same bits.)
+// first choice's (a hash of D's bytes compared): results never depend on the timing, so runs
+// stay reproducible. Bits equal on one call's operands alone do not prove that: a candidate
+// that splits K otherwise can agree there and not on the next call's, and a second backend,
+// timing differently, would then compute other bits (seen on tiny shapes).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -81,6 +84,21 @@ __global__ void hash_kernel(const uint16_t* x, int64_t n, unsigned long long* ha
   atomicAdd(hash, h);
 }
 
+// What decides the order in which an algorithm sums each output (the file's comment).
+std::array<int64_t, 3> summation_order(const cublasLtMatmulAlgo_t& algo) {
+  std::array<int64_t, 3> out{};
+  const cublasLtMatmulAlgoConfigAttributes_t attrs[] = {CUBLASLT_ALGO_CONFIG_ID,
+                                                        CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                        CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME};
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint32_t v = 0;  // int32 or uint32 by the attribute: 4 bytes either way
+    size_t written = 0;
+    LT_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attrs[i], &v, sizeof v, &written));
+    out[i] = v;
+  }
+  return out;
+}
+
 }  // namespace
 
 void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s) {
@@ -128,15 +146,18 @@ cublasStatus_t Gemm::matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, con
                         &algo, workspace_, workspace_bytes_, stream_);
 }
 
-// The fastest of the n candidates whose D is the first's, bit for bit (the file's comment).
+// The fastest of the n candidates that sum as the first does and whose D is the first's, bit for
+// bit (the file's comment).
 cublasLtMatmulAlgo_t Gemm::tune(const Plan& p, const cublasLtMatmulHeuristicResult_t* cand,
                                 int n, const Call& c, size_t d_bytes) {
   LT_CHECK(matmul(p, cand[0].algo, c));
   const uint64_t reference = hash_of(c.D, d_bytes);
+  const auto order = summation_order(cand[0].algo);
   cublasLtMatmulAlgo_t best = cand[0].algo;
   float best_ms = 0;
   for (int i = 0; i < n; ++i) {
-    if (matmul(p, cand[i].algo, c) != CUBLAS_STATUS_SUCCESS || hash_of(c.D, d_bytes) != reference)
+    if (summation_order(cand[i].algo) != order ||
+        matmul(p, cand[i].algo, c) != CUBLAS_STATUS_SUCCESS || hash_of(c.D, d_bytes) != reference)
       continue;
     for (size_t k = 0; k < kTuneReps; ++k) {
       CUDA_CHECK(cudaEventRecord(events_[k], stream_));

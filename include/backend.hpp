@@ -170,9 +170,13 @@ template <typename T> class Backend {
   // order: cpu::token_order of tokens, in backend memory.
   virtual void embedding_bwd(const int32_t* tokens, const int32_t* order, const T* dout,
                              T* dtable, int64_t n, int64_t d) = 0;
-  // row_loss[i] = loss of row i; dlogits as cpu::cross_entropy.
-  virtual void cross_entropy(const T* logits, const int32_t* targets, T* dlogits, T* row_loss,
-                             int64_t n, int64_t V, double grad_scale) = 0;
+  // The classifier: row_loss[i] = loss of row i of logits[n, V], and logits overwritten in place
+  // by their gradient (cpu::cross_entropy's dlogits) unless grad_scale is 0 (the loss only,
+  // logits kept). Under bf16 the logits are a bf16 activation (the LM head's y_bf16), and so is
+  // their gradient, which the head's backward reads as its dy_bf16: one [n, V] buffer in bf16,
+  // no fp32 copy of either.
+  virtual void cross_entropy(T* logits, const int32_t* targets, T* row_loss, int64_t n,
+                             int64_t V, bool bf16, double grad_scale) = 0;
 
   // Reductions return to the host (a synchronisation on a device backend), summed in double.
   virtual double sum(const T* x, size_t n) = 0;

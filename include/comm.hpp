@@ -36,6 +36,14 @@ using Counts = std::vector<size_t>;
 size_t displacement(const Counts& counts, int rank);
 Counts displacements(const Counts& counts);  // displacement(r) for every rank
 
+// One collective's time, in ms from the moment trace_from_here() was called: on MPI a host call
+// (a launch or a wait: without a progress thread MPI moves data only inside its calls), on NCCL
+// the collective on the comm stream (from events around it).
+struct CommSpan {
+  const char* what;  // "all_reduce", "reduce_scatter", "all_gather", "broadcast" (MPI: "wait" too)
+  double begin_ms, end_ms;
+};
+
 class CommHandle {
  public:
   virtual ~CommHandle() = default;
@@ -69,6 +77,11 @@ class Communicator {
   // MPI, the host's time inside MPI calls (launches and waits: without a progress thread, MPI
   // moves data only there). Synchronizes first on a device.
   virtual double take_comm_ms() = 0;
+  // Tracing (bench --trace): from now on each collective's span is kept too, relative to now (on
+  // a device, to an event recorded now on the compute stream). take_comm_spans() returns the
+  // spans kept so far and forgets them (on a device, those that take_comm_ms() has read).
+  virtual void trace_from_here() = 0;
+  virtual std::vector<CommSpan> take_comm_spans() = 0;
 
   Counts equal(size_t count) const { return Counts(size_t(size()), count); }
   void all_reduce(void* buf, size_t count, DType t) { all_reduce_async(buf, count, t)->wait(); }

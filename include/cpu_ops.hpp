@@ -79,7 +79,8 @@ void embedding_bwd(const int32_t* tokens, const T* dout, T* dtable, int64_t n, i
 void token_order(const int32_t* tokens, int64_t n, int32_t* order);
 
 // Cross-entropy of each row of logits[n, V] against targets[n] into row_loss[n]. If dlogits is
-// not null it receives (softmax - onehot) * grad_scale (1/n: the gradient of the mean).
+// not null it receives (softmax - onehot) * grad_scale (1/n: the gradient of the mean); it may
+// be logits itself (in place: a row's loss is taken before its gradient is written).
 template <typename T>
 void cross_entropy(const T* logits, const int32_t* targets, T* dlogits, T* row_loss, int64_t n,
                    int64_t V, double grad_scale);

@@ -45,8 +45,10 @@ void softmax_causal_fwd(void* scores, bool bf16, float* probs, int64_t rows, int
 // takes it).
 void softmax_causal_bwd(const float* P, void* dP, void* P_out, bool bf16, int64_t rows,
                         int64_t T, float scale, cudaStream_t s);
-void cross_entropy(const float* logits, const int32_t* targets, float* dlogits, float* row_loss,
-                   int64_t n, int64_t V, double grad_scale, cudaStream_t s);
+// logits[n, V] are float*, or __nv_bfloat16* with bf16; overwritten in place by their gradient
+// (in the same type) unless grad_scale is 0 (the loss only).
+void cross_entropy(void* logits, bool bf16, const int32_t* targets, float* row_loss, int64_t n,
+                   int64_t V, double grad_scale, cudaStream_t s);
 // p_bf16: if not null, receives the updated p rounded to bf16.
 void adamw(float* p, const float* g, float* m, float* v, void* p_bf16, size_t n,
            const AdamWStep& step, cudaStream_t s);

@@ -46,6 +46,13 @@ template <typename T> class Model {
   // batch set (backend work only).
   void set_batch(const int32_t* inputs, const int32_t* targets);
   void forward_compute(double grad_divisor = 1);
+  // Forward only: the mean loss, with no gradient made; the logits are kept (logits_host). A
+  // backward() needs a forward() after it.
+  double evaluate(const int32_t* inputs, const int32_t* targets) {
+    set_batch(inputs, targets);
+    forward_ops(false, 1);
+    return loss();
+  }
   double loss() { return be.sum(row_loss_, size_t(B * T_)) / double(B * T_); }
   // Gradients of the last forward into `grads` (overwritten), calling sync.ready() per group.
   void backward(GradSync* sync = nullptr);
@@ -65,7 +72,8 @@ template <typename T> class Model {
     return to_host(params_.data(), layout.total);
   }
   std::vector<T> grads_host() const { return to_host(grads_.data(), layout.total); }
-  std::vector<T> logits_host() const { return to_host(logits_, B * T_ * cfg.vocab_size); }
+  // The logits of the last evaluate() (forward() leaves their gradient in their place).
+  std::vector<T> logits_host() const;
   // All the parameters from host values: the masters held, and the weights' bf16 copy where they
   // are sharded.
   void set_params(const std::vector<T>& host);
@@ -96,12 +104,12 @@ template <typename T> class Model {
   std::vector<LayerWeights> weights_;
   std::vector<LayerActs> acts_;
   std::vector<T*> x_;  // residual stream entering layer l; x_[L] enters the final norm
-  T *rstdf_, *hf_, *logits_, *dlogits_, *row_loss_;
+  T *rstdf_, *hf_, *logits_, *row_loss_;  // logits_: then, after forward, their gradient
   T *dx_, *dh_, *dx16_, *datt_, *dqkv_, *dg_, *du_;  // backward scratch
   // One allocation for all the pointers in `plan`, which it sets.
   std::unique_ptr<BackendArray<T>> carve(std::vector<std::pair<T**, int64_t>>& plan, MemTag tag);
 
-  void forward_ops(double grad_divisor);
+  void forward_ops(bool grad, double grad_divisor);  // grad: the logits' gradient too
   void backward_ops(GradSync* sync);
   std::unique_ptr<typename Backend<T>::Replay> fwd_replay_, bwd_replay_;
   double replay_divisor_ = 1;

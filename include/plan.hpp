@@ -54,17 +54,19 @@ struct Plan {
   uint64_t params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
   uint64_t attn_probs = 0;   // B x H/tp x T x T per layer, in activations
   uint64_t flash_lse = 0;    // what FlashAttention saves instead: B x H/tp x T fp32 per layer
+  // The classifier's one [B*T, V] buffer on the CUDA backend (the logits, then their gradient in
+  // place; bf16 under bf16), part of activations_cuda.
+  uint64_t logits_cuda = 0;
   // What the CUDA backend saves under bf16 by storing the matmul-only activations, SwiGLU's
-  // inputs and attention's qkv and output in bf16, in activations and in workspace (backward's
-  // dg, du, datt, dqkv).
+  // inputs, attention's qkv and output and the logits in bf16, in activations and in workspace
+  // (backward's dg, du, datt, dqkv).
   uint64_t bf16_inputs_saved = 0, bf16_scratch_saved = 0;
   // The activations on the CUDA backend with c.model.attention: in place of attn_probs,
   // flash_lse under "flash" (the default) or, under "naive", the probabilities at key <= query
   // (B x H/tp x T(T+1)/2 fp32 per layer); less bf16_inputs_saved under bf16.
   uint64_t activations_cuda = 0;
-  // The CUDA backend's own scratch in a step (src/cuda/backend.cpp): under bf16 the bf16 copies
-  // of matmul operands that no producer stored in bf16 (slot 0: the logits' gradient; naive
-  // adds its scores, and in backward one sequence's P and dS), and in any precision the RoPE
+  // The CUDA backend's own scratch in a step (src/cuda/backend.cpp): under bf16 naive
+  // attention's bf16 scores, and in backward one sequence's P and dS, and in any precision the RoPE
   // table (T x dh fp32) and its fp32 buffer, the largest of RMSNorm backward's partial sums
   // (32 x d), flash backward's D (B x H x T) and, under fp32 and tf32, naive's scores
   // (B x H x T x T) or one sequence's dS and P; and cuBLASLt's workspace (32 MiB).

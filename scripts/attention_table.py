@@ -43,8 +43,13 @@ def main(ours_csv, torch_csv):
     impls = [i for i in IMPLS if i in present]
     first = next(iter(next(iter(ours.values())).values()))
     tfirst = next(iter(next(iter(torch.values())).values()))
+
+    def span(rows, col):
+        ds = sorted({r[col][:10] for by_impl in rows.values() for r in by_impl.values()})
+        return ds[0] if len(ds) == 1 else f"{ds[0]} to {ds[-1]}"
+
     print(f"Attention, ours vs PyTorch {tfirst['torch']} on one {first['device_name']} "
-          f"(lmtrain rows {first['date_utc'][:10]}, torch rows {tfirst['date'][:10]}); medians of "
+          f"(lmtrain rows {span(ours, 'date_utc')}, torch rows {span(torch, 'date')}); medians of "
           f"{first['attention.iters']} runs after {first['attention.warmup']} warm-up; "
           "`scripts/attention_vs_torch.sh`.\n")
     for col, title in (("fwd_bwd_ms", "forward + backward, ms"), ("fwd_ms", "forward, ms"),

@@ -39,7 +39,17 @@ build/lmtrain --set run.mode=attention --set attention.batch="$batch" --set atte
   ${TORCH_IMPLS:+--impls $TORCH_IMPLS} --csv results/attention_torch.csv
 "$py" scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md
 cat results/attention.md
-for y in fwd_bwd_ms peak_bytes; do
-  "$py" scripts/plot.py results/attention_lmtrain.csv --x seq_len --y "$y" --logx --logy \
-    --series impl,head_dim,mask,dtype --where status=ok --out "results/attention_${y%_*}.png"
-done
+# The plots of this batch and head count only (the study's B 1 x H 16 unsuffixed).
+tag=""
+[ "$batch,$heads" = "1,16" ] || tag="_b${batch}_h${heads}"
+"$py" scripts/plot.py results/attention_lmtrain.csv --x seq_len --y fwd_bwd_ms --logx --logy \
+  --series impl,head_dim,mask,dtype --where status=ok --where batch="$batch" --where heads="$heads" \
+  --xlabel "sequence length (tokens)" --ylabel "forward + backward, median (ms)" \
+  --title "lmtrain's attention: batch {batch} x {heads} heads, {device_name}" \
+  --out "results/attention_fwd_bwd$tag.png"
+"$py" scripts/plot.py results/attention_lmtrain.csv --x seq_len --y peak_bytes --logx --logy \
+  --series impl,head_dim,mask,dtype --where status=ok --where batch="$batch" --where heads="$heads" \
+  --scale-y 9.5367431640625e-07 \
+  --xlabel "sequence length (tokens)" --ylabel "peak memory held (MiB)" \
+  --title "lmtrain's attention, peak memory: batch {batch} x {heads} heads, {device_name}" \
+  --out "results/attention_peak$tag.png"

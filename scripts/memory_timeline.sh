@@ -17,11 +17,17 @@ cfg=configs/models/$size.toml
 mkdir -p results
 # One timed step after one warm-up: the trace holds its three phase spans and the memory counter
 # at each phase boundary.
-build/lmtrain --config "$cfg" --set run.mode=bench --set model.precision="$prec" \
+log=$(build/lmtrain --config "$cfg" --set run.mode=bench --set model.precision="$prec" \
   --set model.attention="$attn" \
   --set model.context_length="$ctx" --set train.batch_size="$batch" \
   --set bench.warmup=1 --set bench.steps=1 --set bench.kernels=0 \
-  --trace results/memory_timeline_lmtrain.json | grep -E "^== |^step|^memory"
+  --trace results/memory_timeline_lmtrain.json)
+grep -E "^== |^step|^memory" <<<"$log"
+device="one $(sed -n 's/^== lmtrain bench: [^ ]* on \(.*\), [a-z0-9]*, batch.*/\1/p' <<<"$log")"
+command="$(env | grep -E '^(SIZE|ATTENTION)=' | tr '\n' ' ')scripts/memory_timeline.sh"
+for f in memory_timeline_lmtrain.json memory_timeline_torch.csv memory_timeline.png; do
+  "$py" scripts/report.py --record "results/$f" --device "$device" --command "$command"
+done
 "$py" scripts/torch_reference.py bench --config "$cfg" --context-length "$ctx" \
   --batch-size "$batch" --precision "$prec" --warmup 1 --steps 1 --label "$size-eager" \
   --mem-timeline results/memory_timeline_torch.csv

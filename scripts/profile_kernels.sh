@@ -15,4 +15,7 @@ build/lmtrain --config "$cfg" --set run.mode=bench --set model.precision="$prec"
   --set model.attention="$attn" --set bench.warmup=3 --set bench.steps=10 \
   --set bench.kernels="${KERNELS:-14}" | sed -n '/^== lmtrain/,$p' > "$out.tmp"
 mv "$out.tmp" "$out"
+"${PYTHON:-/usr/bin/python3}" scripts/report.py --record "$out" \
+  --device "one $(sed -n 's/^== lmtrain bench: [^ ]* on \(.*\), [a-z0-9]*, batch.*/\1/p' "$out")" \
+  --command "$(env | grep -E '^(PRECISION|ATTENTION|KERNELS)=' | tr '\n' ' ')scripts/profile_kernels.sh $size"
 cat "$out"

@@ -33,5 +33,6 @@ for np in $nps; do
 done
 "$py" scripts/allreduce_table.py "$csv" > "${csv%.csv}.md"
 cat "${csv%.csv}.md"
-"$py" scripts/plot.py "$csv" --x size_bytes --y busbw_gbs --logx --series world_size,allreduce.backend \
-  --ylabel "bus bandwidth, GB/s" --out "${csv%.csv}_busbw.png"
+"$py" scripts/plot.py "$csv" --x size_bytes --y busbw_gbs --logx --logy --series world_size,allreduce.backend \
+  --scale-x 9.5367431640625e-07 --xlabel "message size (MiB)" --ylabel "bus bandwidth (GB/s)" \
+  --title "All-reduce bus bandwidth, {allreduce_dtype}, in place" --out "${csv%.csv}_busbw.png"

@@ -44,6 +44,7 @@ cat "${csv%.csv}.md"
 if [ -s "$csv" ]; then
   "$py" scripts/plot.py "$csv" --x ddp.bucket_mb --y step_ms_median --logx \
     --where "ddp.strategy=bucketed|zero1" --where ddp.comm_ctas=0 --series ddp.strategy \
-    --ylabel "step, median ms (NCCL's own thread blocks)" \
+    --xlabel "bucket size (MB)" --ylabel "step time, median (ms)" \
+    --title "Step time against bucket size: {world_size} ranks on {device_name}, batch {train_batch_size} per rank" \
     --out "${csv%.csv}_buckets.png"
 fi

@@ -34,13 +34,18 @@ if [ "${PLOT_ONLY:-0}" != 1 ]; then
     --set run.device="$device" --set bench.steps="$steps" --set bench.kernels=0 \
     --timeout "${TIMEOUT:-0}" --points-file "$points"
 fi
+declare -A what=([fwd]="Forward pass" [fwd_bwd]="Forward + backward" [step]="Full training step (AdamW included)")
 for w in $warmups; do
   for m in fwd fwd_bwd step; do
     plot "$csv" --x model.context_length --y "${m}_ms_mean" --logx --logy \
       --series model.d_model,model.precision --where bench.warmup="$w" \
-      --ylabel "$m, mean ms" --out "${csv%.csv}_${m}_warmup$w.png"
+      --xlabel "context length (tokens)" --ylabel "time, mean of the timed runs (ms)" \
+      --title "${what[$m]}: batch {train_batch_size}, $w warm-up runs, {device_name}" \
+      --out "${csv%.csv}_${m}_warmup$w.png"
   done
-  plot "$csv" --x model.context_length --y step_ms_std --logx \
+  plot "$csv" --x model.context_length --y step_ms_std --logx --logy \
     --series model.d_model,model.precision --where bench.warmup="$w" \
-    --ylabel "full step, std of ms" --out "${csv%.csv}_step_std_warmup$w.png"
+    --xlabel "context length (tokens)" --ylabel "standard deviation of the step time (ms)" \
+    --title "Spread of the full step's time: batch {train_batch_size}, $w warm-up runs, {device_name}" \
+    --out "${csv%.csv}_step_std_warmup$w.png"
 done

@@ -39,14 +39,19 @@ if [ "${PLOT_ONLY:-0}" != 1 ]; then
     --points-file "$points"
 fi
 "$py" scripts/sweep.py --csv "$plan_csv" --lmtrain "$bin" --set run.mode=plan --points-file "$points"
+declare -A what=([mem_total_bytes]="a full training step" [mem_forward_bytes]="the forward pass alone")
 for col in mem_total_bytes mem_forward_bytes; do
-  plot "$csv" --x model.context_length --y "$col" --scale-y 1e-9 --logx --logy \
-    --series model.d_model,model.precision --ylabel "$col (GB, measured)" \
+  plot "$csv" --x model.context_length --y "$col" --scale-y 9.313225746154785e-10 --logx --logy \
+    --series model.d_model,model.precision --xlabel "context length (tokens)" \
+    --ylabel "memory held, measured (GiB)" \
+    --title "Memory lmtrain's allocator holds for ${what[$col]}: batch {train_batch_size}, {device_name}" \
     --out "${csv%.csv}_${col%_bytes}.png"
 done
 if [ -s "$csv" ]; then
   LMTRAIN="$bin" "$py" scripts/memory_vs_plan.py "$csv" > "${csv%.csv}_vs_plan.md"
 fi
-plot "$plan_csv" --x model.context_length --y total_bytes --scale-y 1e-9 --logx \
-  --logy --series model.d_model,model.precision --ylabel "total (GB, plan mode)" \
+plot "$plan_csv" --x model.context_length --y total_bytes --scale-y 9.313225746154785e-10 --logx \
+  --logy --series model.d_model,model.precision --xlabel "context length (tokens)" \
+  --ylabel "memory for a full step, predicted (GiB)" \
+  --title "Plan mode's prediction of a full training step's memory: batch {train_batch_size}" \
   --out "${plan_csv%.csv}_total.png"

@@ -102,11 +102,13 @@ def rope(x, theta):
     return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
-def attention(h, w_qkv, w_o, num_heads, theta):
+def attention(h, w_qkv, w_o, num_heads, theta, sdpa=False):
     B, T, d = h.shape
     dh = d // num_heads
     q, k, v = (t.view(B, T, num_heads, dh).transpose(1, 2) for t in (h @ w_qkv.T).split(d, dim=-1))
     q, k = rope(q, theta), rope(k, theta)
+    if sdpa:  # PyTorch's fused kernels (FlashAttention-2 or cuDNN, its choice), as a user writes it
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, d) @ w_o.T
     scores = q @ k.transpose(-1, -2) / math.sqrt(dh)
     future = torch.ones(T, T, dtype=torch.bool, device=h.device).triu(1)
     probs = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
@@ -124,7 +126,8 @@ def forward(p, inputs, cfg):
     for i in range(cfg["num_layers"]):
         l = f"layers.{i}."
         x = x + attention(rmsnorm(x, p[l + "ln1.weight"], eps), p[l + "attn.qkv_proj.weight"],
-                          p[l + "attn.output_proj.weight"], cfg["num_heads"], theta)
+                          p[l + "attn.output_proj.weight"], cfg["num_heads"], theta,
+                          cfg.get("sdpa", False))
         x = x + ffn(rmsnorm(x, p[l + "ln2.weight"], eps), p[l + "ffn.w1.weight"],
                     p[l + "ffn.w2.weight"], p[l + "ffn.w3.weight"])
     return rmsnorm(x, p["ln_final.weight"], eps) @ p["lm_head.weight"].T
@@ -218,12 +221,18 @@ def timed(body, warmup, steps, cuda):
 
 
 def append_csv(path, row):
-    new = not os.path.exists(path) or os.path.getsize(path) == 0
-    with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(row))
-        if new:
-            w.writeheader()
-        w.writerow(row)
+    """Appends row under the file's header; a column the file lacks is added to it (earlier rows
+    get it empty), so a new column never shifts the others."""
+    rows, fields = [], list(row)
+    if os.path.exists(path) and os.path.getsize(path) > 0:
+        with open(path, newline="") as f:
+            r = csv.DictReader(f)
+            rows = list(r)
+            fields = list(r.fieldnames) + [k for k in row if k not in r.fieldnames]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, restval="")
+        w.writeheader()
+        w.writerows(rows + [row])
 
 
 PHASES = ("forward", "backward", "optimizer")
@@ -309,7 +318,7 @@ def bench(args):
     torch.manual_seed(args.seed)
     cfg = {"d_model": args.d_model, "d_ff": args.d_ff, "num_layers": args.num_layers,
            "num_heads": args.num_heads, "vocab_size": args.vocab_size, "norm_eps": 1e-5,
-           "rope_theta": 10000.0}
+           "rope_theta": 10000.0, "sdpa": args.attention == "sdpa"}
     params = init_params(cfg, dev)
     inputs = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device=dev)
     targets = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device=dev)
@@ -352,7 +361,8 @@ def bench(args):
              for m, body in (("fwd", fwd), ("fwd_bwd", fwd_bwd), ("step", step))}
     row = {"label": args.label, "device": args.device,
            "gpu_name": torch.cuda.get_device_name() if cuda else "cpu",
-           "precision": args.precision, "compile": args.compile, "d_model": args.d_model,
+           "precision": args.precision, "compile": args.compile, "attention": args.attention,
+           "d_model": args.d_model,
            "d_ff": args.d_ff, "num_layers": args.num_layers, "num_heads": args.num_heads,
            "vocab_size": args.vocab_size, "context_length": args.context_length,
            "batch_size": args.batch_size, "warmup": args.warmup, "steps": args.steps}
@@ -571,6 +581,9 @@ def main():
         p_bench.add_argument(f"--{name}", type=int, default=default)
     p_bench.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="bf16")
     p_bench.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
+    p_bench.add_argument("--attention", choices=("naive", "sdpa"), default="naive",
+                         help="naive: scores materialised (as lmtrain's naive); sdpa: "
+                         "F.scaled_dot_product_attention")
     p_bench.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p_bench.add_argument("--label", default="", help="free text for the CSV row")
     p_bench.add_argument("--csv", help="append one row (header first in a new file)")

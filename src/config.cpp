@@ -428,7 +428,8 @@ std::string usage_text() {
       "  --config FILE   TOML config; several allowed, later files win\n"
       "  --set K=V       override one key (V is TOML; a bare word is a string)\n"
       "  --csv FILE      append one row (every config field and metric) to FILE\n"
-      "  --trace FILE    bench mode: write a Chrome-trace JSON (Perfetto) of the timed steps\n"
+      "  --trace FILE    bench mode: write a Chrome-trace JSON (Perfetto) of the timed steps: each\n"
+      "                  rank's phases, memory, collectives and waits for them (one file)\n"
       "  --print-config  print the resolved config and exit\n\nkeys (default, meaning):\n";
   for (auto& f : config_fields(c))
     out += strf("  %-28s %-12s %s\n", f.name().c_str(), f.to_string().c_str(), f.doc.c_str());

@@ -56,8 +56,10 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
                              {&a.u, u16}, {&a.g, nf16}})
       saved.push_back({ptr, size});
   }
-  for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, nd16}, {&logits_, n * V},
-                           {&dlogits_, n * V}, {&row_loss_, n}})
+  // The logits, overwritten in place by their gradient (Backend::cross_entropy): a bf16
+  // activation under bf16.
+  for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, nd16}, {&logits_, stored(n * V)},
+                           {&row_loss_, n}})
     saved.push_back({ptr, size});
   // dx16_: the residual stream's gradient as matmuls read it (under bf16 only).
   for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dx16_, mm16 ? nd16 : 0},
@@ -160,8 +162,18 @@ template <typename T> void Model<T>::set_batch(const int32_t* inputs, const int3
   be.upload_bytes(order_.data(), order_host_.data(), size_t(n) * sizeof(int32_t));
 }
 
+template <typename T> std::vector<T> Model<T>::logits_host() const {
+  const int64_t n = B * T_ * cfg.vocab_size;
+  if (!mm16 || be.bf16_elems(n) == n) return to_host(logits_, size_t(n));
+  std::vector<uint16_t> packed(static_cast<size_t>(n));  // the backend packs bf16 activations
+  be.download_bytes(packed.data(), logits_, packed.size() * 2);
+  std::vector<T> out(packed.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = T(from_bf16(packed[i]));
+  return out;
+}
+
 template <typename T> void Model<T>::record(double grad_divisor) {
-  fwd_replay_ = be.capture([&] { forward_ops(grad_divisor); });
+  fwd_replay_ = be.capture([&] { forward_ops(true, grad_divisor); });
   bwd_replay_ = be.capture([&] { backward_ops(nullptr); });
   LMT_ASSERT(fwd_replay_ && bwd_replay_, std::string("the ") + be.name() +
                                              " backend records no replays (CUDA graphs)");
@@ -169,7 +181,7 @@ template <typename T> void Model<T>::record(double grad_divisor) {
 }
 
 template <typename T> void Model<T>::forward_compute(double grad_divisor) {
-  if (!fwd_replay_) return forward_ops(grad_divisor);
+  if (!fwd_replay_) return forward_ops(true, grad_divisor);
   LMT_ASSERT(grad_divisor == replay_divisor_, "the forward was recorded for another divisor");
   fwd_replay_->run();
 }
@@ -180,7 +192,7 @@ template <typename T> void Model<T>::backward(GradSync* sync) {
   bwd_replay_->run();
 }
 
-template <typename T> void Model<T>::forward_ops(double grad_divisor) {
+template <typename T> void Model<T>::forward_ops(bool grad, double grad_divisor) {
   const int64_t n = B * T_, d = cfg.d_model, f = cfg.d_ff, V = cfg.vocab_size;
   const int64_t H = cfg.num_heads, dh = cfg.head_dim();
   const T* P = params_.data();
@@ -203,9 +215,9 @@ template <typename T> void Model<T>::forward_ops(double grad_divisor) {
   be.rmsnorm_fwd(x_.back(), P + layout.get("ln_final.weight").offset, hf_, rstdf_, n, d,
                  cfg.norm_eps, mm16);
   be.linear_fwd(hf_, P + layout.get("lm_head.weight").offset, logits_, n, V, d, precision, mm16,
-                false, nullptr);
-  be.cross_entropy(logits_, targets_.data(), dlogits_, row_loss_, n, V,
-                   1.0 / (double(n) * grad_divisor));
+                mm16, nullptr);
+  be.cross_entropy(logits_, targets_.data(), row_loss_, n, V, mm16,
+                   grad ? 1.0 / (double(n) * grad_divisor) : 0.0);
 }
 
 template <typename T> void Model<T>::backward_ops(GradSync* sync) {
@@ -223,7 +235,8 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync) {
   // The residual stream's gradient dx_ as the W2 and output projections read it: under bf16,
   // the copy rounded by the RMSNorm backward that last updated dx_.
   T* const dres = mm16 ? dx16_ : dx_;
-  be.linear_bwd(hf_, P + head, dlogits_, dh_, G + head, n, V, d, precision, mm16, false, false);
+  // logits_ holds their gradient now (cross_entropy wrote it in place).
+  be.linear_bwd(hf_, P + head, logits_, dh_, G + head, n, V, d, precision, mm16, mm16, false);
   be.zero_bytes(dx_, size_t(n * d) * sizeof(T));  // rmsnorm_bwd adds into it
   be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d, mm16 ? dx16_ : nullptr);
   if (sync) sync->ready(0);

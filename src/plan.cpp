@@ -79,12 +79,12 @@ Plan make_plan(const Config& c) {
     // int32 inputs, targets and their sort order (allocations of their own); the residual
     // stream entering each layer and the final norm; per layer rstd1, h1, qkv, attention's saved
     // buffer, att, x_mid, rstd2, h2, u (SwiGLU's input: W3's and W1's outputs), g; then rstdf,
-    // hf, logits, dlogits, row_loss.
+    // hf, logits (overwritten by their gradient in place), row_loss.
     // The CPU backend saves naive's probabilities for either model.attention.
     const uint64_t probs = piece(B * Hl * T * T), lse = piece(B * Hl * T);
     const uint64_t per_layer = 2 * piece(n) + 3 * piece(n * d) + piece(3 * n * dl) +
                                piece(n * dl) + piece(2 * n * fl) + piece(n * fl);
-    const uint64_t rest = (L + 1) * piece(n * d) + 2 * piece(n) + piece(n * d) + 2 * piece(n * Vl);
+    const uint64_t rest = (L + 1) * piece(n * d) + 2 * piece(n) + piece(n * d) + piece(n * Vl);
     acts = 3 * n * 4 + (L * (per_layer + probs) + rest) * a;
     // Backward's scratch: dx, dh (residual width), under bf16 dx's rounded copy dx16, datt,
     // dqkv (attention), dg, du.
@@ -98,7 +98,8 @@ Plan make_plan(const Config& c) {
     const uint64_t causal_probs = L * piece(B * Hl * T * (T + 1) / 2) * 4;
     acts_cuda = acts - p.attn_probs + (m.attention == "flash" ? p.flash_lse : causal_probs);
     // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf),
-    // SwiGLU's input u and attention's qkv and att packed in bf16: half of each piece.
+    // SwiGLU's input u, attention's qkv and att, and the logits packed in bf16: half of each
+    // piece.
     // Backward's dg, du (SwiGLU's output and input gradients), datt, dqkv and dx16
     // likewise, in its workspace.
     // Its fp32 scratch, the largest request: RMSNorm backward's partial sums of dg
@@ -113,17 +114,17 @@ Plan make_plan(const Config& c) {
                                                   : naive_fp32)) +
                      (uint64_t(32) << 20);
     if (bf16) {
-      // Slot 0: the fp32 output gradient that a matmul reads (the logits');
-      // slots 1-3: naive's scores, and P and dS of one sequence.
-      const uint64_t slot0 = n * Vl;
-      p.cuda_scratch += 2 * (slot0 + (naive ? B * Hl * T * T + 2 * Hl * T * T : 0));
+      // Slots 1-3: naive's scores, and P and dS of one sequence.
+      if (naive) p.cuda_scratch += 2 * (B * Hl * T * T + 2 * Hl * T * T);
       auto saved = [](uint64_t e) { return piece(e) - piece(ceil_div(e, 2)); };
       const uint64_t attn = saved(3 * n * dl) + saved(n * dl);
       p.bf16_inputs_saved =
-          (L * (2 * saved(n * d) + saved(2 * n * fl) + saved(n * fl) + attn) + saved(n * d)) * a;
+          (L * (2 * saved(n * d) + saved(2 * n * fl) + saved(n * fl) + attn) + saved(n * d) +
+           saved(n * Vl)) * a;
       p.bf16_scratch_saved = (saved(2 * n * fl) + saved(n * fl) + attn + saved(n * d)) * w;
       acts_cuda -= p.bf16_inputs_saved;
     }
+    p.logits_cuda = (bf16 ? piece(ceil_div(n * Vl, 2)) : piece(n * Vl)) * a;
     p.act_per_token = acts / n;
   }
 

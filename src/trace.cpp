@@ -10,22 +10,39 @@
 
 namespace lmt {
 
-void ChromeTrace::span(const std::string& name, double ts, double dur, int tid) {
-  events_.push_back(strf("{\"name\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
-                         name.c_str(), tid, ts, dur));
+void ChromeTrace::span(const std::string& name, double ts, double dur, int tid, int pid) {
+  events_.push_back(strf("{\"name\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
+                         name.c_str(), pid, tid, ts, dur));
 }
 
 void ChromeTrace::counter(const std::string& name, double ts,
-                          const std::map<std::string, double>& values) {
+                          const std::map<std::string, double>& values, int pid) {
   std::string args;
   for (auto& [k, v] : values) args += strf("%s\"%s\":%.3f", args.empty() ? "" : ",", k.c_str(), v);
-  events_.push_back(strf("{\"name\":\"%s\",\"ph\":\"C\",\"pid\":0,\"ts\":%.3f,\"args\":{%s}}",
-                         name.c_str(), ts, args.c_str()));
+  events_.push_back(strf("{\"name\":\"%s\",\"ph\":\"C\",\"pid\":%d,\"ts\":%.3f,\"args\":{%s}}",
+                         name.c_str(), pid, ts, args.c_str()));
 }
 
-void ChromeTrace::name_track(int tid, const std::string& name) {
-  events_.push_back(strf("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,"
-                         "\"args\":{\"name\":\"%s\"}}", tid, name.c_str()));
+void ChromeTrace::name_track(int tid, const std::string& name, int pid) {
+  events_.push_back(strf("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                         "\"args\":{\"name\":\"%s\"}}", pid, tid, name.c_str()));
+}
+
+void ChromeTrace::name_process(int pid, const std::string& name) {
+  events_.push_back(strf("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
+                         "\"args\":{\"name\":\"%s\"}}", pid, name.c_str()));
+}
+
+std::string ChromeTrace::lines() const {
+  std::string all;
+  for (auto& e : events_) all += e + "\n";
+  return all;
+}
+
+void ChromeTrace::add_lines(const std::string& lines) {
+  size_t at = 0;
+  for (size_t end; (end = lines.find('\n', at)) != std::string::npos; at = end + 1)
+    if (end > at) events_.push_back(lines.substr(at, end - at));
 }
 
 void ChromeTrace::write(const std::string& path) const {

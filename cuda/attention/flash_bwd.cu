@@ -35,20 +35,24 @@ __device__ inline float dot16(uint4 x, uint4 y, float) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
 
-// D for fp32 storage (flash_fp32.cu's kernels) or bf16: a thread per row, 16 bytes a load (dh a
-// multiple of 8, rows 16-byte aligned: every flash head dim), rows taken in (b, t, h) order so
-// that a warp's threads read one token's neighbouring heads, contiguous memory.
-template <typename E>
-__global__ void flash_bwd_rowsum_kernel(const Params p, int64_t rows, int dh) {
-  const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;  // (b, t, h)
-  if (r >= rows) return;
-  const int64_t h = r % p.H, bt = r / p.H, t = bt % p.T, b = bt / p.T;
-  const int64_t row = t * p.o_row;
-  const auto* o = reinterpret_cast<const uint4*>(head<E>(p.o, b, h, dh, p.o_batch) + row);
-  const auto* g = reinterpret_cast<const uint4*>(head<E>(p.dout, b, h, dh, p.o_batch) + row);
+// D for fp32 storage (flash_fp32.cu's kernels) or bf16: G lanes a row, each summing its 16-byte
+// chunks of the row in order (dh a multiple of 8, rows 16-byte aligned: every flash head dim),
+// then the G lanes' sums by shuffles in a fixed order (deterministic). G: the power of two that
+// covers the row's chunks, up to a warp. Rows are taken in (b, t, h) order, so that a warp reads
+// one token's neighbouring heads, contiguous memory; 32-bit index maths (rows < 2^31).
+template <typename E, int G>
+__global__ void flash_bwd_rowsum_kernel(const Params p, int rows, int dh) {
+  const int r = int((blockIdx.x * blockDim.x + threadIdx.x) / G), lane = int(threadIdx.x % G);
+  const int H = int(p.H), T = int(p.T), h = r % H, t = r / H % T, b = r / H / T;
   float acc = 0;
-  for (int k = 0; k < dh * int(sizeof(E)) / 16; ++k) acc += dot16(g[k], o[k], E{});
-  p.D[(b * p.H + h) * p.T + t] = acc;
+  if (r < rows) {
+    const int64_t row = t * p.o_row;
+    const auto* o = reinterpret_cast<const uint4*>(head<E>(p.o, b, h, dh, p.o_batch) + row);
+    const auto* g = reinterpret_cast<const uint4*>(head<E>(p.dout, b, h, dh, p.o_batch) + row);
+    for (int k = lane; k < dh * int(sizeof(E)) / 16; k += G) acc += dot16(g[k], o[k], E{});
+  }
+  for (int o = G / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (r < rows && lane == 0) p.D[(int64_t(b) * H + h) * T + t] = acc;
 }
 
 template <int DH>
@@ -195,8 +199,17 @@ template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
 
 template <typename E> void bwd_rowsum(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
   LMT_ASSERT(dh % 8 == 0, "FlashAttention's head dims are multiples of 8");
-  const int64_t rows = B * p.H * p.T;
-  flash_bwd_rowsum_kernel<E><<<unsigned(ceil_div(rows, 256)), 256, 0, s>>>(p, rows, int(dh));
+  const int64_t rows = B * p.H * p.T, chunks = dh * int64_t(sizeof(E)) / 16;
+  LMT_ASSERT(rows < (int64_t(1) << 31) / 32, "more attention rows than 32-bit indices reach");
+  auto launch = [&](auto lanes) {
+    constexpr int G = decltype(lanes)::value;
+    flash_bwd_rowsum_kernel<E, G>
+        <<<unsigned(ceil_div(rows * G, 256)), 256, 0, s>>>(p, int(rows), int(dh));
+  };
+  if (chunks <= 4) launch(std::integral_constant<int, 4>{});
+  else if (chunks <= 8) launch(std::integral_constant<int, 8>{});
+  else if (chunks <= 16) launch(std::integral_constant<int, 16>{});
+  else launch(std::integral_constant<int, 32>{});
   CUDA_LAUNCH_CHECK();
 }
 template void bwd_rowsum<float>(const Params&, int64_t, int64_t, cudaStream_t);

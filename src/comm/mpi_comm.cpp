@@ -30,33 +30,50 @@ int mpi_count(size_t count) {
   return int(count);
 }
 
-// Adds the host time of its scope to *ms.
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// The host time in MPI calls since take_comm_ms(), and each call's span once tracing.
+struct CommClock {
+  double ms = 0;
+  bool tracing = false;
+  Clock::time_point origin;
+  std::vector<CommSpan> spans;
+};
+
+// Adds the host time of its scope to the clock (and its span, when tracing).
 class Timed {
  public:
-  explicit Timed(double* ms) : ms_(ms), t0_(std::chrono::steady_clock::now()) {}
+  Timed(CommClock* clock, const char* what) : clock_(clock), what_(what), t0_(Clock::now()) {}
   ~Timed() {
-    *ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+    const Clock::time_point t1 = Clock::now();
+    clock_->ms += ms_between(t0_, t1);
+    if (clock_->tracing)
+      clock_->spans.push_back({what_, ms_between(clock_->origin, t0_), ms_between(clock_->origin, t1)});
   }
 
  private:
-  double* ms_;
-  std::chrono::steady_clock::time_point t0_;
+  CommClock* clock_;
+  const char* what_;
+  Clock::time_point t0_;
 };
 
 // MPI reads the count and displacement arrays until the collective completes: the handle
 // keeps them.
 class MpiHandle : public CommHandle {
  public:
-  explicit MpiHandle(double* comm_ms) : comm_ms_(comm_ms) {}
+  explicit MpiHandle(CommClock* clock) : clock_(clock) {}
   MPI_Request req = MPI_REQUEST_NULL;
   std::vector<int> counts, displs;
   void wait() override {
-    Timed timed(comm_ms_);
+    Timed timed(clock_, "wait");
     wait_for_peers(&req, "an MPI collective");
   }
 
  private:
-  double* comm_ms_;
+  CommClock* clock_;
 };
 
 class MpiCommunicator : public Communicator {
@@ -75,15 +92,15 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
 
   Handle all_reduce_async(void* buf, size_t count, DType t) override {
-    Timed timed(&comm_ms_);
-    auto h = std::make_unique<MpiHandle>(&comm_ms_);
+    Timed timed(&clock_, "all_reduce");
+    auto h = std::make_unique<MpiHandle>(&clock_);
     MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, mpi_count(count), mpi_type(t), sum(t), comm_,
                              &h->req));
     return h;
   }
   Handle reduce_scatter_async(const void* send, void* recv, const Counts& counts,
                               DType t) override {
-    Timed timed(&comm_ms_);
+    Timed timed(&clock_, "reduce_scatter");
     auto h = with_counts(counts);
     MPI_CHECK(MPI_Ireduce_scatter(send, recv, h->counts.data(), mpi_type(t), sum(t), comm_,
                                   &h->req));
@@ -91,7 +108,7 @@ class MpiCommunicator : public Communicator {
   }
   Handle all_gatherv_async(const void* send, void* recv, const Counts& counts,
                            const Counts& displs, DType t) override {
-    Timed timed(&comm_ms_);
+    Timed timed(&clock_, "all_gather");
     auto h = with_counts(counts, displs);
     const bool in_place = send == static_cast<const char*>(recv) +
                                       size_t(h->displs[size_t(rank_)]) * dtype_size(t);
@@ -100,11 +117,17 @@ class MpiCommunicator : public Communicator {
                               comm_, &h->req));
     return h;
   }
-  double take_comm_ms() override { return std::exchange(comm_ms_, 0.0); }
+  double take_comm_ms() override { return std::exchange(clock_.ms, 0.0); }
+  void trace_from_here() override {
+    clock_.tracing = true;
+    clock_.origin = Clock::now();
+    clock_.spans.clear();
+  }
+  std::vector<CommSpan> take_comm_spans() override { return std::exchange(clock_.spans, {}); }
 
   Handle broadcast_async(void* buf, size_t count, DType t, int root) override {
-    Timed timed(&comm_ms_);
-    auto h = std::make_unique<MpiHandle>(&comm_ms_);
+    Timed timed(&clock_, "broadcast");
+    auto h = std::make_unique<MpiHandle>(&clock_);
     MPI_CHECK(MPI_Ibcast(buf, mpi_count(count), mpi_type(t), root, comm_, &h->req));
     return h;
   }
@@ -115,7 +138,7 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<MpiHandle> with_counts(const Counts& counts, const Counts& displs = {}) {
     LMT_ASSERT(counts.size() == size_t(size_) && (displs.empty() || displs.size() == counts.size()),
                "one count (and displacement) per rank");
-    auto h = std::make_unique<MpiHandle>(&comm_ms_);
+    auto h = std::make_unique<MpiHandle>(&clock_);
     const Counts at = displs.empty() ? displacements(counts) : displs;
     for (int r = 0; r < size_; ++r) {
       h->counts.push_back(mpi_count(counts[size_t(r)]));
@@ -125,7 +148,7 @@ class MpiCommunicator : public Communicator {
   }
 
   MPI_Comm comm_;
-  double comm_ms_ = 0;  // host time in MPI calls since take_comm_ms()
+  CommClock clock_;
   MPI_Op bf16_sum_ = MPI_OP_NULL;
   int rank_ = 0, size_ = 1;
 };

@@ -10,6 +10,7 @@
 #ifdef LMTRAIN_CUDA
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "gpu.hpp"
 #include "watchdog.hpp"
@@ -53,20 +54,21 @@ class NcclCommunicator : public Communicator {
     for (auto* list : {&timed_, &spare_})
       for (auto [a, b] : *list) cudaEventDestroy(a), cudaEventDestroy(b);
     cudaEventDestroy(ready_);
+    if (origin_) cudaEventDestroy(origin_);
     cudaStreamDestroy(stream_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   Handle all_reduce_async(void* buf, size_t count, DType t) override {
-    return launch([&] {
+    return launch("all_reduce", [&] {
       NCCL_CHECK(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, comm_, stream_));
     });
   }
   // Equal counts use NCCL's own collective; uneven ones a group of one reduce per root.
   Handle reduce_scatter_async(const void* send, void* recv, const Counts& counts,
                               DType t) override {
-    return launch([&] {
+    return launch("reduce_scatter", [&] {
       if (all_equal(counts)) {
         NCCL_CHECK(ncclReduceScatter(send, recv, counts[0], nccl_type(t), ncclSum, comm_, stream_));
         return;
@@ -85,7 +87,7 @@ class NcclCommunicator : public Communicator {
                            const Counts& displs, DType t) override {
     LMT_ASSERT(counts.size() == size_t(size_) && displs.size() == counts.size(),
                "one count and displacement per rank");
-    return launch([&] {
+    return launch("all_gather", [&] {
       if (all_equal(counts) && displs == displacements(counts)) {
         NCCL_CHECK(ncclAllGather(send, recv, counts[0], nccl_type(t), comm_, stream_));
         return;
@@ -101,7 +103,7 @@ class NcclCommunicator : public Communicator {
     });
   }
   Handle broadcast_async(void* buf, size_t count, DType t, int root) override {
-    return launch([&] {
+    return launch("broadcast", [&] {
       NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_));
     });
   }
@@ -132,24 +134,37 @@ class NcclCommunicator : public Communicator {
   double take_comm_ms() override {
     synchronize();
     double ms = 0;
-    for (auto [a, b] : timed_) {
+    for (size_t i = 0; i < timed_.size(); ++i) {
+      auto [a, b] = timed_[i];
       float x = 0;
       CUDA_CHECK(cudaEventElapsedTime(&x, a, b));
       ms += x;
+      if (!origin_) continue;
+      float from = 0, to = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&from, origin_, a));
+      CUDA_CHECK(cudaEventElapsedTime(&to, origin_, b));
+      spans_.push_back({timed_what_[i], from, to});
     }
     spare_.insert(spare_.end(), timed_.begin(), timed_.end());
     timed_.clear();
+    timed_what_.clear();
     return ms;
   }
+  void trace_from_here() override {
+    if (!origin_) CUDA_CHECK(cudaEventCreate(&origin_));
+    CUDA_CHECK(cudaEventRecord(origin_, compute_));
+    spans_.clear();
+  }
+  std::vector<CommSpan> take_comm_spans() override { return std::exchange(spans_, {}); }
 
  private:
   static void* at(const void* base, size_t elements, DType t) {
     return static_cast<char*>(const_cast<void*>(base)) + elements * dtype_size(t);
   }
-  template <typename F> Handle launch(F&& collective) {
+  template <typename F> Handle launch(const char* what, F&& collective) {
     CUDA_CHECK(cudaEventRecord(ready_, compute_));
     CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
-    auto [start, end] = timing_pair();
+    auto [start, end] = timing_pair(what);
     CUDA_CHECK(cudaEventRecord(start, stream_));
     collective();
     CUDA_CHECK(cudaEventRecord(end, stream_));
@@ -158,7 +173,7 @@ class NcclCommunicator : public Communicator {
     return h;
   }
   // Timing events are reused once take_comm_ms() has read them.
-  std::pair<cudaEvent_t, cudaEvent_t> timing_pair() {
+  std::pair<cudaEvent_t, cudaEvent_t> timing_pair(const char* what) {
     if (spare_.empty()) {
       cudaEvent_t a, b;
       CUDA_CHECK(cudaEventCreate(&a));
@@ -166,6 +181,7 @@ class NcclCommunicator : public Communicator {
       spare_.push_back({a, b});
     }
     timed_.push_back(spare_.back());
+    timed_what_.push_back(what);
     spare_.pop_back();
     return timed_.back();
   }
@@ -174,6 +190,9 @@ class NcclCommunicator : public Communicator {
   cudaStream_t compute_, stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> timed_, spare_;  // (start, end) per collective
+  std::vector<const char*> timed_what_;  // the collective of each timed_ pair
+  cudaEvent_t origin_ = nullptr;         // on the compute stream, once trace_from_here()
+  std::vector<CommSpan> spans_;          // from origin_, of the pairs take_comm_ms() has read
   int rank_, size_;
 };
 

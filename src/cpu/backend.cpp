@@ -119,9 +119,13 @@ template <typename T> class CpuBackend : public Backend<T> {
                      int64_t d) override {
     cpu::embedding_bwd(tok, dout, dtable, n, d);
   }
-  void cross_entropy(const T* logits, const int32_t* targets, T* dlogits, T* row_loss, int64_t n,
-                     int64_t V, double grad_scale) override {
-    cpu::cross_entropy(logits, targets, dlogits, row_loss, n, V, grad_scale);
+  // Under bf16 the logits hold bf16 values already (linear_fwd's y_bf16); their gradient is
+  // stored so.
+  void cross_entropy(T* logits, const int32_t* targets, T* row_loss, int64_t n, int64_t V,
+                     bool bf16, double grad_scale) override {
+    cpu::cross_entropy(logits, targets, grad_scale != 0 ? logits : nullptr, row_loss, n, V,
+                       grad_scale);
+    if (bf16 && grad_scale != 0) round_bf16(logits, n * V);
   }
 
   double sum(const T* x, size_t n) override {

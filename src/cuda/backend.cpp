@@ -276,9 +276,9 @@ class CudaBackend : public Backend<float> {
                      int64_t n, int64_t d) override {
     cuda::embedding_bwd(tok, order, dout, dtable, n, d, stream_);
   }
-  void cross_entropy(const float* logits, const int32_t* targets, float* dlogits,
-                     float* row_loss, int64_t n, int64_t V, double grad_scale) override {
-    cuda::cross_entropy(logits, targets, dlogits, row_loss, n, V, grad_scale, stream_);
+  void cross_entropy(float* logits, const int32_t* targets, float* row_loss, int64_t n,
+                     int64_t V, bool bf16, double grad_scale) override {
+    cuda::cross_entropy(logits, bf16, targets, row_loss, n, V, grad_scale, stream_);
   }
   double sum(const float* x, size_t n) override { return reduce(x, n, false); }
   double sum_squares(const float* x, size_t n) override { return reduce(x, n, true); }

@@ -50,13 +50,27 @@ CsvRow bench_columns(const Config& c) {
 // The allocator's bytes by tag, as the host saw them when it issued a phase boundary.
 using HeldBytes = std::array<size_t, size_t(MemTag::count)>;
 
-// The timed steps as spans (one track per phase) and the allocated memory by tag as a counter,
-// sampled at every phase boundary: `held` has phases + 1 samples per step, warm-up steps first.
-void write_trace(const std::string& path, const std::vector<double>& starts,
-                 const std::vector<std::vector<double>>& phases, const std::vector<HeldBytes>& held) {
+// A span in ms from the first timed step's start.
+struct Span {
+  std::string what;
+  double begin_ms, end_ms;
+};
+
+// This rank's timed steps as a trace (process `rank`): the phases on track 0, the allocated
+// memory by tag as a counter sampled at every phase boundary (`held` has phases + 1 samples per
+// step, warm-up steps first), the collectives on track 1 and the waits for them on track 2.
+ChromeTrace rank_trace(int rank, const std::vector<double>& starts,
+                       const std::vector<std::vector<double>>& phases,
+                       const std::vector<HeldBytes>& held, const std::vector<Span>& comm,
+                       const std::vector<Span>& waits) {
   ChromeTrace trace;
   const char* names[] = {"forward", "backward", "optimizer"};
-  trace.name_track(0, "step");
+  trace.name_process(rank, strf("rank %d", rank));
+  trace.name_track(0, "step", rank);
+  trace.name_track(1, "communication", rank);
+  trace.name_track(2, "waiting for communication", rank);
+  for (auto& s : comm) trace.span(s.what, s.begin_ms * 1e3, (s.end_ms - s.begin_ms) * 1e3, 1, rank);
+  for (auto& s : waits) trace.span(s.what, s.begin_ms * 1e3, (s.end_ms - s.begin_ms) * 1e3, 2, rank);
   const size_t per_step = phases.size() + 1, first = held.size() - starts.size() * per_step;
   for (size_t i = 0; i < starts.size(); ++i) {
     double t = starts[i] * 1e3;
@@ -64,13 +78,30 @@ void write_trace(const std::string& path, const std::vector<double>& starts,
       std::map<std::string, double> mib;
       for (size_t tag = 0; tag < size_t(MemTag::count); ++tag)
         mib[mem_tag_name(MemTag(tag))] = double(held[first + i * per_step + p][tag]) / double(1 << 20);
-      trace.counter("allocated MiB", t, mib);
+      trace.counter("allocated MiB", t, mib, rank);
       if (p == phases.size()) break;
-      trace.span(names[p], t, phases[p][i] * 1e3);
+      trace.span(names[p], t, phases[p][i] * 1e3, 0, rank);
       t += phases[p][i] * 1e3;
     }
   }
-  trace.write(path);
+  return trace;
+}
+
+// Every rank's trace into one file, written by rank 0 (collective where world > 1).
+void write_trace(const std::string& path, const Runtime& rt, const ChromeTrace& mine) {
+  if (rt.world == 1) return mine.write(path);
+  const std::string lines = mine.lines();
+  std::vector<unsigned long long> sizes(size_t(rt.world));
+  const unsigned long long size = lines.size();
+  MPI_CHECK(MPI_Allgather(&size, 1, MPI_UNSIGNED_LONG_LONG, sizes.data(), 1,
+                          MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD));
+  const Counts counts(sizes.begin(), sizes.end());
+  std::string all(rt.is_root() ? displacement(counts, rt.world) : 0, '\0');
+  gather_to_root(MPI_COMM_WORLD, lines.data(), all.data(), counts, 1);
+  if (!rt.is_root()) return;
+  ChromeTrace merged;
+  merged.add_lines(all);
+  merged.write(path);
 }
 
 template <typename T>
@@ -133,8 +164,14 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   std::vector<std::vector<std::pair<int, int>>> exposed;  // each step's waits for communication
   std::vector<HeldBytes> held;  // at each phase boundary of each step, for the trace
   int64_t reps = 0;
+  const bool tracing = !cl.trace_path.empty();
+  int origin = -1;  // tracing: a mark at the first timed step's start
   if (comm) comm->take_comm_ms();
   auto step = time_reps<T>(be, W, S, [&](std::vector<int>& marks) {
+    if (tracing && reps == W) {
+      origin = be.mark();
+      if (comm) comm->trace_from_here();
+    }
     held.push_back(be.memory().current);
     model.forward_pass(in.data(), tg.data(), rt.world);
     marks.push_back(be.mark());
@@ -146,16 +183,23 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     optimizer_step();
     held.push_back(be.memory().current);
     if (sync) exposed.push_back(std::exchange(sync->exposed, {}));
-    if (comm && ++reps == W) comm->take_comm_ms();  // count the timed steps only
+    if (++reps == W && comm) comm->take_comm_ms();  // count the timed steps only
   }, &phases, &starts, [&] { if (comm) comm->synchronize(); });
   std::vector<double> exposed_ms;
+  std::vector<Span> waits, comm_spans;  // tracing
   for (size_t i = size_t(W); i < exposed.size(); ++i) {
     exposed_ms.push_back(0);
-    for (auto [from, to] : exposed[i]) exposed_ms.back() += be.elapsed_ms(from, to);
+    for (auto [from, to] : exposed[i]) {
+      exposed_ms.back() += be.elapsed_ms(from, to);
+      if (tracing) waits.push_back({"wait", be.elapsed_ms(origin, from), be.elapsed_ms(origin, to)});
+    }
   }
   const double comm_ms = comm ? comm->take_comm_ms() / double(S) : 0;
+  if (comm && tracing)
+    for (auto& s : comm->take_comm_spans()) comm_spans.push_back({s.what, s.begin_ms, s.end_ms});
   const double loss = model.loss();
-  if (!cl.trace_path.empty() && rt.is_root()) write_trace(cl.trace_path, starts, phases, held);
+  if (tracing)
+    write_trace(cl.trace_path, rt, rank_trace(rt.rank, starts, phases, held, comm_spans, waits));
 
   // Kernel summary per phase, in untimed repetitions (CUPTI adds overhead).
   std::vector<std::pair<const char*, std::vector<KernelStat>>> kernels;

@@ -76,11 +76,15 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
     printf("  activations on the CUDA backend with model.attention = \"%s\": %s\n",
            c.model.attention.c_str(), human_bytes(double(p.activations_cuda)).c_str());
     if (p.bf16_inputs_saved)
-      printf("  (under bf16 it stores the tensors only matmuls read, SwiGLU's inputs and "
-             "attention's q, k, v and output, and their gradients, in bf16: %s less in "
+      printf("  (under bf16 it stores the tensors only matmuls read, SwiGLU's inputs, "
+             "attention's q, k, v and output, the logits, and their gradients, in bf16: %s less in "
              "activations, included, and %s less in workspace)\n",
              human_bytes(double(p.bf16_inputs_saved)).c_str(),
              human_bytes(double(p.bf16_scratch_saved)).c_str());
+    if (p.logits_cuda)
+      printf("  of which the logits, overwritten in place by their gradient (B x T x V, one "
+             "buffer%s): %s\n", c.model.precision == "bf16" ? ", bf16" : "",
+             human_bytes(double(p.logits_cuda)).c_str());
   }
   printf("\ncommunication per step per device (bytes sent, ring collectives)\n");
   if (pc.zero)
@@ -102,14 +106,15 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
          "activations only: %s\n", smallest(min_fsdp).c_str(), smallest(min_fsdp_state).c_str());
   if (!ffn)
     printf("\non the CUDA backend: forward alone %s, a full step %s (the state and workspace above "
-           "with its activations%s, and the backend's own scratch, %s: %sthe RoPE table and "
-           "attention's fp32 buffer); not predicted: the reductions' partial sums (8 KiB), "
+           "with its activations%s, and the backend's own scratch, %s: %sthe RoPE table, "
+           "attention's fp32 buffer and cuBLASLt's workspace); not predicted: the reductions' partial sums (8 KiB), "
            "cuBLAS's own workspace and the CUDA context\n",
            human_bytes(double(p.forward_cuda)).c_str(), human_bytes(double(p.total_cuda)).c_str(),
            c.model.precision == "bf16" ? ", the weights' bf16 copy (tagged params)" : "",
            human_bytes(double(p.cuda_scratch)).c_str(),
-           c.model.precision == "bf16" ? "the bf16 copies of matmul operands no producer stored in "
-                                         "bf16, " : "");
+           c.model.precision == "bf16" && c.model.attention == "naive"
+               ? "naive attention's bf16 scores, P and dS, "
+               : "");
 
   if (!cl.csv_path.empty()) {
     CsvRow row = plan_columns(c);

@@ -4,6 +4,7 @@
 
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "comm.hpp"
 
@@ -143,4 +144,29 @@ TEST_CASE("mpi communicator: bf16 all_reduce sums exactly representable values e
   }
   CHECK(to_bf16(1.0f + 1.0f / 256) == to_bf16(1.0f));        // ties round to even
   CHECK(from_bf16(to_bf16(1.0f + 3.0f / 256)) == 1.0f + 4.0f / 256);
+}
+
+TEST_CASE("mpi communicator: once tracing, each MPI call is a span from the origin, in order") {
+  auto comm = make_mpi_communicator(MPI_COMM_WORLD);
+  std::vector<float> buf(257, 1.0f);
+  comm->all_reduce(buf.data(), buf.size(), DType::f32);
+  CHECK(comm->take_comm_spans().empty());  // not tracing yet: nothing kept
+  comm->take_comm_ms();
+  comm->trace_from_here();
+  comm->all_reduce_async(buf.data(), buf.size(), DType::f32)->wait();
+  comm->broadcast(buf.data(), buf.size(), DType::f32, 0);
+  const double busy = comm->take_comm_ms();
+  auto spans = comm->take_comm_spans();
+  REQUIRE(spans.size() == 4);  // each collective's launch, then its wait
+  const char* want[] = {"all_reduce", "wait", "broadcast", "wait"};
+  double sum = 0, last = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    CHECK(std::string(spans[i].what) == want[i]);
+    CHECK(spans[i].begin_ms >= last);
+    CHECK(spans[i].end_ms >= spans[i].begin_ms);
+    last = spans[i].end_ms, sum += spans[i].end_ms - spans[i].begin_ms;
+  }
+  CHECK(sum == doctest::Approx(busy).epsilon(1e-9));  // the spans are the time take_comm_ms() sums
+  CHECK(comm->take_comm_spans().empty());             // and were handed out once
+  CHECK(buf[0] == float(comm->size() * comm->size()));  // two all-reduces of ones
 }

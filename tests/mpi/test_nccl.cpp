@@ -4,6 +4,8 @@
 // rank (mpirun -np 2 on a 2-GPU machine).
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "comm.hpp"
 #include "gpu.hpp"
 #include "modes.hpp"
@@ -147,6 +149,24 @@ TEST_CASE("nccl communicator: every collective on device buffers gives exact sum
     }
   CHECK(g.comm->take_comm_ms() > 0);  // the comm stream's events timed the collectives
   CHECK(g.comm->take_comm_ms() == 0);  // and were read once
+  CHECK(g.comm->take_comm_spans().empty());  // not tracing: no spans kept
+
+  // Tracing: each collective's span on the comm stream, from an event on the compute stream.
+  g.comm->trace_from_here();
+  char* d = g.device(encode(std::vector<double>(4099, 1.0), DType::f32));
+  g.comm->all_reduce_async(d, 4099, DType::f32)->wait();
+  g.comm->broadcast_async(d, 4099, DType::f32, 0)->wait();
+  const double busy = g.comm->take_comm_ms();
+  auto spans = g.comm->take_comm_spans();
+  REQUIRE(spans.size() == 2);
+  CHECK(std::string(spans[0].what) == "all_reduce");
+  CHECK(std::string(spans[1].what) == "broadcast");
+  CHECK(spans[0].begin_ms >= 0);
+  CHECK(spans[0].end_ms >= spans[0].begin_ms);
+  CHECK(spans[1].begin_ms >= spans[0].end_ms);  // one stream: in launch order
+  CHECK(spans[0].end_ms - spans[0].begin_ms + spans[1].end_ms - spans[1].begin_ms ==
+        doctest::Approx(busy).epsilon(1e-3));
+  CHECK(g.comm->take_comm_spans().empty());
 #endif
 }
 

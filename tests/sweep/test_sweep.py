@@ -7,7 +7,9 @@ scripts/mixed_precision.py writes its tables; scripts/memory_timeline.py draws b
 memory counter (and a PyTorch timeline CSV) and prints their peaks; and torch_reference.py's
 FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward and gradients, and
 its allocator-trace reconstruction for bench --mem-timeline gives the right running totals and
-phases (both skipped without torch).
+phases (both skipped without torch); scripts/report.py's --check passes on the repository and
+fails on a copy with one data value changed; scripts/ddp_timeline.py sums a synthetic two-rank
+trace's step as it should.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
@@ -311,6 +313,129 @@ class MixedPrecision(unittest.TestCase):
         row = lambda acc, val: float(text.split(f"| {acc} | {val} | ")[1].split(" |")[0])
         self.assertLess(abs(row("float32", "float32") - 10), 1e-3)
         self.assertGreater(abs(row("float16", "float16") - 10), 1e-2)
+
+
+class Report(unittest.TestCase):
+    """scripts/report.py: results/REPORT.md is what its data give, and a changed value in a data
+    file makes --check fail (on a copy of results/, PNGs left out)."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="lmtrain-report-test-")
+        self.results = os.path.join(self.dir, "results")
+        shutil.copytree(os.path.join(REPO, "results"), self.results,
+                        ignore=shutil.ignore_patterns("*.png"))
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def report(self, *args, results=None):
+        return subprocess.run([PY, os.path.join(REPO, "scripts/report.py"), *args] +
+                              (["--results", results] if results else []),
+                              capture_output=True, text=True, cwd=REPO)
+
+    def set_e2e(self, size_shape, column, value):
+        """Sets one column of the e2e row of (d_model, layers) in bf16 at T 512, warm-up 5."""
+        path = os.path.join(self.results, "e2e.csv")
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            fields, data = reader.fieldnames, list(reader)
+        hits = [r for r in data if (r["model.d_model"], r["model.num_layers"]) == size_shape
+                and r["model.precision"] == "bf16" and r["model.context_length"] == "512"
+                and r["bench.warmup"] == "5"]
+        self.assertEqual(len(hits), 1)
+        old = hits[0][column]
+        hits[0][column] = value
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fields)
+            w.writeheader()
+            w.writerows(data)
+        return old
+
+    def test_the_repository_report_matches_its_data(self):
+        r = self.report("--check")
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr)
+        self.assertIn("matches its data", r.stdout)
+
+    def test_the_copy_matches_until_one_csv_value_changes(self):
+        self.assertEqual(self.report("--check", results=self.results).returncode, 0)
+        old = self.set_e2e(("1600", "48"), "step_ms_median", "12345.6789")
+        r = self.report("--check", results=self.results)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("differs from what its data give", r.stderr)
+        self.assertIn(f"-| xl | ", r.stdout)  # the diff: xl's row of the bf16 grid, old and new
+        self.assertIn("/ 12345.68 |", r.stdout)
+        self.assertIn(f"/ {float(old):.2f} |", r.stdout)
+        # Regenerating writes the new value, and the copy matches again.
+        self.assertEqual(self.report(results=self.results).returncode, 0)
+        with open(os.path.join(self.results, "REPORT.md")) as f:
+            self.assertIn("/ 12345.68 |", f.read())
+        self.assertEqual(self.report("--check", results=self.results).returncode, 0)
+
+    def test_a_number_in_the_prose_follows_its_data_too(self):
+        # MFU of the largest model at T 512 is an inline number, not a table cell.
+        self.set_e2e(("2560", "32"), "mfu", "0.5")
+        r = self.report("--check", results=self.results)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("to 50.0% (2.7b)", r.stdout)
+
+    def test_a_missing_file_or_unknown_block_is_one_line_and_exit_2(self):
+        os.remove(os.path.join(self.results, "ddp.csv"))
+        r = self.report("--check", results=self.results)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("ddp.csv: no such file", r.stderr)
+        shutil.copy(os.path.join(REPO, "results", "ddp.csv"), self.results)
+        with open(os.path.join(self.results, "REPORT.md"), "a") as f:
+            f.write("\n<!-- report:no_such_block -->1<!-- /report:no_such_block -->\n")
+        r = self.report("--check", results=self.results)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("unknown block 'no_such_block'", r.stderr)
+
+    def test_record_keeps_one_row_per_file(self):
+        for device in ("first", "second"):
+            r = self.report("--record", "results/x.txt", "--device", device, "--command", "make x",
+                            results=self.results)
+            self.assertEqual(r.returncode, 0, r.stderr)
+        got = [r for r in rows(os.path.join(self.results, "provenance.csv")) if r["file"] == "x.txt"]
+        self.assertEqual([(r["device"], r["command"]) for r in got], [("second", "make x")])
+        self.assertRegex(got[0]["date_utc"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+class DdpTimeline(unittest.TestCase):
+    """scripts/ddp_timeline.py on a synthetic two-rank trace: the step it picks and the time it
+    sums per rank, clipped to the step; a file that is not a trace is refused in one line."""
+
+    def test_sums_each_ranks_collectives_and_waits_within_the_step(self):
+        def x(name, pid, tid, ts_ms, dur_ms):
+            return {"name": name, "ph": "X", "pid": pid, "tid": tid, "ts": ts_ms * 1e3, "dur": dur_ms * 1e3}
+        events = []
+        for pid, late in ((0, 0.0), (1, 2.0)):
+            for step, t0 in enumerate((0.0, 100.0)):  # two timed steps of 50 ms (+ late on rank 1)
+                events += [x("forward", pid, 0, t0, 10), x("backward", pid, 0, t0 + 10, 30 + late),
+                           x("optimizer", pid, 0, t0 + 40 + late, 10)]
+                events += [x("all_reduce", pid, 1, t0 + 20, 0.5), x("wait", pid, 1, t0 + 35, 4 + step),
+                           x("wait", pid, 2, t0 + 35, 4 + step)]
+        with tempfile.TemporaryDirectory() as d:
+            trace, png = os.path.join(d, "t.json"), os.path.join(d, "t.png")
+            with open(trace, "w") as f:
+                json.dump({"traceEvents": events}, f)
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/ddp_timeline.py"), trace, "--out", png],
+                               capture_output=True, text=True, cwd=REPO)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertGreater(os.path.getsize(png), 10000)
+            # The last step: a 0.5 ms launch and a 5 ms wait in collectives, 5 ms waiting.
+            self.assertIn("rank 0: step 50.0 ms, collectives 5.5 ms (2 calls), waiting 5.0 ms", r.stdout)
+            self.assertIn("rank 1: step 52.0 ms, collectives 5.5 ms (2 calls), waiting 5.0 ms", r.stdout)
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/ddp_timeline.py"), trace, "--out", png,
+                                "--step", "0"], capture_output=True, text=True, cwd=REPO)
+            self.assertIn("rank 0: step 50.0 ms, collectives 4.5 ms (2 calls), waiting 4.0 ms", r.stdout)
+            with open(trace, "w") as f:
+                f.write("not json")
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/ddp_timeline.py"), trace, "--out", png],
+                               capture_output=True, text=True, cwd=REPO)
+            self.assertEqual(r.returncode, 2)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1)
+            self.assertIn("not a Chrome trace", r.stderr)
 
 
 class MemoryTimeline(unittest.TestCase):

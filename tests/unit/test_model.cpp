@@ -173,9 +173,11 @@ template <typename T> void compare_with_torch(const char* precision, double tol)
   REQUIRE(r.code == 0);
   Safetensors ref = Safetensors::read(dir.file("out.safetensors"));
 
-  double loss = model.forward(in.data(), tg.data());
-  model.backward();
+  const double eval_loss = model.evaluate(in.data(), tg.data());
   CHECK(lmt::test::rel_err(model.logits_host(), ref.get<T>("logits", dt)) < tol);
+  double loss = model.forward(in.data(), tg.data());
+  CHECK(loss == eval_loss);  // the same forward, with the gradient made or not
+  model.backward();
   CHECK(std::abs(loss - double(ref.get<T>("loss", dt)[0])) < tol * loss);
   std::vector<T> grads = model.grads_host();
   for (auto& p : model.layout.params) {

@@ -82,29 +82,31 @@ TEST_CASE("plan: on the GPU flash saves B x H x T fp32 per layer, naive B x H x 
   CHECK(p.activations_cuda == p.activations - p.attn_probs + L * 192 * 4);  // 168 -> 192
 }
 
-TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, u, g, h2 and hf packed, half their "
-          "pieces") {
+TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, u, g, h2, hf and the logits packed, "
+          "half their pieces") {
   Config c = config_of(kShapes[0]);  // tiny, bf16: n = 8 x 64, d 64, d_ff 176, 2 layers
   c.model.attention = "naive";
   const Plan p = make_plan(c);
   const uint64_t n = 512, d = 64, f = 176, L = 2, B = 8, T = 64, H = 4, V = 256, dh = d / H;
   // Every piece here is a multiple of 64 elements whole and halved: exactly half of each.
-  CHECK(p.bf16_inputs_saved == (L * (2 * n * d + 4 * n * d + 3 * n * f) + n * d) / 2 * 4);
+  CHECK(p.bf16_inputs_saved == (L * (2 * n * d + 4 * n * d + 3 * n * f) + n * d + n * V) / 2 * 4);
+  CHECK(p.logits_cuda == n * V * 2);  // one buffer, the gradient written over the logits
   CHECK(p.activations_cuda ==
         p.activations - p.attn_probs + L * B * H * T * (T + 1) / 2 * 4 - p.bf16_inputs_saved);
   // dg, du (2f wide); datt, dqkv; dx16 (the residual gradient that matmuls read)
   CHECK(p.bf16_scratch_saved == (3 * n * f + 5 * n * d) / 2 * 4);
   // On the GPU: the weights' bf16 copy besides; the step adds state and workspace.
   CHECK(p.forward_cuda == p.params + p.param_count * 2 + p.activations_cuda);
-  // The backend's scratch: slot 0 the logits' gradient (n x V, V 256 > d), slot 1 the scores
-  // of the batch, P and dS of one sequence in bf16; the RoPE table (T x dh) and RMSNorm
-  // backward's partial sums (32 x d) in fp32; cuBLASLt's workspace, 32 MiB.
+  // The backend's scratch: the scores of the batch, P and dS of one sequence in bf16 (the
+  // logits' gradient needs no bf16 copy: cross-entropy writes it so); the RoPE table (T x dh)
+  // and RMSNorm backward's partial sums (32 x d) in fp32; cuBLASLt's workspace, 32 MiB.
   CHECK(p.cuda_scratch ==
-        2 * (n * V + B * H * T * T + 2 * H * T * T) + 4 * (T * dh + 32 * d) + (32 << 20));
+        2 * (B * H * T * T + 2 * H * T * T) + 4 * (T * dh + 32 * d) + (32 << 20));
   CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace -
                             p.bf16_scratch_saved + p.cuda_scratch);
   c.model.precision = "fp32";
   CHECK(make_plan(c).bf16_inputs_saved == 0);
+  CHECK(make_plan(c).logits_cuda == n * V * 4);
 }
 
 TEST_CASE("plan: fsdp shards params, grads and moments; zero1 the moments, and under bf16 the "

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "check.hpp"
@@ -263,6 +264,44 @@ TEST_CASE("bench: --trace writes the timed steps' phases and a memory counter; t
   auto train = run(std::string(lmt::test::lmtrain()) + kTiny + " --trace " + path);
   CHECK(train.code == 2);
   CHECK(train.output.find("only run.mode = \"bench\" writes a trace") != std::string::npos);
+}
+
+TEST_CASE("bench --trace on 2 ranks: one file, each rank's phases, collectives and waits") {
+  TempDir dir;
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  std::map<std::string, std::string> traces;
+  for (const char* strategy : {"flat", "naive"}) {
+    std::string path = dir.file(std::string(strategy) + ".json");
+    auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                 " --set run.mode=bench --set bench.warmup=1 --set bench.steps=2"
+                 " --set ddp.strategy=" + strategy + " --trace " + path);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    std::ifstream f(path);
+    traces[strategy] = std::string((std::istreambuf_iterator<char>(f)), {});
+  }
+  for (auto& [strategy, text] : traces) {
+    INFO(strategy);
+    for (int rank : {0, 1}) {
+      const std::string pid = strf("\"pid\":%d,", rank);
+      CHECK(count(text, "\"name\":\"backward\",\"ph\":\"X\"," + pid + "\"tid\":0,") == 2);
+      CHECK(count(text, "\"name\":\"wait\",\"ph\":\"X\"," + pid + "\"tid\":2,") >= 2);
+      CHECK(count(text, strf("\"name\":\"rank %d\"", rank)) == 1);
+    }
+  }
+  // The timed steps' collectives only: flat all-reduces the whole buffer once a step, naive each
+  // parameter tensor (the tiny model has more than one), on every rank alike.
+  const std::string flat0 = "\"name\":\"all_reduce\",\"ph\":\"X\",\"pid\":0,\"tid\":1,";
+  const std::string flat1 = "\"name\":\"all_reduce\",\"ph\":\"X\",\"pid\":1,\"tid\":1,";
+  CHECK(count(traces["flat"], flat0) == 2);
+  CHECK(count(traces["flat"], flat1) == 2);
+  CHECK(count(traces["naive"], flat0) > 2);
+  CHECK(count(traces["naive"], flat0) % 2 == 0);
+  CHECK(count(traces["naive"], flat0) == count(traces["naive"], flat1));
 }
 
 TEST_CASE("run.graphs = 1 off the GPU or on several ranks stops with one line and exit code 2") {

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Markdown table of scripts/bench_gpt2.sh's rows: for each batch shape, the latest lmtrain
+measurement (run.graphs 0 and 1) beside the PyTorch rows (SDPA, eager and torch.compile)
+measured in the same call. scripts/report.py uses table_rows for REPORT.md.
+
+    scripts/gpt2_table.py results/gpt2_lmtrain.csv results/gpt2_torch.csv > results/gpt2.md
+"""
+import sys
+
+from bench_table import beside, rows
+
+HEADER = ["B x T", "device", "date", "lmtrain step ms (graphs 0 / 1)", "PyTorch SDPA eager ms",
+          "PyTorch SDPA compile ms", "vs compile", "lmtrain tokens/s", "lmtrain MFU",
+          "lmtrain memory GiB", "PyTorch compile peak GiB"]
+NOTE = ("configs/models/gpt2-small.toml (d_model 768, 12 layers, 12 heads, d_ff 2048, vocabulary "
+        "50 304), bf16 with fp32 master weights, gradients and AdamW state, by "
+        "scripts/bench_gpt2.sh: medians of 20 timed full steps (forward, backward, AdamW) after "
+        "5 warm-up steps, lmtrain's bench mode and PyTorch's model (scripts/torch_reference.py "
+        "bench --attention sdpa, autocast bf16, fused AdamW) in one call on one GPU. 'vs "
+        "compile' is PyTorch compiled over lmtrain with graphs (> 1: lmtrain faster). lmtrain "
+        "memory: everything its allocator holds; PyTorch: torch.cuda.max_memory_allocated over "
+        "one full step.")
+
+
+def table_rows(ours, torch_rows):
+    """One row of HEADER's cells per batch shape, largest context and batch first."""
+    latest = {}  # (batch, context, graphs) -> the newest lmtrain row
+    for r in ours:
+        latest[(int(r["train.batch_size"]), int(r["model.context_length"]), r["run.graphs"])] = r
+    torch = {}
+    for r in torch_rows:
+        mode = "compile" if r["compile"] in ("True", "1", "true") else "eager"
+        torch.setdefault((int(r["batch_size"]), int(r["context_length"]), mode), []).append(r)
+    out = []
+    for (b, t, graphs), o in sorted(latest.items(), key=lambda kv: (-kv[0][1], -kv[0][0])):
+        if graphs != "1" or (b, t, "0") not in latest:
+            continue
+        ms, ms0 = float(o["step_ms_median"]), float(latest[(b, t, "0")]["step_ms_median"])
+        th = {m: beside(o, torch.get((b, t, m), [])) for m in ("eager", "compile")}
+        step = lambda m: f"{float(th[m]['step_ms_median']):.2f}" if th[m] else "n/a"
+        vs = f"{float(th['compile']['step_ms_median']) / ms:.2f}x" if th["compile"] else "n/a"
+        peak = (f"{float(th['compile']['peak_mem_step_bytes']) / 2**30:.2f}" if th["compile"]
+                else "n/a")
+        out.append([f"{b} x {t}", o["device_name"], o["date_utc"][:10], f"{ms0:.2f} / {ms:.2f}",
+                    step("eager"), step("compile"), vs, f"{float(o['tokens_per_s']) / 1e3:.0f}k",
+                    f"{100 * float(o['mfu']):.1f}%", f"{float(o['mem_total_bytes']) / 2**30:.2f}",
+                    peak])
+    return out
+
+
+def main(ours_csv, torch_csv):
+    print("| " + " | ".join(HEADER) + " |")
+    print("|" + "---|" * len(HEADER))
+    for r in table_rows(rows(ours_csv), rows(torch_csv)):
+        print("| " + " | ".join(r) + " |")
+    print("\n" + NOTE)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
