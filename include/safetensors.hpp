@@ -23,6 +23,8 @@ struct Safetensors {
 
   // Throws UsageError naming the file and what is wrong (missing, truncated, malformed header).
   static Safetensors read(const std::string& path);
+  // The header alone (tensors and metadata; data stays empty), checked as read() checks it.
+  static Safetensors read_header(const std::string& path);
   // The tensor's elements; throws UsageError if it is missing or not of dtype `dtype`.
   template <typename T> std::vector<T> get(const std::string& name, const char* dtype) const;
 };
@@ -36,6 +38,8 @@ class SafetensorsWriter {
   // sees the old file or the whole new one, never a torn one.
   void write(const std::string& path) const;
   const std::vector<char>& data() const { return data_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::vector<std::pair<std::string, TensorInfo>>& tensors() const { return tensors_; }
 
  private:
   std::vector<std::pair<std::string, TensorInfo>> tensors_;

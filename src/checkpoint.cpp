@@ -1,6 +1,9 @@
 #include "checkpoint.hpp"
 
+#include <sys/stat.h>
+
 #include <cstring>
+#include <random>
 
 #include "check.hpp"
 #include "hash.hpp"
@@ -9,8 +12,27 @@
 namespace lmt {
 namespace {
 
-constexpr const char* kFormat = "lmtrain-checkpoint-1";
+constexpr const char* kFormat = "lmtrain-checkpoint-2";
 template <typename T> const char* dtype_name() { return sizeof(T) == 8 ? "F64" : "F32"; }
+
+// FNV-1a over each piece's length and bytes (so that no two headers hash the same text): every
+// metadata entry but the checksum, every tensor's entry, then the data.
+std::string seal(const std::map<std::string, std::string>& meta,
+                 const std::map<std::string, TensorInfo>& tensors, const std::vector<char>& data) {
+  uint64_t h = hash64(nullptr, 0);
+  auto add = [&](const std::string& s) {
+    const uint64_t n = s.size();
+    h = hash64(s.data(), s.size(), hash64(&n, sizeof n, h));
+  };
+  for (auto& [k, v] : meta)
+    if (k != "checksum") add(k), add(v);
+  for (auto& [name, t] : tensors) {
+    std::string shape;
+    for (int64_t d : t.shape) shape += std::to_string(d) + ",";
+    add(name), add(t.dtype), add(shape), add(strf("%zu,%zu", t.begin, t.end));
+  }
+  return strf("%016llx", (unsigned long long)hash64(data.data(), data.size(), h));
+}
 
 }  // namespace
 
@@ -21,7 +43,7 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
 template <typename T>
 void save_checkpoint(const std::string& path, const Config& c, const ParamLayout& layout,
                      const std::vector<T>& params, const OptimizerState<T>& opt, int64_t step,
-                     const std::vector<RngState>& rngs) {
+                     const std::vector<RngState>& rngs, const std::string& run_id) {
   SafetensorsWriter w;
   const char* dt = dtype_name<T>();
   for (auto [prefix, buf] : {std::pair{"", &params}, {"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
@@ -35,13 +57,17 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
     w.set("rng." + std::to_string(r), strf("%016llx %016llx %016llx %016llx",
                                           (unsigned long long)rngs[r][0], (unsigned long long)rngs[r][1],
                                           (unsigned long long)rngs[r][2], (unsigned long long)rngs[r][3]));
-  w.set("checksum", strf("%016llx", (unsigned long long)hash64(w.data().data(), w.data().size())));
+  w.set("run_id", run_id);
+  w.set("seed", std::to_string(c.run.seed));
+  w.set("data", data_identity(c));
   w.set("config", config_to_toml(c));
+  std::map<std::string, TensorInfo> tensors(w.tensors().begin(), w.tensors().end());
+  w.set("checksum", seal(w.metadata(), tensors, w.data()));
   w.write(path);
 }
 
 template <typename T>
-int64_t load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
+Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
                         int world, std::vector<RngState>& rngs) {
   Safetensors st = Safetensors::read(path);
   auto meta = [&](const std::string& key) {
@@ -54,10 +80,11 @@ int64_t load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
   if (meta("format") != kFormat)
     throw UsageError(strf("%s: format '%s', expected '%s'", path.c_str(), meta("format").c_str(),
                           kFormat));
-  std::string sum = strf("%016llx", (unsigned long long)hash64(st.data.data(), st.data.size()));
+  const std::string sum = seal(st.metadata, st.tensors, st.data);
   if (meta("checksum") != sum)
-    throw UsageError(strf("%s: corrupted: data checksum %s, expected %s", path.c_str(),
-                          sum.c_str(), meta("checksum").c_str()));
+    throw UsageError(strf("%s: corrupted: checksum of header and data %s, expected %s (the "
+                          "file was changed after it was written)", path.c_str(), sum.c_str(),
+                          meta("checksum").c_str()));
   if (std::stoi(meta("world_size")) != world)
     throw UsageError(strf("%s: written by %s ranks, this run has %d (each rank's data stream "
                           "is in the checkpoint)", path.c_str(), meta("world_size").c_str(), world));
@@ -83,18 +110,51 @@ int64_t load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
       throw UsageError(strf("%s: malformed rng.%d", path.c_str(), r));
     for (int i = 0; i < 4; ++i) rngs[size_t(r)][size_t(i)] = w[i];
   }
-  return std::stoll(meta("step"));
+  return {std::stoll(meta("step")), meta("run_id"), meta("seed"), meta("data")};
+}
+
+std::string checkpoint_run_id(const std::string& path) {
+  Safetensors st = Safetensors::read_header(path);
+  auto it = st.metadata.find("run_id");
+  return it == st.metadata.end() ? "" : it->second;
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  return strf("%08x%08x", unsigned(rd()), unsigned(rd()));
+}
+
+std::string data_identity(const Config& c) {
+  if (c.data.source != "file")
+    return strf("synthetic (%lld successors)", (long long)c.data.synthetic_successors);
+  struct stat st {};
+  const long long bytes = stat(c.data.path.c_str(), &st) == 0 ? (long long)st.st_size : -1;
+  return strf("file %s (%lld bytes)", c.data.path.c_str(), bytes);
+}
+
+std::string resume_mismatch(const Config& c, const Resumed& r) {
+  std::string now, then;
+  auto differ = [&](const char* what, const std::string& mine, const std::string& theirs) {
+    if (mine == theirs) return;
+    now += strf("%s%s %s", now.empty() ? "" : ", ", what, mine.c_str());
+    then += strf("%s%s %s", then.empty() ? "" : ", ", what, theirs.c_str());
+  };
+  differ("run.seed", std::to_string(c.run.seed), r.seed);
+  differ("data", data_identity(c), r.data);
+  if (now.empty()) return "";
+  return strf("resuming %s with %s; its run had %s: continuing, on other data streams than the "
+              "interrupted run's", c.train.resume.c_str(), now.c_str(), then.c_str());
 }
 
 template void save_checkpoint(const std::string&, const Config&, const ParamLayout&,
                               const std::vector<float>&, const OptimizerState<float>&, int64_t,
-                              const std::vector<RngState>&);
+                              const std::vector<RngState>&, const std::string&);
 template void save_checkpoint(const std::string&, const Config&, const ParamLayout&,
                               const std::vector<double>&, const OptimizerState<double>&, int64_t,
-                              const std::vector<RngState>&);
-template int64_t load_checkpoint(const std::string&, Model<float>&, OptimizerState<float>&, int,
+                              const std::vector<RngState>&, const std::string&);
+template Resumed load_checkpoint(const std::string&, Model<float>&, OptimizerState<float>&, int,
                                  std::vector<RngState>&);
-template int64_t load_checkpoint(const std::string&, Model<double>&, OptimizerState<double>&, int,
+template Resumed load_checkpoint(const std::string&, Model<double>&, OptimizerState<double>&, int,
                                  std::vector<RngState>&);
 
 }  // namespace lmt

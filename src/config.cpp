@@ -177,6 +177,9 @@ std::vector<ConfigField> config_fields(Config& c) {
       int_field("run", "graphs", &r.graphs, 0,
                 "1: train and bench record forward and backward once each as a CUDA graph and "
                 "replay them (one GPU, one rank)", 1),
+      real_field("run", "comm_timeout_s", &r.comm_timeout_s, 0, false, kBig,
+                 "seconds a rank waits for its peers in a collective before the job aborts "
+                 "naming the ranks that did not arrive, exit code 5; 0: for ever"),
       int_field("model", "d_model", &m.d_model, 1, "width of the residual stream"),
       int_field("model", "d_ff", &m.d_ff, 1, "hidden width of the SwiGLU feed-forward"),
       int_field("model", "num_layers", &m.num_layers, 1, "transformer blocks"),
@@ -196,6 +199,9 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "steps between checkpoints (0: only at the end, if checkpoint_dir is set)"),
       str_field("train", "checkpoint_dir", &t.checkpoint_dir, {}, "where checkpoints go; empty: none"),
       str_field("train", "resume", &t.resume, {}, "checkpoint file to resume from; empty: fresh start"),
+      int_field("train", "overwrite", &t.overwrite, 0,
+                "1: write checkpoints into a checkpoint_dir holding another run's (a run "
+                "continues its own: the resumed file's); 0: refuse, naming the file", 1),
       real_field("optim", "lr", &o.lr, 0, false, kBig, "peak learning rate"),
       real_field("optim", "beta1", &o.beta1, 0, false, 0.999999, "AdamW first-moment decay"),
       real_field("optim", "beta2", &o.beta2, 0, false, 0.999999, "AdamW second-moment decay"),

@@ -23,6 +23,8 @@ int select_gpu(const Runtime& rt) {
   return rt.local_rank;
 }
 
+void gpu_memory(size_t* free, size_t* total) { CUDA_CHECK(cudaMemGetInfo(free, total)); }
+
 ncclComm_t nccl_bootstrap(const Runtime& rt, int max_ctas) {
   ncclUniqueId id;
   if (rt.is_root()) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -37,6 +39,8 @@ ncclComm_t nccl_bootstrap(const Runtime& rt, int max_ctas) {
 #else
 
 int gpu_count() { return 0; }
+
+void gpu_memory(size_t* free, size_t* total) { *free = *total = 0; }
 
 int select_gpu(const Runtime& rt) {
   (void)rt;

@@ -1,13 +1,15 @@
 // lmtrain: parse, start the runtime, run one mode, stop together.
 #include <cstdio>
 
+#include "exit_codes.hpp"
 #include "modes.hpp"
 #include "runtime.hpp"
+#include "watchdog.hpp"
 
 int main(int argc, char** argv) {
   using namespace lmt;
   Runtime rt = runtime_init(&argc, &argv);
-  int code = 0;
+  int code = kExitOk;
   try {
     CommandLine cl;
     agree(rt, [&] { cl = parse_command_line(std::vector<std::string>(argv + 1, argv + argc)); });
@@ -16,7 +18,8 @@ int main(int argc, char** argv) {
     } else if (cl.print_config) {
       if (rt.is_root()) fputs(config_to_toml(cl.config).c_str(), stdout);
     } else {
-      agree_on_config(rt, config_hash(cl.config));
+      agree_on_config(rt, cl.config);
+      set_comm_timeout(cl.config.run.comm_timeout_s);
       const std::string& mode = cl.config.run.mode;
       if (mode == "plan") {  // computed: no device to resolve
         code = run_plan(cl, rt);
@@ -36,7 +39,7 @@ int main(int argc, char** argv) {
     // Bad input found after startup on one rank only: the others may be in a collective.
     fprintf(stderr, "lmtrain: error (rank %d): %s\n", rt.rank, e.what());
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 2);
+    MPI_Abort(MPI_COMM_WORLD, kExitUsage);
   }
   runtime_finalize();
   return code;

@@ -9,6 +9,7 @@ ParamLayout ParamLayout::build(const Config::Model& m) {
   auto add = [&](std::string name, std::vector<int64_t> shape, bool matmul) {
     size_t n = 1;
     for (auto s : shape) n *= size_t(s);
+    out.index.emplace(name, out.params.size());
     out.params.push_back({std::move(name), std::move(shape), out.total, n, matmul});
     out.total += n;
   };
@@ -38,9 +39,9 @@ ParamLayout ParamLayout::build(const Config::Model& m) {
 }
 
 const ParamView& ParamLayout::get(const std::string& name) const {
-  for (auto& p : params)
-    if (p.name == name) return p;
-  LMT_FATAL("no parameter named " + name);
+  auto it = index.find(name);
+  if (it == index.end()) LMT_FATAL("no parameter named " + name);
+  return params[it->second];
 }
 
 }  // namespace lmt

@@ -1,11 +1,15 @@
 #include "runtime.hpp"
 
+#include "exit_codes.hpp"
 #include "gpu.hpp"
+#include "watchdog.hpp"
 
+#include <array>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
 #include <vector>
 
 namespace lmt {
@@ -30,8 +34,8 @@ void fatal(const std::string& what, const char* file, int line) {
   if (live) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   fprintf(stderr, "lmtrain: rank %d: %s (%s:%d)\n", rank, what.c_str(), file, line);
   fflush(stderr);
-  if (live) MPI_Abort(MPI_COMM_WORLD, 1);  // takes every rank down, none left hanging
-  std::exit(1);
+  if (live) MPI_Abort(MPI_COMM_WORLD, kExitFailure);  // takes every rank down, none left hanging
+  std::exit(kExitFailure);
 }
 
 Runtime runtime_init(int* argc, char*** argv) {
@@ -47,6 +51,7 @@ Runtime runtime_init(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_rank(node, &rt.local_rank));
   MPI_CHECK(MPI_Comm_size(node, &rt.local_world));
   MPI_CHECK(MPI_Comm_free(&node));
+  watchdog_init();
   return rt;
 }
 
@@ -64,27 +69,66 @@ void agree(const Runtime& rt, const std::function<void()>& step) {
     error = e.what();
   }
   int mine = error.empty() ? rt.world : rt.rank, first = 0;
-  MPI_CHECK(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  MPI_Request req;
+  MPI_CHECK(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req));
+  wait_for_peers(&req, "the ranks' agreement on the setup");
   if (first == rt.world) return;
   if (rt.rank == first) {
     std::string who = rt.world > 1 ? strf(" (rank %d)", rt.rank) : "";
     fprintf(stderr, "lmtrain: error%s: %s\n", who.c_str(), error.c_str());
     fflush(stderr);
   }
-  throw JobExit{2};
+  throw JobExit{kExitUsage};
 }
 
-void agree_on_config(const Runtime& rt, uint64_t hash) {
+namespace {
+
+// The first "section.key = value" line where two config_to_toml texts differ: (key, a's, b's).
+std::array<std::string, 3> first_difference(const std::string& a, const std::string& b) {
+  std::istringstream sa(a), sb(b);
+  std::string la, lb, section;
+  while (std::getline(sa, la)) {
+    if (!std::getline(sb, lb)) lb.clear();
+    if (la.size() > 2 && la.front() == '[') section = la.substr(1, la.size() - 2);
+    if (la == lb) continue;
+    const size_t eq = la.find(" = "), eqb = lb.find(" = ");
+    return {section + "." + la.substr(0, eq), la.substr(eq + 3),
+            eqb == std::string::npos ? lb : lb.substr(eqb + 3)};
+  }
+  return {"?", "", ""};
+}
+
+}  // namespace
+
+void agree_on_config(const Runtime& rt, const Config& c) {
+  const std::string text = config_to_toml(c);
+  const uint64_t hash = config_hash(c);
   std::vector<uint64_t> all(static_cast<size_t>(rt.world));
   MPI_CHECK(MPI_Allgather(&hash, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD));
   std::string differ;
+  int first = 0;
   for (int r = 1; r < rt.world; ++r)
-    if (all[size_t(r)] != all[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+    if (all[size_t(r)] != all[0]) {
+      differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+      if (!first) first = r;
+    }
   if (differ.empty()) return;
-  if (rt.is_root())
+  // The first differing rank's config goes to rank 0, which names the first key that differs.
+  if (rt.rank == first) {
+    const int n = int(text.size());
+    MPI_CHECK(MPI_Send(&n, 1, MPI_INT, 0, 0, MPI_COMM_WORLD));
+    MPI_CHECK(MPI_Send(text.data(), n, MPI_CHAR, 0, 0, MPI_COMM_WORLD));
+  } else if (rt.is_root()) {
+    int n = 0;
+    MPI_CHECK(MPI_Recv(&n, 1, MPI_INT, first, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    std::string theirs(size_t(n), '\0');
+    MPI_CHECK(MPI_Recv(theirs.data(), n, MPI_CHAR, first, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    const auto [key, mine, other] = first_difference(text, theirs);
     fprintf(stderr, "lmtrain: error: ranks disagree on the resolved config: rank(s) %s differ "
-            "from rank 0 (same --config and --set on every rank?)\n", differ.c_str());
-  throw JobExit{2};
+            "from rank 0, first at %s (rank 0: %s, rank %d: %s); same --config and --set on "
+            "every rank?\n", differ.c_str(), key.c_str(), mine.c_str(), first, other.c_str());
+  }
+  throw JobExit{kExitUsage};
 }
 
 std::string resolve_device(const Config& c, const Runtime& rt) {

@@ -1,6 +1,7 @@
 // safetensors reader and writer, with the small JSON subset its header uses.
 #include "safetensors.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -105,8 +106,14 @@ size_t dtype_bytes(const std::string& dtype) {
 
 }  // namespace
 
-Safetensors Safetensors::read(const std::string& path) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
+namespace {
+
+// Opens `path` and parses its header; leaves `f` at the data section and returns its size.
+size_t open_and_parse(const std::string& path, std::ifstream& f, Safetensors& st) {
+  struct stat sb {};
+  if (stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode))
+    throw UsageError(strf("%s: a directory, not a safetensors file", path.c_str()));
+  f.open(path, std::ios::binary | std::ios::ate);
   if (!f) throw UsageError(strf("%s: cannot open: %s", path.c_str(), strerror(errno)));
   size_t size = size_t(f.tellg());
   f.seekg(0);
@@ -116,7 +123,6 @@ Safetensors Safetensors::read(const std::string& path) {
                           (unsigned long long)n));
   std::string header(n, '\0');
   f.read(header.data(), std::streamsize(n));
-  Safetensors st;
   HeaderParser(header, path).parse(st);
   size_t need = 0;
   for (auto& [name, t] : st.tensors) {
@@ -131,8 +137,23 @@ Safetensors Safetensors::read(const std::string& path) {
   if (size - 8 - n != need)
     throw UsageError(strf("%s: truncated or padded: data section has %zu bytes, header says %zu",
                           path.c_str(), size_t(size - 8 - n), need));
-  st.data.resize(need);
-  f.read(st.data.data(), std::streamsize(need));
+  return need;
+}
+
+}  // namespace
+
+Safetensors Safetensors::read(const std::string& path) {
+  std::ifstream f;
+  Safetensors st;
+  st.data.resize(open_and_parse(path, f, st));
+  f.read(st.data.data(), std::streamsize(st.data.size()));
+  return st;
+}
+
+Safetensors Safetensors::read_header(const std::string& path) {
+  std::ifstream f;
+  Safetensors st;
+  open_and_parse(path, f, st);
   return st;
 }
 

@@ -10,6 +10,7 @@
 
 #include "comm.hpp"
 #include "runtime.hpp"
+#include "watchdog.hpp"
 
 namespace lmt {
 namespace {
@@ -68,7 +69,7 @@ class MpiHandle : public CommHandle {
   std::vector<int> counts, displs;
   void wait() override {
     Timed timed(clock_, "wait");
-    MPI_CHECK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    wait_for_peers(&req, "an MPI collective");
   }
 
  private:
@@ -173,10 +174,12 @@ void gather_to_root(MPI_Comm comm, const void* part, void* whole, const Counts& 
     const size_t n = counts[size_t(r)] * elem_bytes;
     for (size_t at = 0; at < n; at += kPiece) {
       const int len = int(std::min(kPiece, n - at));
+      MPI_Request req;
       if (rank == 0)
-        MPI_CHECK(MPI_Recv(to + at, len, MPI_BYTE, r, 0, comm, MPI_STATUS_IGNORE));
+        MPI_CHECK(MPI_Irecv(to + at, len, MPI_BYTE, r, 0, comm, &req));
       else
-        MPI_CHECK(MPI_Send(from + at, len, MPI_BYTE, 0, 0, comm));
+        MPI_CHECK(MPI_Isend(from + at, len, MPI_BYTE, 0, 0, comm, &req));
+      wait_for_peers(&req, "a gather to rank 0");
     }
   }
 }

@@ -4,20 +4,19 @@
 // for an event recorded on the compute stream (so it reads finished gradients), then runs there;
 // its handle's wait() makes the compute stream wait for an event recorded after it. Each
 // collective is also bracketed by timing events on the comm stream: take_comm_ms() sums them.
-// Host-blocking waits (synchronize) poll ncclCommGetAsyncError, and give up after kTimeout, so a
-// failed or vanished peer aborts the whole job (MPI_Abort) instead of hanging it.
+// Host-blocking waits (synchronize) poll ncclCommGetAsyncError and the communication watchdog
+// (watchdog.hpp: past run.comm_timeout_s the job aborts naming the ranks that did not arrive),
+// so a failed, stopped or vanished peer aborts the whole job (MPI_Abort) instead of hanging it.
 #ifdef LMTRAIN_CUDA
 #include <chrono>
 #include <thread>
 #include <utility>
 
 #include "gpu.hpp"
+#include "watchdog.hpp"
 
 namespace lmt {
 namespace {
-
-// As long as PyTorch's default NCCL timeout: no healthy collective of ours takes minutes.
-constexpr std::chrono::seconds kTimeout{600};
 
 ncclDataType_t nccl_type(DType t) {
   return t == DType::f64 ? ncclFloat64 : t == DType::bf16 ? ncclBfloat16 : ncclFloat32;
@@ -111,6 +110,7 @@ class NcclCommunicator : public Communicator {
 
   void synchronize() override {
     const auto t0 = std::chrono::steady_clock::now();
+    auto last_look = t0;
     for (;;) {
       cudaError_t st = cudaStreamQuery(stream_);
       if (st == cudaSuccess) return;
@@ -122,10 +122,10 @@ class NcclCommunicator : public Communicator {
         LMT_FATAL(strf("NCCL collective failed: %s (a peer rank failed or left)",
                        ncclGetErrorString(async)));
       }
-      if (std::chrono::steady_clock::now() - t0 > kTimeout) {
-        ncclCommAbort(comm_);
-        LMT_FATAL(strf("NCCL collective still running after %lld s: a peer rank is gone or stuck",
-                       (long long)kTimeout.count()));
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_look > std::chrono::milliseconds(10)) {
+        last_look = now;
+        peers_overdue(std::chrono::duration<double>(now - t0).count(), "an NCCL collective");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }

@@ -21,6 +21,11 @@ class TokenFile : public TokenSource {
       throw UsageError(strf("data.path = \"%s\": cannot open: %s", path.c_str(), strerror(errno)));
     struct stat st {};
     fstat(fd, &st);
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw UsageError(strf("data.path = \"%s\": %s, not a token file", path.c_str(),
+                            S_ISDIR(st.st_mode) ? "a directory" : "not a regular file"));
+    }
     if (st.st_size % 2 != 0) {
       ::close(fd);
       throw UsageError(strf("data.path = \"%s\": %lld bytes is odd: expected uint16 tokens",

@@ -1,21 +1,21 @@
 // train mode: the training loop, its progress lines, checkpoints, closing table and CSV row.
-#include <sys/stat.h>
-
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
 
 #include "checkpoint.hpp"
 #include "comm.hpp"
+#include "exit_codes.hpp"
 #include "data.hpp"
 #include "grad_sync.hpp"
 #include "model.hpp"
 #include "nvtx.hpp"
 #include "modes.hpp"
 #include "optimizer.hpp"
+#include "preflight.hpp"
 #include "report.hpp"
+#include "stop.hpp"
+#include "watchdog.hpp"
 #include "zero1.hpp"
 
 namespace lmt {
@@ -25,18 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-void make_dir(const std::string& dir) {
-  std::string partial;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-        throw UsageError(strf("train.checkpoint_dir = \"%s\": cannot create %s: %s", dir.c_str(),
-                              partial.c_str(), strerror(errno)));
-    }
-    if (i < dir.size()) partial += dir[i];
-  }
 }
 
 // One line on rank 0: every rank's bytes under `tag` (what it holds: `what`) at this point.
@@ -79,10 +67,16 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   const Config& c = cl.config;
   const int64_t B = c.train.batch_size, T_ = c.model.context_length, steps = c.train.steps;
   std::unique_ptr<TokenSource> source;
+  // What would fail late fails now, before anything is allocated (preflight.hpp).
+  agree(rt, [&] {
+    if (!c.train.checkpoint_dir.empty() && rt.is_root()) prepare_checkpoint_dir(c);
+    check_host_memory(c, rt, device);
+  });
   // Host scalars (the loss) go over MPI; gradients and parameters over the communicator of the
   // backend's memory (NCCL on the GPU).
   std::unique_ptr<Communicator> host = make_mpi_communicator(MPI_COMM_WORLD);
   std::unique_ptr<Backend<T>> backend = make_backend<T>(device, rt);
+  agree(rt, [&] { check_device_memory(c, rt, device); });
   const bool zero1 = c.ddp.strategy == "zero1";
   std::unique_ptr<Communicator> comm;  // one rank has nothing to synchronise, unless zero1
   if (rt.world > 1 || zero1) comm = make_communicator(device, rt, *backend, c.ddp.comm_ctas);
@@ -100,6 +94,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   Zero1<T>* zero = nullptr;       // sync, when it is zero1 (it runs the optimizer too)
   std::vector<RngState> rngs;
   int64_t first_step = 0;
+  std::string run_id = new_run_id(), mismatch;  // a resume continues its checkpoint's run
   CsvRow row = config_columns(c);
   for (auto name : {"world_size", "device_used", "parameters", "steps_run", "final_loss",
                     "loss_floor", "ms_per_step", "tokens_per_s", "wall_s", "compute_ms_per_step",
@@ -120,10 +115,11 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
                               model.layout, c.ddp.bucket_mb);
     }
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
-    if (!c.train.checkpoint_dir.empty() && rt.is_root()) make_dir(c.train.checkpoint_dir);
     if (!c.train.resume.empty()) {
       OptimizerState<T> state;
-      first_step = load_checkpoint(c.train.resume, model, state, rt.world, rngs);
+      const Resumed resumed = load_checkpoint(c.train.resume, model, state, rt.world, rngs);
+      first_step = resumed.step, run_id = resumed.run_id;
+      mismatch = resume_mismatch(c, resumed);
       if (zero) zero->optimizer().set_state(state, zero->begin);
       else opt->set_state(state);
       if (first_step > steps)
@@ -155,6 +151,7 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
     printf("data: %s\n", source->describe().c_str());
     if (first_step > 0) printf("resumed from %s at step %lld\n", c.train.resume.c_str(),
                                (long long)first_step);
+    if (!mismatch.empty()) fprintf(stderr, "lmtrain: warning: %s\n", mismatch.c_str());
     fflush(stdout);
   }
   if (zero1) {
@@ -170,6 +167,26 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
                            : std::string("(every fp32 parameter: the matmuls read them)"));
   }
 
+  // Every rank's data Rng and the exact masters and moments, written by rank 0. Collective.
+  std::string last_checkpoint = c.train.resume;  // what a stopped run can be resumed from
+  auto write_checkpoint = [&](int64_t done) {
+    RngState mine = rng.state();
+    std::vector<RngState> all(static_cast<size_t>(rt.world));
+    MPI_Request req;
+    MPI_CHECK(MPI_Igather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
+                          MPI_COMM_WORLD, &req));
+    wait_for_peers(&req, "the checkpoint's gather of Rng states");
+    const std::vector<T> params = zero ? zero->gather_master(model.params(), MPI_COMM_WORLD)
+                                  : rt.is_root() ? model.params_host() : std::vector<T>{};
+    OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);
+    last_checkpoint = checkpoint_path(c.train.checkpoint_dir, done);
+    if (rt.is_root()) {
+      save_checkpoint(last_checkpoint, c, model.layout, params, state, done, all, run_id);
+      printf("checkpoint %s\n", last_checkpoint.c_str());
+      fflush(stdout);
+    }
+  };
+
   std::vector<int32_t> inputs(static_cast<size_t>(B * T_)), targets(static_cast<size_t>(B * T_));
   double interval_loss = 0, last_loss = NAN;
   int64_t interval_steps = 0;
@@ -177,26 +194,40 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
   auto t0 = Clock::now(), t_interval = t0;
   for (int64_t step = first_step; step < steps; ++step) {
     source->sample(rng, B, T_, inputs.data(), targets.data());
-    interval_loss += model.forward(inputs.data(), targets.data(), rt.world);
+    const double loss = model.forward(inputs.data(), targets.data(), rt.world);
+    interval_loss += loss;
     model.backward(sync.get());
     if (c.run.graphs && !model.replays()) model.record(rt.world);  // after this process's first
     if (comm) comm->synchronize();  // clipping reads the gradients on the host: fail, never hang
     double gnorm, lr = learning_rate(c.optim, step, steps);
+    StepVerdict verdict;
     {
       NvtxRange range("optimizer");
       const bool first = zero1 && step == first_step;
       if (first)
         print_rank_memory(rt, *backend, MemTag::optimizer, "optimizer state", "before step 1", "");
-      if (zero) {
-        const GradClip clip = zero->clip_grad_norm(c.optim.grad_clip);
-        zero->step(model.params(), lr, c.optim, clip.scale);
-        gnorm = clip.norm;
-      } else {
-        const GradClip clip =
-            clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
-        opt->step(model.params(), model.grads(), lr, c.optim, clip.scale);
-        gnorm = clip.norm;
+      const GradClip clip =
+          zero ? zero->clip_grad_norm(c.optim.grad_clip)
+               : clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
+      gnorm = clip.norm;
+      // Every rank stops here, before the update, if any rank's loss or the norm is not finite.
+      verdict = agree_on_step(rt, loss, gnorm);
+      if (verdict.diverged()) {
+        const bool by_loss = verdict.bad_loss >= 0;
+        if (rt.rank == (by_loss ? verdict.bad_loss : 0)) {
+          fprintf(stderr, "lmtrain: diverged at step %lld (rank %d): %s; stopped before its "
+                  "update, no checkpoint of this state; last checkpoint: %s\n",
+                  (long long)step + 1, rt.rank,
+                  by_loss ? strf("loss = %g, grad norm = %g", loss, gnorm).c_str()
+                          : strf("grad norm = %g (after the gradient sync; every rank's loss "
+                                 "finite)", gnorm).c_str(),
+                  last_checkpoint.empty() ? "none" : last_checkpoint.c_str());
+          fflush(stderr);
+        }
+        return kExitDiverged;
       }
+      if (zero) zero->step(model.params(), lr, c.optim, clip.scale);
+      else opt->step(model.params(), model.grads(), lr, c.optim, clip.scale);
       if (first)
         print_rank_memory(rt, *backend, MemTag::optimizer, "optimizer state", "after step 1", "");
     }
@@ -226,20 +257,19 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       interval_loss = 0, interval_steps = 0, t_interval = Clock::now();
     }
     const int64_t every = c.train.checkpoint_every;
-    if (!c.train.checkpoint_dir.empty() && (last || (every > 0 && (step + 1) % every == 0))) {
-      RngState mine = rng.state();
-      std::vector<RngState> all(static_cast<size_t>(rt.world));
-      MPI_CHECK(MPI_Gather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
-                           MPI_COMM_WORLD));
-      // Rank 0 writes every exact master.
-      const std::vector<T> params = zero ? zero->gather_master(model.params(), MPI_COMM_WORLD)
-                                    : rt.is_root() ? model.params_host() : std::vector<T>{};
-      OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);
+    const bool due = last || (every > 0 && (step + 1) % every == 0);
+    if (!c.train.checkpoint_dir.empty() && (due || verdict.signaled >= 0)) write_checkpoint(step + 1);
+    if (verdict.signaled >= 0) {  // this step is done and saved: stop
       if (rt.is_root()) {
-        std::string path = checkpoint_path(c.train.checkpoint_dir, step + 1);
-        save_checkpoint(path, c, model.layout, params, state, step + 1, all);
-        printf("checkpoint %s\n", path.c_str());
+        fprintf(stderr, "lmtrain: %s (rank %d): stopped after step %lld of %lld; %s\n",
+                signal_name(verdict.signal).c_str(), verdict.signaled, (long long)step + 1,
+                (long long)steps,
+                c.train.checkpoint_dir.empty()
+                    ? "no train.checkpoint_dir, nothing saved"
+                    : strf("resume with --set train.resume=%s", last_checkpoint.c_str()).c_str());
+        fflush(stderr);
       }
+      return kExitPreempted;
     }
   }
 
@@ -283,13 +313,14 @@ template <typename T> int train(const CommandLine& cl, const Runtime& rt, const 
       printf("  csv row       appended to %s\n", cl.csv_path.c_str());
     }
   }
-  return 0;
+  return kExitOk;
 }
 
 }  // namespace
 
 int run_train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   check_graphs(cl.config, rt, device);
+  install_stop_handlers();  // from here a stop signal ends the run after a step, checkpointed
   if (cl.config.model.precision == "fp64") return train<double>(cl, rt, device);
   return train<float>(cl, rt, device);
 }

@@ -83,6 +83,21 @@ struct TempDir {
 // The binary under test; tests run from the repository root (make test does).
 inline const char* lmtrain() { return "build/lmtrain"; }
 
+// A model of a few thousand parameters for whole runs of lmtrain. Head dim 8: flash has no kernel
+// for it, so on a machine with a GPU these runs use naive.
+inline const std::string kTiny =
+    " --set train.batch_size=2 --set model.context_length=16 --set model.num_layers=1"
+    " --set model.d_model=16 --set model.num_heads=2 --set model.d_ff=24 --set model.vocab_size=32"
+    " --set model.attention=naive";
+
+// The losses of a run's progress lines, in order.
+inline std::vector<double> progress_losses(const std::string& out) {
+  std::vector<double> v;
+  for (size_t at = 0; (at = out.find("| loss ", at)) != std::string::npos; at += 7)
+    v.push_back(std::stod(out.substr(at + 7)));
+  return v;
+}
+
 // The cells of one line of an lmtrain CSV (no quoting: list cells are space-separated).
 inline std::vector<std::string> csv_cells(const std::string& line) {
   std::vector<std::string> cells;

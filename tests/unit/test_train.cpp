@@ -17,23 +17,8 @@
 using namespace lmt;
 using lmt::test::run;
 using lmt::test::TempDir;
-
-namespace {
-
-// Head dim 8: flash has no kernel for it, so on a machine with a GPU these runs use naive.
-const std::string kTiny =
-    " --set train.batch_size=2 --set model.context_length=16 --set model.num_layers=1"
-    " --set model.d_model=16 --set model.num_heads=2 --set model.d_ff=24 --set model.vocab_size=32"
-    " --set model.attention=naive";
-
-std::vector<double> progress_losses(const std::string& out) {
-  std::vector<double> v;
-  for (size_t at = 0; (at = out.find("| loss ", at)) != std::string::npos; at += 7)
-    v.push_back(std::stod(out.substr(at + 7)));
-  return v;
-}
-
-}  // namespace
+using lmt::test::kTiny;
+using lmt::test::progress_losses;
 
 TEST_CASE("train: two ranks on the synthetic source lower the loss toward its floor") {
   auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() +
@@ -86,11 +71,11 @@ TEST_CASE("train: zero1 on 2 ranks follows flat's curve and holds half the optim
 }
 
 TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one (2 ranks)") {
-  TempDir dir;
   std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
                      " --set train.steps=6 --set train.checkpoint_every=3";
   for (std::string prec : {"fp32", "bf16", "fp64"}) {
     INFO(prec);
+    TempDir dir;  // one run's checkpoints per directory
     std::string p = " --set model.precision=\"" + prec + "\"";
     auto a = run(base + p + " --set train.checkpoint_dir=" + dir.path + "/a");
     REQUIRE(a.code == 0);
@@ -198,7 +183,8 @@ TEST_CASE("train: --csv appends rows under one header; a file with another heade
   std::string header, row1, row2, extra;
   std::getline(f, header), std::getline(f, row1), std::getline(f, row2);
   CHECK(!std::getline(f, extra));
-  CHECK(header.rfind("run.mode,run.device,run.seed,run.graphs,model.d_model", 0) == 0);
+  CHECK(header.rfind("run.mode,run.device,run.seed,run.graphs,run.comm_timeout_s,model.d_model",
+                     0) == 0);
   CHECK(header.find("final_loss") != std::string::npos);
   CHECK(std::count(row1.begin(), row1.end(), ',') == std::count(header.begin(), header.end(), ','));
   std::string other = dir.file("other.csv", "a,b\n1,2\n");
@@ -216,7 +202,8 @@ TEST_CASE("train: ranks with different configs refuse to start and name the rank
                " --set train.steps=4");
   INFO(r.output);
   CHECK(r.code == 2);
-  CHECK(r.output.find("rank(s) 1 differ from rank 0") != std::string::npos);
+  CHECK(r.output.find("rank(s) 1 differ from rank 0, first at train.steps (rank 0: 3, rank 1: 4)") !=
+        std::string::npos);
 }
 
 TEST_CASE("train: a bad data file on one rank stops every rank with one line and exit code 2") {

@@ -1,0 +1,34 @@
+// Checks a training run makes before it allocates or computes anything, so that what would fail
+// late (after hours, at the first checkpoint) fails in seconds with one line and exit code 2:
+// the checkpoint directory is created and takes a file, its disk has room for a checkpoint, and
+// the memory the run will allocate (plan mode's arithmetic, plan.hpp: exact for the CPU backend
+// and within a few MiB for the CUDA backend) fits in what the host and the GPU have free.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "config.hpp"
+#include "runtime.hpp"
+
+namespace lmt {
+
+// Bytes of one checkpoint of c.model (parameters and both moments; the header is small).
+uint64_t checkpoint_bytes(const Config& c);
+
+// Rank 0: creates train.checkpoint_dir (and its parents), proves it writable with a probe file,
+// checks its free space against one checkpoint, removes partial checkpoints (".tmp.PID") whose
+// writer is no longer alive, saying so, and (unless train.overwrite = 1) refuses a directory
+// holding a checkpoint of another run than the one train.resume continues. UsageError naming the
+// directory (and the file) otherwise.
+void prepare_checkpoint_dir(const Config& c);
+
+// Host memory of this node: its ranks' share of the plan (on the CPU backend, the whole model;
+// on the GPU nothing of it) and rank 0's staging of a checkpoint (where one is written) against
+// MemAvailable (and the cgroup's limit, where one is set). UsageError with both numbers.
+void check_host_memory(const Config& c, const Runtime& rt, const std::string& device);
+
+// This rank's GPU (selected): the plan's total_cuda against the free memory. UsageError with
+// both numbers. Nothing on "cpu".
+void check_device_memory(const Config& c, const Runtime& rt, const std::string& device);
+
+}  // namespace lmt

@@ -1,0 +1,197 @@
+#include "preflight.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "checkpoint.hpp"
+#include "gpu.hpp"
+#include "plan.hpp"
+#include "report.hpp"
+
+namespace lmt {
+namespace {
+
+// The plan of this training run: its ranks as data-parallel replicas, ZeRO-1 where it shards.
+Plan train_plan(const Config& c, int world) {
+  Config k = c;
+  k.plan.dp = world;
+  k.plan.zero = c.ddp.strategy == "zero1";
+  k.plan.fsdp = k.plan.tp = 1;
+  k.plan.graph = "lmtrain";
+  k.plan.act_shard_fraction = 0;
+  return make_plan(k);
+}
+
+std::string dir_error(const Config& c, const std::string& what) {
+  auto it = c.origin.find("train.checkpoint_dir");
+  return strf("%s: train.checkpoint_dir = \"%s\": %s",
+              it == c.origin.end() ? "default" : it->second.c_str(),
+              c.train.checkpoint_dir.c_str(), what.c_str());
+}
+
+void make_dir(const Config& c) {
+  const std::string& dir = c.train.checkpoint_dir;
+  std::string partial;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || dir[i] == '/') {
+      struct stat st {};
+      if (!partial.empty() && mkdir(partial.c_str(), 0755) != 0) {
+        if (errno != EEXIST)
+          throw UsageError(dir_error(c, strf("cannot create %s: %s", partial.c_str(), strerror(errno))));
+        if (stat(partial.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+          throw UsageError(dir_error(c, strf("%s is not a directory", partial.c_str())));
+      }
+    }
+    if (i < dir.size()) partial += dir[i];
+  }
+}
+
+// A file written, flushed to disk and removed: what a checkpoint's write needs, tried now.
+void probe_writable(const Config& c) {
+  const std::string probe = strf("%s/.lmtrain-probe.%d", c.train.checkpoint_dir.c_str(), int(getpid()));
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw UsageError(dir_error(c, strf("cannot write a file in it: %s", strerror(errno))));
+  const bool ok = ::write(fd, "x", 1) == 1 && fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!ok) throw UsageError(dir_error(c, strf("cannot write a file in it: %s", strerror(err))));
+}
+
+// "name.tmp.PID" files whose PID is not a live process: a writer killed mid-write left them.
+void remove_stale_partials(const Config& c) {
+  DIR* d = opendir(c.train.checkpoint_dir.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || at + 5 == name.size()) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + at + 5, &end, 10);
+    if (*end != '\0' || pid <= 0 || kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+    const std::string path = c.train.checkpoint_dir + "/" + name;
+    if (::unlink(path.c_str()) == 0)
+      printf("removed %s: a partial checkpoint whose writer (pid %ld) is gone\n", path.c_str(), pid);
+  }
+  closedir(d);
+  fflush(stdout);
+}
+
+// A checkpoint of another run (another run_id than the resumed file's; any, for a fresh run)
+// would be overwritten, or mixed with this run's.
+void refuse_others_checkpoints(const Config& c) {
+  const std::string mine = c.train.resume.empty() ? "" : checkpoint_run_id(c.train.resume);
+  DIR* d = opendir(c.train.checkpoint_dir.c_str());
+  if (!d) return;
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("step_", 0) == 0 && name.size() > 12 &&
+        name.compare(name.size() - 12, 12, ".safetensors") == 0)
+      names.push_back(name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const std::string path = c.train.checkpoint_dir + "/" + name;
+    std::string theirs;
+    try {
+      theirs = checkpoint_run_id(path);
+    } catch (const UsageError&) {  // unreadable: not this run's
+    }
+    if (mine.empty() || theirs != mine)
+      throw UsageError(dir_error(c, strf("holds %s of another run%s; set train.overwrite = 1 to "
+                                         "write there anyway, or use another directory",
+                                         path.c_str(), mine.empty() ? "" : " than the resumed one")));
+  }
+}
+
+// A "Key: N kB" line of /proc/meminfo, in bytes; 0 if absent.
+uint64_t meminfo(const char* key) {
+  std::ifstream f("/proc/meminfo");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(std::string(key) + ":", 0) == 0) {
+      std::istringstream in(line.substr(std::strlen(key) + 1));
+      uint64_t kb = 0;
+      in >> kb;
+      return kb * 1024;
+    }
+  return 0;
+}
+
+// The memory this process's cgroup (v2) may still take, where it has a limit; else 0.
+uint64_t cgroup_room() {
+  std::ifstream max("/sys/fs/cgroup/memory.max"), cur("/sys/fs/cgroup/memory.current");
+  uint64_t limit = 0, used = 0;
+  if (!(max >> limit) || !(cur >> used)) return 0;  // "max": no limit
+  return limit > used ? limit - used : 1;
+}
+
+}  // namespace
+
+uint64_t checkpoint_bytes(const Config& c) {
+  return 3 * train_plan(c, 1).param_count * (c.model.precision == "fp64" ? 8 : 4);
+}
+
+void prepare_checkpoint_dir(const Config& c) {
+  make_dir(c);
+  probe_writable(c);
+  remove_stale_partials(c);
+  if (!c.train.overwrite) refuse_others_checkpoints(c);
+  struct statvfs vfs {};
+  if (statvfs(c.train.checkpoint_dir.c_str(), &vfs) == 0) {
+    const double room = double(vfs.f_bavail) * double(vfs.f_frsize), need = double(checkpoint_bytes(c));
+    if (room < need)
+      throw UsageError(dir_error(c, strf("a checkpoint of this model takes %s, the disk has %s free",
+                                         human_bytes(need).c_str(), human_bytes(room).c_str())));
+  }
+}
+
+void check_host_memory(const Config& c, const Runtime& rt, const std::string& device) {
+  const double per_rank = device == "cpu" ? double(train_plan(c, rt.world).total()) : 0;
+  // Rank 0 gathers the parameters and both moments, then the writer copies them once more.
+  const double staging = c.train.checkpoint_dir.empty() ? 0 : 2.0 * double(checkpoint_bytes(c));
+  const double need = per_rank * rt.local_world + staging;
+  uint64_t avail = meminfo("MemAvailable");
+  const uint64_t room = cgroup_room();
+  const bool cgroup = room && room < avail;
+  if (cgroup) avail = room;
+  if (avail == 0 || need <= double(avail)) return;
+  std::string parts = per_rank > 0 ? strf("%d rank(s) on this node x %s for the model",
+                                          rt.local_world, human_bytes(per_rank).c_str())
+                                   : std::string();
+  if (staging > 0)
+    parts += strf("%s%s for rank 0 to stage a checkpoint", parts.empty() ? "" : " + ",
+                  human_bytes(staging).c_str());
+  throw UsageError(strf("not enough host memory: this run needs %s (%s), %s is available (%s); "
+                        "a smaller model or batch, or fewer ranks per node", human_bytes(need).c_str(),
+                        parts.c_str(), human_bytes(double(avail)).c_str(),
+                        cgroup ? "the cgroup's memory.max" : "MemAvailable"));
+}
+
+void check_device_memory(const Config& c, const Runtime& rt, const std::string& device) {
+  if (device != "cuda") return;
+  size_t free_bytes = 0, total = 0;
+  gpu_memory(&free_bytes, &total);
+  const double need = double(train_plan(c, rt.world).total_cuda);
+  if (need <= double(free_bytes)) return;
+  throw UsageError(strf("not enough GPU memory: this run allocates %s on each GPU (plan mode's "
+                        "estimate), %s of %s is free on GPU %d; a smaller model or batch, or "
+                        "ddp.strategy = \"zero1\"", human_bytes(need).c_str(),
+                        human_bytes(double(free_bytes)).c_str(), human_bytes(double(total)).c_str(),
+                        rt.local_rank));
+}
+
+}  // namespace lmt
