@@ -34,8 +34,8 @@ CANDIDATES = {
     "sm90_dq": [(2, 64), (1, 64), (3, 64)],
 }
 # The object each kernel's table entry is compiled into, and the impl that runs it.
-SOURCE = {"fwd": "flash_fwd", "dkdv": "flash_bwd", "dq": "flash_bwd", "sm90_fwd": "flash_sm90_fwd",
-          "sm90_dkdv": "flash_sm90_bwd", "sm90_dq": "flash_sm90_bwd"}
+SOURCE = {"fwd": "flash_sm80_fwd", "dkdv": "flash_sm80_bwd", "dq": "flash_sm80_bwd",
+          "sm90_fwd": "flash_sm90_fwd", "sm90_dkdv": "flash_sm90_bwd", "sm90_dq": "flash_sm90_bwd"}
 
 
 def flags(kernel, cand):
