@@ -11,7 +11,8 @@ warpgroups, row_tiles = 1 (the computing warpgroups: the forward and dQ kernels 
 the TMA producer). Rows go to results/flash_tuning.csv; the best candidate per
 kernel and head dim is printed (forward time for the forward kernels, backward time for the
 others: the backward runs both of its kernels, the other one fixed at its table entry). The
-tables themselves live in cuda/attention/flash.cuh.
+tables themselves live in cuda/attention/flash.cuh, the timings behind them in
+results/flash_tuning.md.
 
     make -j all && scripts/tune_flash.py [--kernels sm90_dkdv sm90_dq] [--head-dims 64 128]
         [--seq-lens 8192 16384] [--jobs 8] [--test] [--timeout 120]
