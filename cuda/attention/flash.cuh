@@ -34,7 +34,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // entry at every head dim: EXTRA_NVCCFLAGS="-DLMT_FLASH_DQ_WARPS=w -DLMT_FLASH_DQ_MTILES=m
 // -DLMT_FLASH_DQ_TILE=t" (likewise FWD, DKDV; SM90_FWD_GROUPS / _TILE / _STAGES / _PINGPONG,
 // SM90_DKDV_GROUPS / _TILE, SM90_DQ_GROUPS / _TILE / _PINGPONG): that is how
-// scripts/tune_flash.py tries candidates (one macro per number: nvcc splits a -D value at commas).
+// dev/tune_flash.py tries candidates (one macro per number: nvcc splits a -D value at commas).
 
 // The mma.sync kernels (flash_sm80_*.cu): warps per block, row tiles of 16 per warp (each warp
 // owns 16 * mtiles rows: queries in forward and dQ, keys in dK/dV), and the streamed tile (rows

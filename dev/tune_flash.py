@@ -14,7 +14,7 @@ others: the backward runs both of its kernels, the other one fixed at its table 
 tables themselves live in cuda/attention/flash.cuh, the timings behind them in
 results/flash_tuning.md.
 
-    make -j all && scripts/tune_flash.py [--kernels sm90_dkdv sm90_dq] [--head-dims 64 128]
+    make -j all && dev/tune_flash.py [--kernels sm90_dkdv sm90_dq] [--head-dims 64 128]
         [--seq-lens 8192 16384] [--jobs 8] [--test] [--timeout 120]
 """
 import argparse
