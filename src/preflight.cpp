@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -32,6 +33,11 @@ Plan train_plan(const Config& c, int world) {
   k.plan.graph = "lmtrain";
   k.plan.act_shard_fraction = 0;
   return make_plan(k);
+}
+
+// Bytes of one checkpoint of c.model (parameters and both moments; the header is small).
+uint64_t checkpoint_bytes(const Config& c) {
+  return 3 * train_plan(c, 1).param_count * (c.model.precision == "fp64" ? 8 : 4);
 }
 
 std::string dir_error(const Config& c, const std::string& what) {
@@ -140,10 +146,6 @@ uint64_t cgroup_room() {
 }
 
 }  // namespace
-
-uint64_t checkpoint_bytes(const Config& c) {
-  return 3 * train_plan(c, 1).param_count * (c.model.precision == "fp64" ? 8 : 4);
-}
 
 void prepare_checkpoint_dir(const Config& c) {
   make_dir(c);
