@@ -177,7 +177,7 @@ void check_host_memory(const Config& c, const Runtime& rt, const std::string& de
   if (staging > 0)
     parts += strf("%s%s for rank 0 to stage a checkpoint", parts.empty() ? "" : " + ",
                   human_bytes(staging).c_str());
-  throw UsageError(strf("not enough host memory: this run needs %s (%s), %s is available (%s); "
+  throw UsageError(strf("out of host memory: this run needs %s (%s), %s is available (%s); "
                         "a smaller model or batch, or fewer ranks per node", human_bytes(need).c_str(),
                         parts.c_str(), human_bytes(double(avail)).c_str(),
                         cgroup ? "the cgroup's memory.max" : "MemAvailable"));
@@ -189,7 +189,7 @@ void check_device_memory(const Config& c, const Runtime& rt, const std::string& 
   gpu_memory(&free_bytes, &total);
   const double need = double(train_plan(c, rt.world).total_cuda);
   if (need <= double(free_bytes)) return;
-  throw UsageError(strf("not enough GPU memory: this run allocates %s on each GPU (plan mode's "
+  throw UsageError(strf("out of GPU memory: this run allocates %s on each GPU (plan mode's "
                         "estimate), %s of %s is free on GPU %d; a smaller model or batch, or "
                         "ddp.strategy = \"zero1\"", human_bytes(need).c_str(),
                         human_bytes(double(free_bytes)).c_str(), human_bytes(double(total)).c_str(),
