@@ -2,7 +2,7 @@
 #
 # Tools and flags first, then sources by folder (wildcards: a new file in a folder needs no edit
 # here), then targets. EXTRA_CXXFLAGS adds flags (e.g. -I.deps/root/usr/include on machines where
-# TOML++ was unpacked by hand); EXTRA_NVCCFLAGS adds nvcc flags (scripts/tune_flash.py's tile
+# TOML++ was unpacked by hand); EXTRA_NVCCFLAGS adds nvcc flags (dev/tune_flash.py's tile
 # candidates).
 
 CXX        := mpicxx

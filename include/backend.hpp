@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,23 @@ inline Ranges in_bytes(Ranges elems, size_t elem_bytes) {  // element ranges as 
   for (auto& [b, e] : elems) b *= elem_bytes, e *= elem_bytes;
   return elems;
 }
+
+// How a tensor's elements are stored in backend memory: as T, or as bf16 values (the bf16
+// activations of Backend's notes: the GPU packs them 2 bytes each, Backend::bf16_elems; the CPU
+// keeps them as T, rounded to bf16).
+enum class Stored { full, bf16 };
+
+// A tensor in backend memory and its storage: what an op reads or writes, so that its signature
+// says so. A plain pointer is a View of a tensor stored in T.
+template <typename E> struct View {
+  E* data;
+  Stored stored = Stored::full;
+  View(E* d, Stored s = Stored::full) : data(d), stored(s) {}
+  template <typename F>
+    requires std::is_convertible_v<F*, E*>
+  View(View<F> v) : data(v.data), stored(v.stored) {}
+  bool bf16() const { return stored == Stored::bf16; }
+};
 
 // What an allocation holds: every byte a backend hands out carries one of these.
 enum class MemTag { params, grads, optimizer, activations, workspace, count };
@@ -115,37 +133,29 @@ template <typename T> class Backend {
 
   // Ops, as in cpu_ops.hpp.
   //
-  // Matmul inputs in bf16: under the bf16 policy, a tensor that only matmuls read (the RMSNorms'
-  // outputs, SwiGLU's gate, and in backward SwiGLU's input gradients) is stored rounded to bf16
-  // where it is made: rmsnorm_fwd's y_bf16 and swiglu's bf16 ask for that, and linear_*'s
-  // x_bf16 and dy_bf16 say that x or dy is such a tensor. The values are what the matmul would
-  // have rounded its operand to, so results do not change.
-  // SwiGLU's inputs (W1's and W3's outputs) are bf16 activations too, as autocast makes them:
-  // linear_fwd's y_bf16 rounds y to bf16, and swiglu's bf16 says its u is so stored (in
-  // backward also dg, the W2 matmul's input gradient: linear_bwd's dx_bf16).
-  // Attention's tensors are bf16 activations too: the QKV projection's output (y_bf16), rotated
-  // in place (rope's bf16), attention's output and, in backward, the output projection's input
-  // gradient (linear_bwd's dx_bf16) and attention's dqkv. Under the bf16 policy attention_fwd
-  // and attention_bwd read and write all of theirs so stored (the assignment's autocast does
-  // the same), and FlashAttention reads them without a cast.
-  // So is the residual stream's gradient where matmuls read it (the W2 and output projections'
-  // dy): rmsnorm_bwd writes it twice, in T for the residual sums and, given dx_bf16, rounded.
-  // The GPU packs all of these as 2-byte bf16 (half the memory, no cast before each matmul),
-  // the CPU keeps them as T. bf16_elems(n) is the number of T elements that n such values occupy.
+  // bf16 activations (Stored::bf16): under the bf16 policy the model stores in bf16 what
+  // autocast would make bf16 and what only matmuls read, so that no matmul casts its operands:
+  // the RMSNorms' outputs, the QKV projection's output (rotated in place), attention's output,
+  // SwiGLU's input u and output, the logits; in backward their gradients, and the residual
+  // stream's gradient where matmuls read it (rmsnorm_bwd writes it twice: in T for the residual
+  // sums and, given dx_bf16, rounded). The values are what a matmul would have rounded its
+  // operand to, so results do not change. The GPU packs them as 2-byte bf16 (half the memory);
+  // the CPU keeps them as T. bf16_elems(n) is the number of T elements that n such values
+  // occupy. An op reads and writes each View as its `stored` says; attention's tensors (qkv,
+  // out and their gradients) are stored so under p = bf16.
   virtual int64_t bf16_elems(int64_t n) const { return n; }
   // Residual adds ride on the matmuls (on the GPU, in their epilogue: no pass of their own):
   // linear_fwd's residual, if not null, is added to y (y = x w^T + residual, both in T).
-  virtual void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K,
-                          Precision p, bool x_bf16, bool y_bf16, const T* residual) = 0;
-  virtual void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M,
-                          int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16,
-                          bool dx_bf16) = 0;
-  virtual void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
-                           double eps, bool y_bf16) = 0;
+  virtual void linear_fwd(View<const T> x, const T* w, View<T> y, int64_t M, int64_t N,
+                          int64_t K, Precision p, const T* residual) = 0;
+  virtual void linear_bwd(View<const T> x, const T* w, View<const T> dy, View<T> dx, T* dw,
+                          int64_t M, int64_t N, int64_t K, Precision p) = 0;
+  virtual void rmsnorm_fwd(const T* x, const T* g, View<T> y, T* rstd, int64_t rows, int64_t d,
+                           double eps) = 0;
   virtual void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
                            int64_t rows, int64_t d, T* dx_bf16) = 0;
-  virtual void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
-                    double theta, bool inverse, bool bf16) = 0;
+  virtual void rope(View<T> x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
+                    double theta, bool inverse) = 0;
   // Attention saves `saved` for backward: the probabilities [B, H, T, T] (naive, where only the
   // causal part, key <= query, need be written; the CPU reference always), or the rows'
   // logsumexp [B, H, T] (flash), in fp32; attention_saved() says how many elements. Backward
@@ -161,22 +171,22 @@ template <typename T> class Backend {
   virtual void attention_bwd(const T* qkv, const T* out, const T* saved, const T* dout, T* dqkv,
                              int64_t B, int64_t T_, int64_t H, int64_t dh, Precision p,
                              AttentionImpl a) = 0;
-  // u[rows, 2f] is [W3's output | W1's] per row, one matmul's output (cpu_ops.hpp).
-  virtual void swiglu_fwd(const T* u, T* g, int64_t rows, int64_t f, bool bf16) = 0;
-  virtual void swiglu_bwd(const T* u, const T* dg, T* du, int64_t rows, int64_t f,
-                          bool bf16) = 0;
+  // u[rows, 2f] is [W3's output | W1's] per row, one matmul's output (cpu_ops.hpp). SwiGLU's
+  // tensors share one storage.
+  virtual void swiglu_fwd(View<const T> u, View<T> g, int64_t rows, int64_t f) = 0;
+  virtual void swiglu_bwd(View<const T> u, View<const T> dg, View<T> du, int64_t rows,
+                          int64_t f) = 0;
   virtual void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n,
                              int64_t d) = 0;
   // order: cpu::token_order of tokens, in backend memory.
   virtual void embedding_bwd(const int32_t* tokens, const int32_t* order, const T* dout,
                              T* dtable, int64_t n, int64_t d) = 0;
   // The classifier: row_loss[i] = loss of row i of logits[n, V], and logits overwritten in place
-  // by their gradient (cpu::cross_entropy's dlogits) unless grad_scale is 0 (the loss only,
-  // logits kept). Under bf16 the logits are a bf16 activation (the LM head's y_bf16), and so is
-  // their gradient, which the head's backward reads as its dy_bf16: one [n, V] buffer in bf16,
-  // no fp32 copy of either.
-  virtual void cross_entropy(T* logits, const int32_t* targets, T* row_loss, int64_t n,
-                             int64_t V, bool bf16, double grad_scale) = 0;
+  // by their gradient (cpu::cross_entropy's dlogits), stored as the logits are, unless
+  // grad_scale is 0 (the loss only, logits kept). Under bf16 both are bf16 activations: one
+  // [n, V] buffer in bf16, which the head's backward matmul reads as it is.
+  virtual void cross_entropy(View<T> logits, const int32_t* targets, T* row_loss, int64_t n,
+                             int64_t V, double grad_scale) = 0;
 
   // Reductions return to the host (a synchronisation on a device backend), summed in double.
   virtual double sum(const T* x, size_t n) = 0;

@@ -83,7 +83,7 @@ template <typename T> class Model {
   const int64_t B, T_;
   const Precision precision;
   const AttentionImpl attention;
-  const bool mm16;  // bf16 policy: the bf16 activations of backend.hpp's notes stored so
+  const bool mm16;  // bf16 policy: the bf16 activations of backend.hpp's notes stored so (act)
   const ParamLayout layout;
   const Ranges masters;  // sorted, disjoint: [0, layout.total) where this rank holds them all
 
@@ -94,6 +94,8 @@ template <typename T> class Model {
   struct LayerActs {
     T *rstd1, *h1, *qkv, *att_saved, *att, *x_mid, *rstd2, *h2, *u, *g;  // u: [W3 h2 | W1 h2]
   };
+  // A bf16 activation (backend.hpp): stored in bf16 under the bf16 policy, else in T.
+  View<T> act(T* p) const { return {p, mm16 ? Stored::bf16 : Stored::full}; }
   std::vector<T> to_host(const T* p, size_t n) const {
     std::vector<T> out(n);
     be.download(out.data(), p, n);

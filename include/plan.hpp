@@ -65,7 +65,7 @@ struct Plan {
   // flash_lse under "flash" (the default) or, under "naive", the probabilities at key <= query
   // (B x H/tp x T(T+1)/2 fp32 per layer); less bf16_inputs_saved under bf16.
   uint64_t activations_cuda = 0;
-  // The CUDA backend's own scratch in a step (src/cuda/backend.cpp): under bf16 naive
+  // The CUDA backend's own scratch in a step (src/gpu/backend.cpp): under bf16 naive
   // attention's bf16 scores, and in backward one sequence's P and dS, and in any precision the RoPE
   // table (T x dh fp32) and its fp32 buffer, the largest of RMSNorm backward's partial sums
   // (32 x d), flash backward's D (B x H x T) and, under fp32 and tf32, naive's scores

@@ -8,7 +8,7 @@
 //                     of the bucket's elements that lie in its shard (most buckets lie in one
 //                     shard, so that is one reduce onto its owner)
 //   finish()          waits for the last buckets
-//   clip_grad_norm()  the global norm from the all-reduced squared norms of the shards, and the
+//   clip()            the global norm from the all-reduced squared norms of the shards, and the
 //                     clipping factor step() applies
 //   step()            AdamW over this rank's shard with its own moments (1/world of them), and
 //                     the parameters all-gathered in place so that every rank can run forward:
@@ -30,8 +30,9 @@
 //               matmuls read. The fp32 masters are sharded in memory: each exists on its owner
 //               only, but for the fp32-read parameters', which every rank holds (about 1% of a
 //               model; xl: 0.8%).
-// gather_master() brings the exact masters to rank 0 (checkpoints), each rank's shard sent from
-// the host as the moments are (gather_to_root).
+// gather_params() brings the exact masters to rank 0 (checkpoints), each rank's shard sent from
+// the host as the moments are (gather_state, gather_to_root). Zero1 is both the gradient sync
+// that backward reports to and the Optimizer (training.hpp) that steps.
 #pragma once
 #include <memory>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "backend.hpp"
 #include "grad_sync.hpp"
 #include "optimizer.hpp"
+#include "training.hpp"
 
 namespace lmt {
 
@@ -51,18 +53,20 @@ ParamGroup zero1_shard(size_t total, int world, int rank);
 // them (empty: the matmuls read the fp32 weights).
 Ranges zero1_masters(const ParamLayout& layout, int world, int rank, bool bf16);
 
-template <typename T> class Zero1 : public BucketedSync {
+template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
  public:
   // bucket_mb: ddp.bucket_mb, as make_grad_sync takes it; bf16: the model's precision is bf16
   // (the all-gather above moves bf16, and the model holds zero1_masters only).
   Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout, double bucket_mb,
         bool bf16);
-  GradClip clip_grad_norm(double max_norm);  // as the unsharded clip_grad_norm
-  void step(T* params, double lr, const Config::Optim& o, double grad_scale = 1);
-  // Every master, exact, on rank 0 (empty elsewhere). Collective over `host`, an MPI communicator
-  // of the same ranks in the same order.
-  std::vector<T> gather_master(const T* params, MPI_Comm host);
-  AdamW<T>& optimizer() { return opt_; }  // this rank's shard of the state (checkpoints)
+  GradSync* sync() override { return this; }
+  GradClip clip(double max_norm) override;  // as the unsharded clip_grad_norm
+  void step(T* params, double lr, const Config::Optim& o, double grad_scale = 1) override;
+  ParamGroup shard() const override { return {begin, end}; }
+  OptimizerState<T> gather_state(MPI_Comm host) override;
+  // Every master, exact, on rank 0 (empty elsewhere).
+  std::vector<T> gather_params(const T* params, MPI_Comm host) override;
+  void set_state(const OptimizerState<T>& whole) override { opt_.set_state(whole, begin); }
 
   const Counts counts;
   const size_t begin, end;  // this rank's shard

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Attention side by side in one call on one GPU: lmtrain's attention mode (naive, our flash) and
-# scripts/torch_reference.py attention (naive, SDPA with the flash and cuDNN backends) over the
-# same grid. Rows go to results/attention_lmtrain.csv and results/attention_torch.csv (device and
-# date in each); scripts/attention_table.py then writes results/attention.md from them alone, and
-# plot.py draws lmtrain's time and peak memory against sequence length (log-log) from its CSV.
+# tests/reference/torch_reference.py attention (naive, SDPA with the flash and cuDNN backends)
+# over the same grid. Rows go to results/attention_lmtrain.csv and results/attention_torch.csv
+# (device and date in each); scripts/attention_table.py then writes results/attention.md from
+# them alone, and plot.py draws lmtrain's time and peak memory against sequence length (log-log)
+# from its CSV.
 #   scripts/attention_vs_torch.sh
 # The default grid is the study's: head dims 16..128 x T 256..32768 (naive runs out of memory at
 # the longest: such points are rows marked OOM, and the sweep goes on).
@@ -34,7 +35,7 @@ build/lmtrain --set run.mode=attention --set attention.batch="$batch" --set atte
   --set "attention.impls=$(toml_list 1 "$impls")" \
   --set attention.warmup="$warm" --set attention.iters="$iters" --csv results/attention_lmtrain.csv
 # shellcheck disable=SC2086
-[ "${TORCH:-1}" = 0 ] || "$py" scripts/torch_reference.py attention --batch "$batch" --heads "$heads" --seq-lens $seq \
+[ "${TORCH:-1}" = 0 ] || "$py" tests/reference/torch_reference.py attention --batch "$batch" --heads "$heads" --seq-lens $seq \
   --head-dims $dims --masks $masks --dtypes $dtypes --warmup "$warm" --iters "$iters" \
   ${TORCH_IMPLS:+--impls $TORCH_IMPLS} --csv results/attention_torch.csv
 "$py" scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md

@@ -2,7 +2,7 @@
 # gpt2-small (configs/models/gpt2-small.toml: GPT-2 124M's matmul FLOPs per token on a
 # 50 304-token vocabulary) on one GPU at batch x context 16 x 1024, 8 x 1024 and 4 x 512, side by
 # side in one call: lmtrain's bench mode without and with run.graphs, then PyTorch's model with
-# scaled_dot_product_attention, eager and torch.compile (scripts/torch_reference.py bench).
+# scaled_dot_product_attention, eager and torch.compile (tests/reference/torch_reference.py bench).
 # Rows go to results/gpt2_lmtrain.csv and results/gpt2_torch.csv (with device and date);
 # scripts/gpt2_table.py then writes results/gpt2.md from them alone.
 #   scripts/bench_gpt2.sh
@@ -24,7 +24,7 @@ for shape in ${SHAPES:-16x1024 8x1024 4x512}; do
   for mode in ${TORCH_MODES-eager compile}; do
     extra=()
     [ "$mode" = compile ] && extra=(--compile)
-    "$py" scripts/torch_reference.py bench --config "$cfg" --attention sdpa \
+    "$py" tests/reference/torch_reference.py bench --config "$cfg" --attention sdpa \
       --context-length "$ctx" --batch-size "$batch" --precision bf16 --warmup "$warm" \
       --steps "$steps" --label "gpt2-small-$mode" --csv results/gpt2_torch.csv "${extra[@]}" ||
       echo "torch $mode failed at $shape"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ours vs PyTorch, side by side in one call on one GPU: for each model size, lmtrain's bench mode
-# and scripts/torch_reference.py bench (eager and torch.compile) on the same shape, precision,
-# warm-up and step count. Rows go to results/bench_lmtrain.csv and results/bench_torch.csv (with
+# and tests/reference/torch_reference.py bench (eager and torch.compile) on the same shape,
+# precision, warm-up and step count. Rows go to results/bench_lmtrain.csv and results/bench_torch.csv (with
 # device and date); scripts/bench_table.py then writes results/bench.md from them alone.
 #   scripts/bench_vs_torch.sh [sizes...]      (default: small medium large xl)
 # Env: PRECISION (bf16), CONTEXT (512), BATCH (4), WARMUP (5), STEPS (20), PYTHON (python3),
@@ -25,7 +25,7 @@ for size in "${sizes[@]}"; do
   for mode in ${TORCH_MODES-eager compile}; do
     extra=()
     [ "$mode" = compile ] && extra=(--compile)
-    "$py" scripts/torch_reference.py bench --config "$cfg" --context-length "$ctx" \
+    "$py" tests/reference/torch_reference.py bench --config "$cfg" --context-length "$ctx" \
       --batch-size "$batch" --precision "$prec" --warmup "$warm" --steps "$steps" \
       --label "$size-$mode" --csv results/bench_torch.csv "${extra[@]}" || echo "torch $mode failed for $size (OOM?)"
   done

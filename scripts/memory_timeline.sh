@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CS336 §1.1.6(a): the memory timeline of one training step as a picture, on one GPU: lmtrain's
 # bench mode with --trace (phase spans of the timed steps and the allocated-memory counter) into
-# results/memory_timeline_lmtrain.json, scripts/torch_reference.py bench --mem-timeline (the
-# caching allocator's history over one more full step: forward, backward, AdamW) into
+# results/memory_timeline_lmtrain.json, tests/reference/torch_reference.py bench --mem-timeline
+# (the caching allocator's history over one more full step: forward, backward, AdamW) into
 # results/memory_timeline_torch.csv, both on the shape scripts/bench_vs_torch.sh gives that size
 # (bf16, batch 4 x context 512), then scripts/memory_timeline.py -> results/memory_timeline.png.
 #   scripts/memory_timeline.sh
@@ -28,7 +28,7 @@ command="$(env | grep -E '^(SIZE|ATTENTION)=' | tr '\n' ' ')scripts/memory_timel
 for f in memory_timeline_lmtrain.json memory_timeline_torch.csv memory_timeline.png; do
   "$py" scripts/report.py --record "results/$f" --device "$device" --command "$command"
 done
-"$py" scripts/torch_reference.py bench --config "$cfg" --context-length "$ctx" \
+"$py" tests/reference/torch_reference.py bench --config "$cfg" --context-length "$ctx" \
   --batch-size "$batch" --precision "$prec" --warmup 1 --steps 1 --label "$size-eager" \
   --mem-timeline results/memory_timeline_torch.csv
 "$py" scripts/memory_timeline.py --lmtrain-trace results/memory_timeline_lmtrain.json \

@@ -730,7 +730,7 @@ def b_compiled_attention(data):
     return (table(["T", "head dim", "naive fwd / fwd+bwd ms", "compiled fwd / fwd+bwd ms",
                    "SDPA flash fwd+bwd ms", "peak, naive / compiled"], out)
             + source(f"one {devices(rows, 'gpu_name')}", dates(rows, "date"),
-                     "python3 scripts/torch_reference.py attention --seq-lens 1024 4096 --head-dims 64 128 "
+                     "python3 tests/reference/torch_reference.py attention --seq-lens 1024 4096 --head-dims 64 128 "
                      "--masks causal --warmup 3 --iters 10 --impls naive naive-compiled torch-flash sdpa-flash "
                      f"--csv results/{COMPILED}", [COMPILED]))
 

@@ -202,21 +202,21 @@ template <typename T> void Model<T>::forward_ops(bool grad, double grad_divisor)
     NvtxRange layer(strf("layer %zu", l).c_str());
     const LayerWeights& w = weights_[l];
     const LayerActs& a = acts_[l];
-    be.rmsnorm_fwd(x_[l], P + w.ln1, a.h1, a.rstd1, n, d, cfg.norm_eps, mm16);
-    be.linear_fwd(a.h1, P + w.qkv, a.qkv, n, 3 * d, d, precision, mm16, mm16, nullptr);
-    be.rope(a.qkv, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, false, mm16);  // q and k: 2H heads
+    be.rmsnorm_fwd(x_[l], P + w.ln1, act(a.h1), a.rstd1, n, d, cfg.norm_eps);
+    be.linear_fwd(act(a.h1), P + w.qkv, act(a.qkv), n, 3 * d, d, precision, nullptr);
+    be.rope(act(a.qkv), B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, false);  // q and k: 2H heads
     be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention);
-    be.linear_fwd(a.att, P + w.wo, a.x_mid, n, d, d, precision, mm16, false, x_[l]);  // + residual
-    be.rmsnorm_fwd(a.x_mid, P + w.ln2, a.h2, a.rstd2, n, d, cfg.norm_eps, mm16);
-    be.linear_fwd(a.h2, P + w.w31, a.u, n, 2 * f, d, precision, mm16, mm16, nullptr);
-    be.swiglu_fwd(a.u, a.g, n, f, mm16);
-    be.linear_fwd(a.g, P + w.w2, x_[l + 1], n, d, f, precision, mm16, false, a.x_mid);
+    be.linear_fwd(act(a.att), P + w.wo, a.x_mid, n, d, d, precision, x_[l]);  // + residual
+    be.rmsnorm_fwd(a.x_mid, P + w.ln2, act(a.h2), a.rstd2, n, d, cfg.norm_eps);
+    be.linear_fwd(act(a.h2), P + w.w31, act(a.u), n, 2 * f, d, precision, nullptr);
+    be.swiglu_fwd(act(a.u), act(a.g), n, f);
+    be.linear_fwd(act(a.g), P + w.w2, x_[l + 1], n, d, f, precision, a.x_mid);
   }
-  be.rmsnorm_fwd(x_.back(), P + layout.get("ln_final.weight").offset, hf_, rstdf_, n, d,
-                 cfg.norm_eps, mm16);
-  be.linear_fwd(hf_, P + layout.get("lm_head.weight").offset, logits_, n, V, d, precision, mm16,
-                mm16, nullptr);
-  be.cross_entropy(logits_, targets_.data(), row_loss_, n, V, mm16,
+  be.rmsnorm_fwd(x_.back(), P + layout.get("ln_final.weight").offset, act(hf_), rstdf_, n, d,
+                 cfg.norm_eps);
+  be.linear_fwd(act(hf_), P + layout.get("lm_head.weight").offset, act(logits_), n, V, d,
+                precision, nullptr);
+  be.cross_entropy(act(logits_), targets_.data(), row_loss_, n, V,
                    grad ? 1.0 / (double(n) * grad_divisor) : 0.0);
 }
 
@@ -234,9 +234,9 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync) {
   size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
   // The residual stream's gradient dx_ as the W2 and output projections read it: under bf16,
   // the copy rounded by the RMSNorm backward that last updated dx_.
-  T* const dres = mm16 ? dx16_ : dx_;
+  const View<const T> dres = act(mm16 ? dx16_ : dx_);
   // logits_ holds their gradient now (cross_entropy wrote it in place).
-  be.linear_bwd(hf_, P + head, logits_, dh_, G + head, n, V, d, precision, mm16, mm16, false);
+  be.linear_bwd(act(hf_), P + head, act(logits_), dh_, G + head, n, V, d, precision);
   be.zero_bytes(dx_, size_t(n * d) * sizeof(T));  // rmsnorm_bwd adds into it
   be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d, mm16 ? dx16_ : nullptr);
   if (sync) sync->ready(0);
@@ -244,17 +244,15 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync) {
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
-    be.linear_bwd(a.g, P + w.w2, dres, dg_, G + w.w2, n, d, f, precision, mm16, mm16, mm16);
-    be.swiglu_bwd(a.u, dg_, du_, n, f, mm16);
-    be.linear_bwd(a.h2, P + w.w31, du_, dh_, G + w.w31, n, 2 * f, d, precision, mm16, mm16,
-                  false);
+    be.linear_bwd(act(a.g), P + w.w2, dres, act(dg_), G + w.w2, n, d, f, precision);
+    be.swiglu_bwd(act(a.u), act(dg_), act(du_), n, f);
+    be.linear_bwd(act(a.h2), P + w.w31, act(du_), dh_, G + w.w31, n, 2 * f, d, precision);
     be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dx_, G + w.ln2, n, d,  // dx_: x_mid's
                    mm16 ? dx16_ : nullptr);
-    be.linear_bwd(a.att, P + w.wo, dres, datt_, G + w.wo, n, d, d, precision, mm16, mm16, mm16);
+    be.linear_bwd(act(a.att), P + w.wo, dres, act(datt_), G + w.wo, n, d, d, precision);
     be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention);
-    be.rope(dqkv_, B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true, mm16);
-    be.linear_bwd(a.h1, P + w.qkv, dqkv_, dh_, G + w.qkv, n, 3 * d, d, precision, mm16, mm16,
-                  false);
+    be.rope(act(dqkv_), B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true);
+    be.linear_bwd(act(a.h1), P + w.qkv, act(dqkv_), dh_, G + w.qkv, n, 3 * d, d, precision);
     be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dx_, G + w.ln1, n, d,  // x_[l]'s
                    mm16 && l > 0 ? dx16_ : nullptr);  // layer 0's goes to the embedding, in T
     if (sync) sync->ready(ParamLayout::layer_group(L, l));

@@ -28,98 +28,105 @@ struct Params {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Tile shapes of the tensor-core kernels: warps per block, row tiles of 16 per warp (each warp
-// owns 16 * kMTiles rows: queries in forward and dQ, keys in dK/dV), and the streamed tile (rows
+// Tile shapes: one value per kernel and head dim, each with the reason it was chosen; the
+// timings behind the reasons are in results/flash_tuning.md. The sweeps measured head dims 64
+// and 128; the smaller head dims and 80 take d 64's entry. A tuning build replaces one kernel's
+// entry at every head dim: EXTRA_NVCCFLAGS="-DLMT_FLASH_DQ_WARPS=w -DLMT_FLASH_DQ_MTILES=m
+// -DLMT_FLASH_DQ_TILE=t" (likewise FWD, DKDV; SM90_FWD_GROUPS / _TILE / _STAGES / _PINGPONG,
+// SM90_DKDV_GROUPS / _TILE, SM90_DQ_GROUPS / _TILE / _PINGPONG): that is how
+// dev/tune_flash.py tries candidates (one macro per number: nvcc splits a -D value at commas).
+
+// The mma.sync kernels (flash_sm80_*.cu): warps per block, row tiles of 16 per warp (each warp
+// owns 16 * mtiles rows: queries in forward and dQ, keys in dK/dV), and the streamed tile (rows
 // of the other side, double-buffered through shared memory). More row tiles per warp reuse each
 // fragment read from shared memory for more tensor-core work; the limit is registers (the
 // accumulators, one DH-wide for O and dQ, two for dK and dV, plus the S/dS tiles).
-//
-// The table: chosen per head dim by scripts/tune_flash.py on one H100 (bf16, causal, B 1, H 16,
-// T 8192 and 16384; rows in results/flash_tuning.csv, 2026-11-23; that sweep shared the GPU with
-// a test run, so its margins of 5-10% are indicative). Forward: (4, 2, 64), best of seven in the
-// same script's sweep (H100, 2026-11-23: 2.91 ms summed over T 8192 and 16384 at d 64, 4.85 at
-// d 128; the next, (8, 2, 64), 3.09 and 4.93), though it spills registers at d 128. A build with
-// EXTRA_NVCCFLAGS="-DLMT_FLASH_DQ_WARPS=w -DLMT_FLASH_DQ_MTILES=m -DLMT_FLASH_DQ_TILE=t" (likewise
-// FWD, DKDV) replaces one kernel's entry for every head dim: that is how the script tries
-// candidates (three macros: nvcc splits a -D value at commas).
-#define LMT_TILES(w, m, t) static constexpr int kWarps = w, kMTiles = m, kTile = t
-template <int DH> struct FwdTraits {
+struct MmaTiles {
+  int warps, mtiles, tile;
+};
+constexpr MmaTiles fwd_tiles([[maybe_unused]] int dh) {
 #ifdef LMT_FLASH_FWD_WARPS  // a tuning build
-  LMT_TILES(LMT_FLASH_FWD_WARPS, LMT_FLASH_FWD_MTILES, LMT_FLASH_FWD_TILE);
+  return {LMT_FLASH_FWD_WARPS, LMT_FLASH_FWD_MTILES, LMT_FLASH_FWD_TILE};
 #else
-  LMT_TILES(4, 2, 64);
+  return {4, 2, 64};  // fastest of seven at d 64 and at d 128, where it spills registers
 #endif
-};
-template <int DH> struct DkdvTraits {
+}
+constexpr MmaTiles dkdv_tiles([[maybe_unused]] int dh) {
 #ifdef LMT_FLASH_DKDV_WARPS  // a tuning build
-  LMT_TILES(LMT_FLASH_DKDV_WARPS, LMT_FLASH_DKDV_MTILES, LMT_FLASH_DKDV_TILE);
+  return {LMT_FLASH_DKDV_WARPS, LMT_FLASH_DKDV_MTILES, LMT_FLASH_DKDV_TILE};
 #else
-  LMT_TILES(4, DH >= 128 ? 1 : 2, DH >= 128 ? 64 : 32);
+  return dh >= 128 ? MmaTiles{4, 1, 64}   // fastest of four, 10% ahead of (8, 1, 32)
+                   : MmaTiles{4, 2, 32};  // fastest of four, 3% ahead of (4, 1, 64)
 #endif
-};
-template <int DH> struct DqTraits {
+}
+constexpr MmaTiles dq_tiles([[maybe_unused]] int dh) {
 #ifdef LMT_FLASH_DQ_WARPS  // a tuning build
-  LMT_TILES(LMT_FLASH_DQ_WARPS, LMT_FLASH_DQ_MTILES, LMT_FLASH_DQ_TILE);
+  return {LMT_FLASH_DQ_WARPS, LMT_FLASH_DQ_MTILES, LMT_FLASH_DQ_TILE};
 #else
-  LMT_TILES(4, 2, DH >= 128 ? 32 : 64);
+  return dh >= 128 ? MmaTiles{4, 2, 32}   // fastest of four, 5% ahead of (4, 1, 64)
+                   : MmaTiles{4, 2, 64};  // fastest of four, 5% ahead of (4, 1, 64)
 #endif
+}
+template <MmaTiles Tiles> struct MmaTraits {
+  static constexpr int kWarps = Tiles.warps, kMTiles = Tiles.mtiles, kTile = Tiles.tile;
 };
-#undef LMT_TILES
+template <int DH> using FwdTraits = MmaTraits<fwd_tiles(DH)>;
+template <int DH> using DkdvTraits = MmaTraits<dkdv_tiles(DH)>;
+template <int DH> using DqTraits = MmaTraits<dq_tiles(DH)>;
 
 // The Hopper kernels (flash_sm90_*.cu, wgmma): warpgroups per block that compute (each owns 64
 // rows: queries in forward and dQ, keys in dK/dV; the TMA-fed forward and dQ add a producer
 // warpgroup) and the streamed tile's rows; both tiles' row counts are wgmma N sizes (64 or 128).
-// Chosen by scripts/tune_flash.py --kernels sm90_fwd sm90_dkdv sm90_dq --test on one H100 (bf16,
-// causal, B 1, H 16, T 8192 and 16384; rows in results/flash_tuning.csv, 2026-11-23), summed
-// times per head dim. Forward (the TMA kernel, 17:19 rows): (3, 128) 1.63 ms at d 64 against
-// (2, 128) 1.65; (2, 128) 2.19 ms at d 128 against (2, 64) 2.69 and (3, 128) 7.68 (three
-// consumers get 160 registers each and spill). dQ (3, 64) 6.97 ms at d 64, (2, 64) 11.97 at
-// d 128 (a 128-key tile spills once pipelined); dK/dV (2, 128) 8.32 ms at d 64, (2, 64) 13.17 at d
-// 128 (dQ's and dK/dV's from before the TMA dQ kernel). Ping-pong (kPingPong, TMA kernels): the
-// forward with it took 1.24 ms against 1.34 at T 16384, d 64 and the same at d 128; the dQ kernel
-// without it took a 2.5% shorter backward at T 16384, d 64 (4.68 against 4.80 ms) and the same at d
-// 128, in one comparison whose build's kernel tests did not run: it stays on until a sweep with
-// tests decides. Three forward stages instead of two: 1.47 ms against 1.34 at T 16384, d 64. Macros
-// LMT_FLASH_SM90_FWD_GROUPS / _TILE / _STAGES / _PINGPONG, DKDV_GROUPS / _TILE, DQ_GROUPS / _TILE /
-// _PINGPONG replace an entry for a tuning build.
-#define LMT_SM90_TILES(g, t) static constexpr int kGroups = g, kTile = t
-template <int DH> struct Sm90FwdTraits {
-#ifdef LMT_FLASH_SM90_FWD_GROUPS
-  LMT_SM90_TILES(LMT_FLASH_SM90_FWD_GROUPS, LMT_FLASH_SM90_FWD_TILE);
+struct Sm90Tiles {
+  int groups, tile;
+};
+constexpr Sm90Tiles sm90_fwd_tiles([[maybe_unused]] int dh) {
+#ifdef LMT_FLASH_SM90_FWD_GROUPS  // a tuning build
+  return {LMT_FLASH_SM90_FWD_GROUPS, LMT_FLASH_SM90_FWD_TILE};
 #else
-  LMT_SM90_TILES(DH >= 128 ? 2 : 3, 128);
+  return dh >= 128 ? Sm90Tiles{2, 128}   // fastest of four; three consumers spill (3.5x as long)
+                   : Sm90Tiles{3, 128};  // fastest of four, 1% ahead of (2, 128)
 #endif
+}
+constexpr Sm90Tiles sm90_dkdv_tiles([[maybe_unused]] int dh) {
+#ifdef LMT_FLASH_SM90_DKDV_GROUPS  // a tuning build
+  return {LMT_FLASH_SM90_DKDV_GROUPS, LMT_FLASH_SM90_DKDV_TILE};
+#else
+  return dh >= 128 ? Sm90Tiles{2, 64}    // fastest of four, 2% ahead of (1, 64)
+                   : Sm90Tiles{2, 128};  // fastest of four, 4% ahead of (3, 64)
+#endif
+}
+constexpr Sm90Tiles sm90_dq_tiles([[maybe_unused]] int dh) {
+#ifdef LMT_FLASH_SM90_DQ_GROUPS  // a tuning build
+  return {LMT_FLASH_SM90_DQ_GROUPS, LMT_FLASH_SM90_DQ_TILE};
+#else
+  return dh >= 128 ? Sm90Tiles{2, 64}    // fastest of three (swept before the dQ kernel took TMA)
+                   : Sm90Tiles{3, 64};   // fastest of three (swept before the dQ kernel took TMA)
+#endif
+}
+template <Sm90Tiles Tiles> struct Sm90Traits {
+  static constexpr int kGroups = Tiles.groups, kTile = Tiles.tile;
+};
+template <int DH> struct Sm90FwdTraits : Sm90Traits<sm90_fwd_tiles(DH)> {
 #ifdef LMT_FLASH_SM90_FWD_STAGES
   static constexpr int kStages = LMT_FLASH_SM90_FWD_STAGES;
 #else
-  static constexpr int kStages = 2;  // K and V buffers each
+  static constexpr int kStages = 2;  // K and V buffers each; three took 10% longer at d 64
 #endif
 #ifdef LMT_FLASH_SM90_FWD_PINGPONG
   static constexpr bool kPingPong = LMT_FLASH_SM90_FWD_PINGPONG;
 #else
-  static constexpr bool kPingPong = true;  // consumers take turns at the tensor cores
+  static constexpr bool kPingPong = true;  // consumers take turns at the tensor cores: 7% faster
 #endif
 };
-template <int DH> struct Sm90DkdvTraits {
-#ifdef LMT_FLASH_SM90_DKDV_GROUPS
-  LMT_SM90_TILES(LMT_FLASH_SM90_DKDV_GROUPS, LMT_FLASH_SM90_DKDV_TILE);
-#else
-  LMT_SM90_TILES(2, DH >= 128 ? 64 : 128);
-#endif
-};
-template <int DH> struct Sm90DqTraits {
-#ifdef LMT_FLASH_SM90_DQ_GROUPS
-  LMT_SM90_TILES(LMT_FLASH_SM90_DQ_GROUPS, LMT_FLASH_SM90_DQ_TILE);
-#else
-  LMT_SM90_TILES(DH >= 128 ? 2 : 3, 64);
-#endif
+template <int DH> using Sm90DkdvTraits = Sm90Traits<sm90_dkdv_tiles(DH)>;
+template <int DH> struct Sm90DqTraits : Sm90Traits<sm90_dq_tiles(DH)> {
 #ifdef LMT_FLASH_SM90_DQ_PINGPONG
   static constexpr bool kPingPong = LMT_FLASH_SM90_DQ_PINGPONG;
 #else
-  static constexpr bool kPingPong = true;  // as the forward's
+  static constexpr bool kPingPong = true;  // as the forward's; off was 2.5% faster once, unchecked
 #endif
 };
-#undef LMT_SM90_TILES
 
 // The head dims that have kernels (kFlashHeadDims). dispatch(dh, f) calls f with
 // std::integral_constant<int, dh>: the one place a run-time head dim becomes a template argument.

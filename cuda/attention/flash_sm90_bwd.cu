@@ -1,4 +1,4 @@
-// FlashAttention-2 backward on Hopper's warpgroup tensor cores (wgmma, sm_90a): flash_bwd.cu's
+// FlashAttention-2 backward on Hopper's warpgroup tensor cores (wgmma, sm_90a): flash_sm80_bwd.cu's
 // algorithm and arithmetic (D from flash_bwd_rowsum_kernel; P and dS recomputed per tile and
 // rounded to bf16 as matmul operands; a dK/dV kernel whose blocks own keys and a dQ kernel whose
 // blocks own queries, each output row written once: no atomics, deterministic), each warpgroup
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
   zero(dv);
   const int64_t group_k0 = k0 + 64 * group, warp_k0 = group_k0 + 16 * warp, key = warp_k0 + lane / 4;
 
-  // As in flash_bwd.cu: query tiles at the diagonal are masked, the later ones not.
+  // As in flash_sm80_bwd.cu: query tiles at the diagonal are masked, the later ones not.
   const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
   auto step = [&](int64_t i, auto mask) {
     const int buf =

@@ -1,4 +1,4 @@
-// FlashAttention-2 forward on Hopper's warpgroup tensor cores (wgmma, sm_90a): flash_fwd.cu's
+// FlashAttention-2 forward on Hopper's warpgroup tensor cores (wgmma, sm_90a): flash_sm80_fwd.cu's
 // algorithm and arithmetic (online softmax in fp32 on exp2, P rounded to bf16 for P V, causal
 // tiles past the last query never visited, only diagonal and end tiles masked), with each
 // warpgroup computing a 64-query slice of S = Q K^T and of O += P V per instruction instead of

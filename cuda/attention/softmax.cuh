@@ -1,5 +1,5 @@
 // The register-tile arithmetic that every FlashAttention tensor-core kernel shares, whatever
-// issues its matmuls (mma.sync in flash_fwd.cu / flash_bwd.cu, wgmma in flash_sm90_*.cu): a
+// issues its matmuls (mma.sync in flash_sm80_*.cu, wgmma in flash_sm90_*.cu): a
 // thread holds MT row tiles of 16 rows x N columns as C fragments (mma.cuh), rows
 // row + 16 i + lane / 4 (+ 8 for elements 2, 3), columns 8 n + 2 (lane % 4) (+ 1 for odd e).
 #pragma once

@@ -58,8 +58,12 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* map, int c0, 
       : "memory");
 }
 
-// Named barriers 1..15 (0 is __syncthreads): `threads` arrivals complete one; sync waits for it,
-// arrive does not.
+// Named barriers: ids 0 .. kNamedBarriers - 1, 0 being __syncthreads'. `threads` arrivals complete
+// one; sync waits for it, arrive does not. The ids this code uses are NamedBarrier's.
+constexpr int kNamedBarriers = 16;
+enum NamedBarrier : int {
+  kFirstTurnBarrier = 1,  // Turns: consumer c's turn is kFirstTurnBarrier + c
+};
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -112,16 +116,18 @@ template <typename... Rs> struct SmemRings {
 };
 
 // Ping-pong among GROUPS consumers (ON): they take turns to issue their matmuls, in a ring. Named
-// barrier 1 + c is consumer c's turn (its 128 threads wait, the previous consumer's 128 arrive).
-// Every consumer takes the same number of turns; begin() makes the first consumer 0's, end()
-// takes the last consumer's last pass.
+// barrier kFirstTurnBarrier + c is consumer c's turn (its 128 threads wait, the previous
+// consumer's 128 arrive). Every consumer takes the same number of turns; begin() makes the first
+// consumer 0's, end() takes the last consumer's last pass.
 template <int GROUPS, bool ON> struct Turns {
+  static_assert(kFirstTurnBarrier + GROUPS <= kNamedBarriers, "a turn barrier per consumer");
+  static constexpr int kThreads = 2 * 128;  // the waiting consumer's and the passing one's
   int me;
   __device__ void take() const {
-    if constexpr (ON) bar_sync(1 + me, 256);
+    if constexpr (ON) bar_sync(kFirstTurnBarrier + me, kThreads);
   }
   __device__ void pass() const {
-    if constexpr (ON) bar_arrive(1 + (me + 1) % GROUPS, 256);
+    if constexpr (ON) bar_arrive(kFirstTurnBarrier + (me + 1) % GROUPS, kThreads);
   }
   __device__ void begin() const {
     if (me == GROUPS - 1) pass();

@@ -57,27 +57,27 @@ template <typename T> class CpuBackend : public Backend<T> {
     for (size_t i = 0; i < n; ++i) c[i] = to_bf16(float(p[i]));
   }
 
-  // x_bf16, dy_bf16: x or dy already holds bf16 values, which the bf16 policy's rounding of
-  // matmul operands leaves as they are.
+  // Inputs stored as bf16 hold bf16 values already, which the bf16 policy's rounding of matmul
+  // operands leaves as they are; outputs stored as bf16 are rounded.
   // A residual sums in T after the product, as the GPU's epilogue does.
-  void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, Precision p,
-                  bool, bool y_bf16, const T* residual) override {
-    LMT_ASSERT(!(residual && y_bf16), "a residual sum is stored in T");
+  void linear_fwd(View<const T> x, const T* w, View<T> y, int64_t M, int64_t N, int64_t K,
+                  Precision p, const T* residual) override {
+    LMT_ASSERT(!(residual && y.bf16()), "a residual sum is stored in T");
     w = weight(w, size_t(N * K), p);
-    cpu::linear_fwd(x, w, y, M, N, K, p);
-    if (residual) cpu::add_inplace(y, residual, M * N);
-    if (y_bf16) round_bf16(y, M * N);
+    cpu::linear_fwd(x.data, w, y.data, M, N, K, p);
+    if (residual) cpu::add_inplace(y.data, residual, M * N);
+    if (y.bf16()) round_bf16(y.data, M * N);
   }
-  void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
-                  int64_t K, Precision p, bool, bool, bool dx_bf16) override {
+  void linear_bwd(View<const T> x, const T* w, View<const T> dy, View<T> dx, T* dw, int64_t M,
+                  int64_t N, int64_t K, Precision p) override {
     w = weight(w, size_t(N * K), p);
-    cpu::linear_bwd(x, w, dy, dx, dw, M, N, K, p);
-    if (dx_bf16) round_bf16(dx, M * K);
+    cpu::linear_bwd(x.data, w, dy.data, dx.data, dw, M, N, K, p);
+    if (dx.bf16()) round_bf16(dx.data, M * K);
   }
-  void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d, double eps,
-                   bool y_bf16) override {
-    cpu::rmsnorm_fwd(x, g, y, rstd, rows, d, eps);
-    if (y_bf16) round_bf16(y, rows * d);
+  void rmsnorm_fwd(const T* x, const T* g, View<T> y, T* rstd, int64_t rows, int64_t d,
+                   double eps) override {
+    cpu::rmsnorm_fwd(x, g, y.data, rstd, rows, d, eps);
+    if (y.bf16()) round_bf16(y.data, rows * d);
   }
   void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
                    int64_t rows, int64_t d, T* dx_bf16) override {
@@ -86,11 +86,11 @@ template <typename T> class CpuBackend : public Backend<T> {
     std::copy(dx, dx + rows * d, dx_bf16);
     round_bf16(dx_bf16, rows * d);
   }
-  void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t stride, double theta,
-            bool inverse, bool bf16) override {
-    cpu::rope(x, B, T_, H, dh, stride, theta, inverse);
-    if (bf16)  // the rotated heads of each row
-      for (int64_t r = 0; r < B * T_; ++r) round_bf16(x + r * stride, H * dh);
+  void rope(View<T> x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t stride,
+            double theta, bool inverse) override {
+    cpu::rope(x.data, B, T_, H, dh, stride, theta, inverse);
+    if (x.bf16())  // the rotated heads of each row
+      for (int64_t r = 0; r < B * T_; ++r) round_bf16(x.data + r * stride, H * dh);
   }
   // Under bf16, qkv and dout hold bf16 values already; out and dqkv are stored so.
   void attention_fwd(const T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_t H,
@@ -103,14 +103,14 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::attention_bwd(qkv, probs, dout, dqkv, B, T_, H, dh, p);
     if (p == Precision::bf16) round_bf16(dqkv, B * T_ * 3 * H * dh);
   }
-  void swiglu_fwd(const T* u, T* g, int64_t rows, int64_t f, bool bf16) override {
-    cpu::swiglu_fwd(u, g, rows, f);  // u holds bf16 values already (linear_fwd's y_bf16)
-    if (bf16) round_bf16(g, rows * f);
+  void swiglu_fwd(View<const T> u, View<T> g, int64_t rows, int64_t f) override {
+    cpu::swiglu_fwd(u.data, g.data, rows, f);
+    if (g.bf16()) round_bf16(g.data, rows * f);
   }
-  void swiglu_bwd(const T* u, const T* dg, T* du, int64_t rows, int64_t f,
-                  bool bf16) override {
-    cpu::swiglu_bwd(u, dg, du, rows, f);  // dg too (linear_bwd's dx_bf16)
-    if (bf16) round_bf16(du, rows * 2 * f);
+  void swiglu_bwd(View<const T> u, View<const T> dg, View<T> du, int64_t rows,
+                  int64_t f) override {
+    cpu::swiglu_bwd(u.data, dg.data, du.data, rows, f);
+    if (du.bf16()) round_bf16(du.data, rows * 2 * f);
   }
   void embedding_fwd(const int32_t* tok, const T* table, T* out, int64_t n, int64_t d) override {
     cpu::embedding_fwd(tok, table, out, n, d);
@@ -119,13 +119,11 @@ template <typename T> class CpuBackend : public Backend<T> {
                      int64_t d) override {
     cpu::embedding_bwd(tok, dout, dtable, n, d);
   }
-  // Under bf16 the logits hold bf16 values already (linear_fwd's y_bf16); their gradient is
-  // stored so.
-  void cross_entropy(T* logits, const int32_t* targets, T* row_loss, int64_t n, int64_t V,
-                     bool bf16, double grad_scale) override {
-    cpu::cross_entropy(logits, targets, grad_scale != 0 ? logits : nullptr, row_loss, n, V,
-                       grad_scale);
-    if (bf16 && grad_scale != 0) round_bf16(logits, n * V);
+  void cross_entropy(View<T> logits, const int32_t* targets, T* row_loss, int64_t n, int64_t V,
+                     double grad_scale) override {
+    T* z = logits.data;
+    cpu::cross_entropy(z, targets, grad_scale != 0 ? z : nullptr, row_loss, n, V, grad_scale);
+    if (logits.bf16() && grad_scale != 0) round_bf16(z, n * V);
   }
 
   double sum(const T* x, size_t n) override {

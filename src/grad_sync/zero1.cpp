@@ -84,7 +84,7 @@ template <typename T> Handle Zero1<T>::launch(const ParamGroup& bucket) {
                                       grad_shard_.data() + mine, parts, g_.t);
 }
 
-template <typename T> GradClip Zero1<T>::clip_grad_norm(double max_norm) {
+template <typename T> GradClip Zero1<T>::clip(double max_norm) {
   double sq = be_.sum_squares(grad_shard_.data(), grad_shard_.size());
   be_.upload_bytes(norm_sq_.data(), &sq, sizeof sq);
   g_.comm.all_reduce(norm_sq_.data(), 1, DType::f64);
@@ -154,10 +154,15 @@ template <typename T> void Zero1<T>::take_exact(T* params) {
   }
 }
 
-template <typename T> std::vector<T> Zero1<T>::gather_master(const T* params, MPI_Comm host) {
+template <typename T> std::vector<T> Zero1<T>::gather_params(const T* params, MPI_Comm host) {
   std::vector<T> mine(end - begin);
   be_.download(mine.data(), params + begin, mine.size());
   return gather_to_root(host, mine, counts);
+}
+
+template <typename T> OptimizerState<T> Zero1<T>::gather_state(MPI_Comm host) {
+  const OptimizerState<T> mine = opt_.state();
+  return {gather_to_root(host, mine.m, counts), gather_to_root(host, mine.v, counts), mine.t};
 }
 
 template class Zero1<float>;

@@ -20,11 +20,10 @@
 #include "model.hpp"
 #include "nvtx.hpp"
 #include "modes.hpp"
-#include "optimizer.hpp"
 #include "report.hpp"
 #include "timing.hpp"
 #include "trace.hpp"
-#include "zero1.hpp"
+#include "training.hpp"
 
 namespace lmt {
 namespace {
@@ -109,40 +108,18 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   const Config& c = cl.config;
   const int64_t B = c.train.batch_size, T_ = c.model.context_length;
   Backend<T>& be = *backend;
-  std::unique_ptr<Model<T>> model_ptr;
-  std::unique_ptr<AdamW<T>> opt_ptr;
   std::unique_ptr<TokenSource> source;
-  const bool zero1 = c.ddp.strategy == "zero1" && rt.world > 1;
-  const bool bf16 = c.model.precision == "bf16";
   agree(rt, [&] {
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, bench_columns(c).header);
     source = make_token_source(c);
-    // zero1 under bf16: this rank holds the fp32 masters of its shard only (zero1.hpp).
-    const Ranges masters =
-        zero1 ? zero1_masters(ParamLayout::build(c.model), rt.world, rt.rank, bf16) : Ranges{};
-    model_ptr = std::make_unique<Model<T>>(be, c.model, B, T_, masters);
-    if (!zero1) opt_ptr = std::make_unique<AdamW<T>>(be, model_ptr->layout.total);
   });
-  Model<T>& model = *model_ptr;
-  // Several ranks: the step synchronises gradients with ddp.strategy, as train does.
-  std::unique_ptr<Communicator> comm;
-  std::unique_ptr<GradSync> sync;
-  Zero1<T>* zero = nullptr;
-  if (rt.world > 1) {
-    comm = make_communicator(be.name(), rt, be, c.ddp.comm_ctas);
-    GradBuffer grads{*comm, model.grads(), dtype_of<T>()};
-    if (zero1) {
-      auto z = std::make_unique<Zero1<T>>(be, grads, model.layout, c.ddp.bucket_mb, bf16);
-      zero = z.get();
-      sync = std::move(z);
-    } else {
-      sync = make_grad_sync(c.ddp.strategy, grads, model.layout, c.ddp.bucket_mb);
-    }
-  }
-  auto optimizer_step = [&] {
-    if (zero) zero->step(model.params(), c.optim.lr, c.optim);
-    else opt_ptr->step(model.params(), model.grads(), c.optim.lr, c.optim);
-  };
+  // The model and its optimizer as train sets them up: on several ranks (or under zero1) the
+  // step synchronises gradients with ddp.strategy.
+  Training<T> training = set_up_training(c, rt, be);
+  Model<T>& model = *training.model;
+  Communicator* comm = training.comm.get();
+  GradSync* sync = training.optimizer->sync();
+  auto optimizer_step = [&] { training.optimizer->step(model.params(), c.optim.lr, c.optim); };
   model.init_params(uint64_t(c.run.seed));
   Rng rng = data_rng(uint64_t(c.run.seed), rt.rank);
   std::vector<int32_t> in(static_cast<size_t>(B * T_)), tg(static_cast<size_t>(B * T_));
@@ -176,7 +153,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     model.forward_pass(in.data(), tg.data(), rt.world);
     marks.push_back(be.mark());
     held.push_back(be.memory().current);
-    model.backward(sync.get());
+    model.backward(sync);
     marks.push_back(be.mark());
     held.push_back(be.memory().current);
     NvtxRange r("optimizer");

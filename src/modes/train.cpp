@@ -7,16 +7,14 @@
 #include "comm.hpp"
 #include "exit_codes.hpp"
 #include "data.hpp"
-#include "grad_sync.hpp"
 #include "model.hpp"
 #include "nvtx.hpp"
 #include "modes.hpp"
-#include "optimizer.hpp"
 #include "preflight.hpp"
 #include "report.hpp"
 #include "stop.hpp"
+#include "training.hpp"
 #include "watchdog.hpp"
-#include "zero1.hpp"
 
 namespace lmt {
 namespace {
@@ -25,33 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// One line on rank 0: every rank's bytes under `tag` (what it holds: `what`) at this point.
-template <typename T>
-void print_rank_memory(const Runtime& rt, const Backend<T>& be, MemTag tag, const char* what,
-                       const char* when, const std::string& note) {
-  unsigned long long mine = be.memory().current[size_t(tag)];
-  std::vector<unsigned long long> all(size_t(rt.world));
-  MPI_CHECK(MPI_Gather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, 0,
-                       MPI_COMM_WORLD));
-  if (!rt.is_root()) return;
-  std::string list;
-  for (size_t r = 0; r < all.size(); ++r)
-    list += strf("%s%zu: %s", r ? ", " : "", r, human_bytes(double(all[r])).c_str());
-  printf("%s per rank %s: %s%s%s\n", what, when, list.c_str(), note.empty() ? "" : " ",
-         note.c_str());
-  fflush(stdout);
-}
-
-// Rank 0's copy of the whole optimizer state (empty on the other ranks): zero1's shards are sent
-// to rank 0.
-template <typename T>
-OptimizerState<T> whole_optimizer_state(const Runtime& rt, AdamW<T>* opt, Zero1<T>* zero) {
-  if (!zero) return rt.is_root() ? opt->state() : OptimizerState<T>{};
-  const OptimizerState<T> mine = zero->optimizer().state();
-  return {gather_to_root(MPI_COMM_WORLD, mine.m, zero->counts),
-          gather_to_root(MPI_COMM_WORLD, mine.v, zero->counts), mine.t};
 }
 
 // The exposed communication since the last call (the sync's mark pairs, then forgotten).
@@ -63,257 +34,294 @@ template <typename T> double take_exposed_ms(Backend<T>& be, GradSync& sync) {
   return ms;
 }
 
-template <typename T> int train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
-  const Config& c = cl.config;
-  const int64_t B = c.train.batch_size, T_ = c.model.context_length, steps = c.train.steps;
-  std::unique_ptr<TokenSource> source;
+// A training run in its pieces: the set-up (the constructor: everything that can refuse the run
+// does so there, on every rank, before any work), a step, the progress line, a checkpoint, and
+// the closing report.
+template <typename T> class Trainer {
+ public:
+  Trainer(const CommandLine& cl, const Runtime& rt, const std::string& device);
+  int run();  // the steps from first_step_ on; the exit code
+
+ private:
+  // Forward, backward, clipping and (unless a rank diverged or the job is stopping with a
+  // collective failure) the update; the verdict that every rank agreed on.
+  StepVerdict step(int64_t step, double lr, double& gnorm);
+  void log(int64_t step, double lr, double gnorm);  // the progress line (collective)
+  void checkpoint(int64_t done);                   // every rank's state, written by rank 0
+  void report();                                   // closing table and CSV row, rank 0
+  // One line on rank 0: every rank's bytes under `tag` (what it holds: `what`) at this point.
+  void print_rank_memory(MemTag tag, const char* what, const char* when, const std::string& note);
+
+  const CommandLine& cl_;
+  const Config& c_;
+  const Runtime& rt_;
+  const std::string device_;
+  const int64_t B_, T_, steps_;
+  std::unique_ptr<Communicator> host_;  // host scalars (the loss) over MPI
+  std::unique_ptr<Backend<T>> backend_;
+  Training<T> training_;  // the model, its optimizer and the backend memory's communicator
+  Model<T>* model_ = nullptr;
+  Optimizer<T>* optimizer_ = nullptr;
+  GradSync* sync_ = nullptr;  // null: nothing to synchronise
+  std::unique_ptr<TokenSource> source_;
+  Rng rng_;
+  int64_t first_step_ = 0;
+  std::string run_id_ = new_run_id(), mismatch_;  // a resume continues its checkpoint's run
+  std::string last_checkpoint_;                   // what a stopped run can be resumed from
+  CsvRow row_;
+  std::vector<int32_t> inputs_, targets_;
+  double tokens_per_step_ = 0;
+  // The progress interval's and the run's sums.
+  double interval_loss_ = 0, last_loss_ = NAN;
+  int64_t interval_steps_ = 0;
+  double exposed_ms_ = 0, comm_ms_ = 0;
+  Clock::time_point t0_, t_interval_;
+};
+
+template <typename T>
+Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string& device)
+    : cl_(cl), c_(cl.config), rt_(rt), device_(device), B_(c_.train.batch_size),
+      T_(c_.model.context_length), steps_(c_.train.steps),
+      rng_(data_rng(uint64_t(c_.run.seed), rt.rank)), last_checkpoint_(c_.train.resume),
+      row_(config_columns(c_)), inputs_(static_cast<size_t>(B_ * T_)),
+      targets_(static_cast<size_t>(B_ * T_)) {
   // What would fail late fails now, before anything is allocated (preflight.hpp).
-  agree(rt, [&] {
-    if (!c.train.checkpoint_dir.empty() && rt.is_root()) prepare_checkpoint_dir(c);
-    check_host_memory(c, rt, device);
+  agree(rt_, [&] {
+    if (!c_.train.checkpoint_dir.empty() && rt_.is_root()) prepare_checkpoint_dir(c_);
+    check_host_memory(c_, rt_, device_);
   });
-  // Host scalars (the loss) go over MPI; gradients and parameters over the communicator of the
-  // backend's memory (NCCL on the GPU).
-  std::unique_ptr<Communicator> host = make_mpi_communicator(MPI_COMM_WORLD);
-  std::unique_ptr<Backend<T>> backend = make_backend<T>(device, rt);
-  agree(rt, [&] { check_device_memory(c, rt, device); });
-  const bool zero1 = c.ddp.strategy == "zero1";
-  std::unique_ptr<Communicator> comm;  // one rank has nothing to synchronise, unless zero1
-  if (rt.world > 1 || zero1) comm = make_communicator(device, rt, *backend, c.ddp.comm_ctas);
-  const bool bf16 = c.model.precision == "bf16";
-  std::unique_ptr<Model<T>> model_ptr;
-  agree(rt, [&] {
-    // zero1 under bf16: this rank holds the fp32 masters of its shard only (zero1.hpp).
-    const Ranges masters =
-        zero1 ? zero1_masters(ParamLayout::build(c.model), rt.world, rt.rank, bf16) : Ranges{};
-    model_ptr = std::make_unique<Model<T>>(*backend, c.model, B, T_, masters);
-  });
-  Model<T>& model = *model_ptr;
-  std::unique_ptr<AdamW<T>> opt;  // the whole flat buffer's moments, unless zero1 shards them
-  std::unique_ptr<GradSync> sync;
-  Zero1<T>* zero = nullptr;       // sync, when it is zero1 (it runs the optimizer too)
-  std::vector<RngState> rngs;
-  int64_t first_step = 0;
-  std::string run_id = new_run_id(), mismatch;  // a resume continues its checkpoint's run
-  CsvRow row = config_columns(c);
+  host_ = make_mpi_communicator(MPI_COMM_WORLD);
+  backend_ = make_backend<T>(device_, rt_);
+  agree(rt_, [&] { check_device_memory(c_, rt_, device_); });
+  training_ = set_up_training(c_, rt_, *backend_);  // as bench's
+  model_ = training_.model.get(), optimizer_ = training_.optimizer.get();
+  sync_ = optimizer_->sync();
   for (auto name : {"world_size", "device_used", "parameters", "steps_run", "final_loss",
                     "loss_floor", "ms_per_step", "tokens_per_s", "wall_s", "compute_ms_per_step",
                     "comm_ms_per_step", "exposed_ms_per_step", "optimizer_bytes_rank0"})
-    row.add(name, "");
-  // Everything that can refuse the run does so here, on every rank, before any work.
-  agree(rt, [&] {
-    source = make_token_source(c);
-    if (zero1) {
-      auto z = std::make_unique<Zero1<T>>(*backend, GradBuffer{*comm, model.grads(), dtype_of<T>()},
-                                          model.layout, c.ddp.bucket_mb, bf16);
-      zero = z.get();
-      sync = std::move(z);
-    } else {
-      opt = std::make_unique<AdamW<T>>(*backend, model.layout.total);
-      if (comm)
-        sync = make_grad_sync(c.ddp.strategy, GradBuffer{*comm, model.grads(), dtype_of<T>()},
-                              model.layout, c.ddp.bucket_mb);
-    }
-    if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, row.header);
-    if (!c.train.resume.empty()) {
+    row_.add(name, "");
+  std::vector<RngState> rngs;
+  agree(rt_, [&] {
+    source_ = make_token_source(c_);
+    if (!cl_.csv_path.empty() && rt_.is_root()) check_csv(cl_.csv_path, row_.header);
+    if (!c_.train.resume.empty()) {
       OptimizerState<T> state;
-      const Resumed resumed = load_checkpoint(c.train.resume, model, state, rt.world, rngs);
-      first_step = resumed.step, run_id = resumed.run_id;
-      mismatch = resume_mismatch(c, resumed);
-      if (zero) zero->optimizer().set_state(state, zero->begin);
-      else opt->set_state(state);
-      if (first_step > steps)
+      const Resumed resumed = load_checkpoint(c_.train.resume, *model_, state, rt_.world, rngs);
+      first_step_ = resumed.step, run_id_ = resumed.run_id;
+      mismatch_ = resume_mismatch(c_, resumed);
+      optimizer_->set_state(state);
+      if (first_step_ > steps_)
         throw UsageError(strf("train.resume = \"%s\" is at step %lld, past train.steps = %lld",
-                              c.train.resume.c_str(), (long long)first_step, (long long)steps));
+                              c_.train.resume.c_str(), (long long)first_step_, (long long)steps_));
     }
   });
-  Rng rng = data_rng(uint64_t(c.run.seed), rt.rank);
-  if (c.train.resume.empty()) model.init_params(uint64_t(c.run.seed));
-  else rng.set_state(rngs[size_t(rt.rank)]);
-  if (comm) {
+  if (c_.train.resume.empty()) model_->init_params(uint64_t(c_.run.seed));
+  else rng_.set_state(rngs[size_t(rt_.rank)]);
+  if (Communicator* comm = training_.comm.get()) {
     // Every rank starts from rank 0's parameters, unless it holds only its own masters (zero1
     // under bf16; rank 0 has not the others'): then every rank drew, or read, the same values.
-    if (!model.sharded()) {
-      comm->broadcast(model.params(), model.layout.total, dtype_of<T>(), 0);
-      backend->weights_written(model.params(), model.layout.total);
+    if (!model_->sharded()) {
+      comm->broadcast(model_->params(), model_->layout.total, dtype_of<T>(), 0);
+      backend_->weights_written(model_->params(), model_->layout.total);
     }
     comm->take_comm_ms();  // the steps' communication is counted from here
   }
-
-  const double floor = source->loss_floor().value_or(NAN);
-  const double tokens_per_step = double(B * T_ * rt.world);
-  if (rt.is_root()) {
-    printf("== lmtrain train ==\n%s\n", config_to_toml(c).c_str());
-    printf("device %s, %d rank(s), %s parameters, %s tokens per step%s\n", device.c_str(),
-           rt.world, human_count(double(model.layout.total)).c_str(),
-           human_count(tokens_per_step).c_str(),
-           c.run.graphs ? "; forward and backward as CUDA graphs after the first step" : "");
-    printf("data: %s\n", source->describe().c_str());
-    if (first_step > 0) printf("resumed from %s at step %lld\n", c.train.resume.c_str(),
-                               (long long)first_step);
-    if (!mismatch.empty()) fprintf(stderr, "lmtrain: warning: %s\n", mismatch.c_str());
+  tokens_per_step_ = double(B_ * T_ * rt_.world);
+  if (rt_.is_root()) {
+    printf("== lmtrain train ==\n%s\n", config_to_toml(c_).c_str());
+    printf("device %s, %d rank(s), %s parameters, %s tokens per step%s\n", device_.c_str(),
+           rt_.world, human_count(double(model_->layout.total)).c_str(),
+           human_count(tokens_per_step_).c_str(),
+           c_.run.graphs ? "; forward and backward as CUDA graphs after the first step" : "");
+    printf("data: %s\n", source_->describe().c_str());
+    if (first_step_ > 0) printf("resumed from %s at step %lld\n", c_.train.resume.c_str(),
+                                (long long)first_step_);
+    if (!mismatch_.empty()) fprintf(stderr, "lmtrain: warning: %s\n", mismatch_.c_str());
     fflush(stdout);
   }
-  if (zero1) {
-    const double whole = double(model.layout.total * sizeof(T));
-    print_rank_memory(rt, *backend, MemTag::optimizer, "optimizer state", "after init",
+  if (c_.ddp.strategy == "zero1") {
+    const double whole = double(model_->layout.total * sizeof(T));
+    const ParamGroup shard = optimizer_->shard();
+    print_rank_memory(MemTag::optimizer, "optimizer state", "after init",
                       strf("(AdamW moments of %zu..%zu elements of %s on rank 0; unsharded: %s)",
-                           zero->begin, zero->end, human_count(double(model.layout.total)).c_str(),
+                           shard.begin, shard.end, human_count(double(model_->layout.total)).c_str(),
                            human_bytes(2 * whole).c_str()));
-    print_rank_memory(rt, *backend, MemTag::params, "parameters", "after init",
-                      bf16 ? strf("(fp32 masters of its shard and of the parameters read in fp32, "
-                                  "and the bf16 copy of every weight; all in fp32: %s)",
-                                  human_bytes(whole).c_str())
-                           : std::string("(every fp32 parameter: the matmuls read them)"));
+    print_rank_memory(MemTag::params, "parameters", "after init",
+                      c_.model.precision == "bf16"
+                          ? strf("(fp32 masters of its shard and of the parameters read in fp32, "
+                                 "and the bf16 copy of every weight; all in fp32: %s)",
+                                 human_bytes(whole).c_str())
+                          : std::string("(every fp32 parameter: the matmuls read them)"));
   }
+}
 
-  // Every rank's data Rng and the exact masters and moments, written by rank 0. Collective.
-  std::string last_checkpoint = c.train.resume;  // what a stopped run can be resumed from
-  auto write_checkpoint = [&](int64_t done) {
-    RngState mine = rng.state();
-    std::vector<RngState> all(static_cast<size_t>(rt.world));
-    MPI_Request req;
-    MPI_CHECK(MPI_Igather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
-                          MPI_COMM_WORLD, &req));
-    wait_for_peers(&req, "the checkpoint's gather of Rng states");
-    const std::vector<T> params = zero ? zero->gather_master(model.params(), MPI_COMM_WORLD)
-                                  : rt.is_root() ? model.params_host() : std::vector<T>{};
-    OptimizerState<T> state = whole_optimizer_state(rt, opt.get(), zero);
-    last_checkpoint = checkpoint_path(c.train.checkpoint_dir, done);
-    if (rt.is_root()) {
-      save_checkpoint(last_checkpoint, c, model.layout, params, state, done, all, run_id);
-      printf("checkpoint %s\n", last_checkpoint.c_str());
-      fflush(stdout);
-    }
-  };
+template <typename T>
+void Trainer<T>::print_rank_memory(MemTag tag, const char* what, const char* when,
+                                   const std::string& note) {
+  unsigned long long mine = backend_->memory().current[size_t(tag)];
+  std::vector<unsigned long long> all(size_t(rt_.world));
+  MPI_CHECK(MPI_Gather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all.data(), 1, MPI_UNSIGNED_LONG_LONG, 0,
+                       MPI_COMM_WORLD));
+  if (!rt_.is_root()) return;
+  std::string list;
+  for (size_t r = 0; r < all.size(); ++r)
+    list += strf("%s%zu: %s", r ? ", " : "", r, human_bytes(double(all[r])).c_str());
+  printf("%s per rank %s: %s%s%s\n", what, when, list.c_str(), note.empty() ? "" : " ",
+         note.c_str());
+  fflush(stdout);
+}
 
-  std::vector<int32_t> inputs(static_cast<size_t>(B * T_)), targets(static_cast<size_t>(B * T_));
-  double interval_loss = 0, last_loss = NAN;
-  int64_t interval_steps = 0;
-  double exposed_ms = 0, comm_ms = 0;  // summed over the run
-  auto t0 = Clock::now(), t_interval = t0;
-  for (int64_t step = first_step; step < steps; ++step) {
-    source->sample(rng, B, T_, inputs.data(), targets.data());
-    const double loss = model.forward(inputs.data(), targets.data(), rt.world);
-    interval_loss += loss;
-    model.backward(sync.get());
-    if (c.run.graphs && !model.replays()) model.record(rt.world);  // after this process's first
-    if (comm) comm->synchronize();  // clipping reads the gradients on the host: fail, never hang
-    double gnorm, lr = learning_rate(c.optim, step, steps);
-    StepVerdict verdict;
-    {
-      NvtxRange range("optimizer");
-      const bool first = zero1 && step == first_step;
-      if (first)
-        print_rank_memory(rt, *backend, MemTag::optimizer, "optimizer state", "before step 1", "");
-      const GradClip clip =
-          zero ? zero->clip_grad_norm(c.optim.grad_clip)
-               : clip_grad_norm(*backend, model.grads(), model.layout.total, c.optim.grad_clip);
-      gnorm = clip.norm;
-      // Every rank stops here, before the update, if any rank's loss or the norm is not finite.
-      verdict = agree_on_step(rt, loss, gnorm);
-      if (verdict.diverged()) {
-        const bool by_loss = verdict.bad_loss >= 0;
-        if (rt.rank == (by_loss ? verdict.bad_loss : 0)) {
-          fprintf(stderr, "lmtrain: diverged at step %lld (rank %d): %s; stopped before its "
-                  "update, no checkpoint of this state; last checkpoint: %s\n",
-                  (long long)step + 1, rt.rank,
-                  by_loss ? strf("loss = %g, grad norm = %g", loss, gnorm).c_str()
-                          : strf("grad norm = %g (after the gradient sync; every rank's loss "
-                                 "finite)", gnorm).c_str(),
-                  last_checkpoint.empty() ? "none" : last_checkpoint.c_str());
-          fflush(stderr);
-        }
-        return kExitDiverged;
-      }
-      if (zero) zero->step(model.params(), lr, c.optim, clip.scale);
-      else opt->step(model.params(), model.grads(), lr, c.optim, clip.scale);
-      if (first)
-        print_rank_memory(rt, *backend, MemTag::optimizer, "optimizer state", "after step 1", "");
+template <typename T> StepVerdict Trainer<T>::step(int64_t step, double lr, double& gnorm) {
+  Model<T>& model = *model_;
+  source_->sample(rng_, B_, T_, inputs_.data(), targets_.data());
+  const double loss = model.forward(inputs_.data(), targets_.data(), rt_.world);
+  interval_loss_ += loss;
+  model.backward(sync_);
+  if (c_.run.graphs && !model.replays()) model.record(rt_.world);  // after this process's first
+  // Clipping reads the gradients on the host: fail, never hang.
+  if (training_.comm) training_.comm->synchronize();
+  NvtxRange range("optimizer");
+  const bool first = c_.ddp.strategy == "zero1" && step == first_step_;
+  if (first) print_rank_memory(MemTag::optimizer, "optimizer state", "before step 1", "");
+  const GradClip clip = optimizer_->clip(c_.optim.grad_clip);
+  gnorm = clip.norm;
+  // Every rank stops here, before the update, if any rank's loss or the norm is not finite.
+  const StepVerdict verdict = agree_on_step(rt_, loss, gnorm);
+  if (verdict.diverged()) {
+    const bool by_loss = verdict.bad_loss >= 0;
+    if (rt_.rank == (by_loss ? verdict.bad_loss : 0)) {
+      fprintf(stderr, "lmtrain: diverged at step %lld (rank %d): %s; stopped before its "
+              "update, no checkpoint of this state; last checkpoint: %s\n",
+              (long long)step + 1, rt_.rank,
+              by_loss ? strf("loss = %g, grad norm = %g", loss, gnorm).c_str()
+                      : strf("grad norm = %g (after the gradient sync; every rank's loss "
+                             "finite)", gnorm).c_str(),
+              last_checkpoint_.empty() ? "none" : last_checkpoint_.c_str());
+      fflush(stderr);
     }
-    ++interval_steps;
+    return verdict;
+  }
+  optimizer_->step(model.params(), lr, c_.optim, clip.scale);
+  if (first) print_rank_memory(MemTag::optimizer, "optimizer state", "after step 1", "");
+  ++interval_steps_;
+  return verdict;
+}
 
-    const bool last = step + 1 == steps;
-    if ((step + 1) % c.train.log_every == 0 || last) {
-      host->all_reduce(&interval_loss, 1, DType::f64);
-      last_loss = interval_loss / double(interval_steps * rt.world);
-      double ms = 1e3 * seconds_since(t_interval) / double(interval_steps);
-      std::string timing;
-      if (sync) {
-        double exposed = take_exposed_ms(*backend, *sync), busy = comm->take_comm_ms();
-        exposed_ms += exposed, comm_ms += busy;
-        const double n = double(interval_steps);
-        timing = strf(" | compute %.1f, comm %.1f, exposed %.1f ms/step (%s)", ms - exposed / n,
-                      busy / n, exposed / n, c.ddp.strategy.c_str());
-      }
-      if (rt.is_root()) {
-        printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | "
-               "%s tok/s%s | ETA %s\n", int(std::to_string(steps).size()), (long long)step + 1,
-               (long long)steps, last_loss, lr, gnorm, ms,
-               human_count(tokens_per_step / ms * 1e3).c_str(), timing.c_str(),
-               duration(double(steps - step - 1) * ms / 1e3).c_str());
-        fflush(stdout);
-      }
-      interval_loss = 0, interval_steps = 0, t_interval = Clock::now();
-    }
-    const int64_t every = c.train.checkpoint_every;
+template <typename T> void Trainer<T>::log(int64_t step, double lr, double gnorm) {
+  host_->all_reduce(&interval_loss_, 1, DType::f64);
+  last_loss_ = interval_loss_ / double(interval_steps_ * rt_.world);
+  double ms = 1e3 * seconds_since(t_interval_) / double(interval_steps_);
+  std::string timing;
+  if (sync_) {
+    double exposed = take_exposed_ms(*backend_, *sync_), busy = training_.comm->take_comm_ms();
+    exposed_ms_ += exposed, comm_ms_ += busy;
+    const double n = double(interval_steps_);
+    timing = strf(" | compute %.1f, comm %.1f, exposed %.1f ms/step (%s)", ms - exposed / n,
+                  busy / n, exposed / n, c_.ddp.strategy.c_str());
+  }
+  if (rt_.is_root()) {
+    printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | "
+           "%s tok/s%s | ETA %s\n", int(std::to_string(steps_).size()), (long long)step + 1,
+           (long long)steps_, last_loss_, lr, gnorm, ms,
+           human_count(tokens_per_step_ / ms * 1e3).c_str(), timing.c_str(),
+           duration(double(steps_ - step - 1) * ms / 1e3).c_str());
+    fflush(stdout);
+  }
+  interval_loss_ = 0, interval_steps_ = 0, t_interval_ = Clock::now();
+}
+
+// Every rank's data Rng and the exact masters and moments, written by rank 0. Collective.
+template <typename T> void Trainer<T>::checkpoint(int64_t done) {
+  RngState mine = rng_.state();
+  std::vector<RngState> all(static_cast<size_t>(rt_.world));
+  MPI_Request req;
+  MPI_CHECK(MPI_Igather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
+                        MPI_COMM_WORLD, &req));
+  wait_for_peers(&req, "the checkpoint's gather of Rng states");
+  const std::vector<T> params = optimizer_->gather_params(model_->params(), MPI_COMM_WORLD);
+  const OptimizerState<T> state = optimizer_->gather_state(MPI_COMM_WORLD);
+  last_checkpoint_ = checkpoint_path(c_.train.checkpoint_dir, done);
+  if (rt_.is_root()) {
+    save_checkpoint(last_checkpoint_, c_, model_->layout, params, state, done, all, run_id_);
+    printf("checkpoint %s\n", last_checkpoint_.c_str());
+    fflush(stdout);
+  }
+}
+
+template <typename T> int Trainer<T>::run() {
+  t0_ = t_interval_ = Clock::now();
+  for (int64_t step = first_step_; step < steps_; ++step) {
+    double gnorm;
+    const double lr = learning_rate(c_.optim, step, steps_);
+    const StepVerdict verdict = this->step(step, lr, gnorm);
+    if (verdict.diverged()) return kExitDiverged;
+    const bool last = step + 1 == steps_;
+    if ((step + 1) % c_.train.log_every == 0 || last) log(step, lr, gnorm);
+    const int64_t every = c_.train.checkpoint_every;
     const bool due = last || (every > 0 && (step + 1) % every == 0);
-    if (!c.train.checkpoint_dir.empty() && (due || verdict.signaled >= 0)) write_checkpoint(step + 1);
+    if (!c_.train.checkpoint_dir.empty() && (due || verdict.signaled >= 0)) checkpoint(step + 1);
     if (verdict.signaled >= 0) {  // this step is done and saved: stop
-      if (rt.is_root()) {
+      if (rt_.is_root()) {
         fprintf(stderr, "lmtrain: %s (rank %d): stopped after step %lld of %lld; %s\n",
                 signal_name(verdict.signal).c_str(), verdict.signaled, (long long)step + 1,
-                (long long)steps,
-                c.train.checkpoint_dir.empty()
+                (long long)steps_,
+                c_.train.checkpoint_dir.empty()
                     ? "no train.checkpoint_dir, nothing saved"
-                    : strf("resume with --set train.resume=%s", last_checkpoint.c_str()).c_str());
+                    : strf("resume with --set train.resume=%s", last_checkpoint_.c_str()).c_str());
         fflush(stderr);
       }
       return kExitPreempted;
     }
   }
-
-  const double wall = seconds_since(t0), run_steps = double(steps - first_step);
-  const double ms_per_step = run_steps > 0 ? 1e3 * wall / run_steps : NAN;
-  if (rt.is_root()) {
-    printf("\n== done ==\n");
-    printf("  steps         %lld (from %lld)\n", (long long)steps, (long long)first_step);
-    printf("  final loss    %.4f (mean of the last interval, all ranks)\n", last_loss);
-    if (!std::isnan(floor)) printf("  loss floor    %.4f (entropy rate of the source)\n", floor);
-    printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
-    printf("  throughput    %s tokens/s\n", human_count(tokens_per_step * 1e3 / ms_per_step).c_str());
-    if (sync && run_steps > 0) {
-      printf("  compute       %.2f ms/step (step time less exposed communication)\n",
-             ms_per_step - exposed_ms / run_steps);
-      printf("  comm          %.2f ms/step (%s: %s, rank 0)\n", comm_ms / run_steps,
-             c.ddp.strategy.c_str(), device == "cuda" ? "the NCCL stream's time in collectives"
-                                                      : "host time in MPI calls");
-      printf("  exposed comm  %.2f ms/step (%s: %s waited for gradient sync%s, rank 0)\n",
-             exposed_ms / run_steps, c.ddp.strategy.c_str(),
-             device == "cuda" ? "the compute stream" : "the host",
-             zero1 ? " and the parameter all-gather" : "");
-    }
-    if (!cl.csv_path.empty()) {
-      row.set("world_size", std::to_string(rt.world));
-      row.set("device_used", device);
-      row.set("parameters", std::to_string(model.layout.total));
-      row.set("steps_run", std::to_string(steps - first_step));
-      row.set("final_loss", strf("%.6f", last_loss));
-      row.set("loss_floor", strf("%.6f", floor));
-      row.set("ms_per_step", strf("%.3f", ms_per_step));
-      row.set("tokens_per_s", strf("%.1f", tokens_per_step * 1e3 / ms_per_step));
-      row.set("wall_s", strf("%.3f", wall));
-      // No synchronisation (one rank): all compute, no communication.
-      row.set("compute_ms_per_step", strf("%.3f", ms_per_step - exposed_ms / run_steps));
-      row.set("comm_ms_per_step", strf("%.3f", comm_ms / run_steps));
-      row.set("exposed_ms_per_step", strf("%.3f", exposed_ms / run_steps));
-      row.set("optimizer_bytes_rank0",
-              std::to_string(backend->memory().current[size_t(MemTag::optimizer)]));
-      append_csv(cl.csv_path, row);
-      printf("  csv row       appended to %s\n", cl.csv_path.c_str());
-    }
-  }
+  report();
   return kExitOk;
+}
+
+template <typename T> void Trainer<T>::report() {
+  const double wall = seconds_since(t0_), run_steps = double(steps_ - first_step_);
+  const double ms_per_step = run_steps > 0 ? 1e3 * wall / run_steps : NAN;
+  if (!rt_.is_root()) return;
+  const double floor = source_->loss_floor().value_or(NAN);
+  printf("\n== done ==\n");
+  printf("  steps         %lld (from %lld)\n", (long long)steps_, (long long)first_step_);
+  printf("  final loss    %.4f (mean of the last interval, all ranks)\n", last_loss_);
+  if (!std::isnan(floor)) printf("  loss floor    %.4f (entropy rate of the source)\n", floor);
+  printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
+  printf("  throughput    %s tokens/s\n", human_count(tokens_per_step_ * 1e3 / ms_per_step).c_str());
+  if (sync_ && run_steps > 0) {
+    printf("  compute       %.2f ms/step (step time less exposed communication)\n",
+           ms_per_step - exposed_ms_ / run_steps);
+    printf("  comm          %.2f ms/step (%s: %s, rank 0)\n", comm_ms_ / run_steps,
+           c_.ddp.strategy.c_str(), device_ == "cuda" ? "the NCCL stream's time in collectives"
+                                                      : "host time in MPI calls");
+    printf("  exposed comm  %.2f ms/step (%s: %s waited for gradient sync%s, rank 0)\n",
+           exposed_ms_ / run_steps, c_.ddp.strategy.c_str(),
+           device_ == "cuda" ? "the compute stream" : "the host",
+           c_.ddp.strategy == "zero1" ? " and the parameter all-gather" : "");
+  }
+  if (cl_.csv_path.empty()) return;
+  row_.set("world_size", std::to_string(rt_.world));
+  row_.set("device_used", device_);
+  row_.set("parameters", std::to_string(model_->layout.total));
+  row_.set("steps_run", std::to_string(steps_ - first_step_));
+  row_.set("final_loss", strf("%.6f", last_loss_));
+  row_.set("loss_floor", strf("%.6f", floor));
+  row_.set("ms_per_step", strf("%.3f", ms_per_step));
+  row_.set("tokens_per_s", strf("%.1f", tokens_per_step_ * 1e3 / ms_per_step));
+  row_.set("wall_s", strf("%.3f", wall));
+  // No synchronisation (one rank): all compute, no communication.
+  row_.set("compute_ms_per_step", strf("%.3f", ms_per_step - exposed_ms_ / run_steps));
+  row_.set("comm_ms_per_step", strf("%.3f", comm_ms_ / run_steps));
+  row_.set("exposed_ms_per_step", strf("%.3f", exposed_ms_ / run_steps));
+  row_.set("optimizer_bytes_rank0",
+           std::to_string(backend_->memory().current[size_t(MemTag::optimizer)]));
+  append_csv(cl_.csv_path, row_);
+  printf("  csv row       appended to %s\n", cl_.csv_path.c_str());
+}
+
+template <typename T> int train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
+  Trainer<T> trainer(cl, rt, device);
+  return trainer.run();
 }
 
 }  // namespace

@@ -129,7 +129,7 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
     ddp.forward(in.data(), tg.data(), R);
     if (zero) {
       ddp.backward(zero.get());
-      const GradClip clip = zero->clip_grad_norm(o.grad_clip);
+      const GradClip clip = zero->clip(o.grad_clip);
       norms.push_back(clip.norm);
       zero->step(ddp.params(), o.lr, o, clip.scale);
       // Exposed communication is marked after backward (the reduce-scatter), then at the wait for
@@ -153,7 +153,7 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
     CHECK(ddp.sharded() == (R > 1));
     CHECK(be->memory().current[size_t(MemTag::params)] ==
           zero1_bf16_params_bytes(ddp.layout, zero->begin, zero->end, be->sparse_granule()));
-    mine = zero->gather_master(ddp.params(), MPI_COMM_WORLD);
+    mine = zero->gather_params(ddp.params(), MPI_COMM_WORLD);
     CHECK(mine.size() == (me == 0 ? ddp.layout.total : 0));
     // The copy every rank reads is the masters' bf16 rounding; the masters themselves are exact,
     // not roundings: they never travelled as bf16.
@@ -241,7 +241,7 @@ TEST_CASE("zero1 under bf16: a rank holds the fp32 masters of its shard and of t
     source->sample(rng, 2, 16, in.data(), tg.data());
     model.forward(in.data(), tg.data(), R);
     model.backward(&zero);
-    zero.step(model.params(), o.lr, o, zero.clip_grad_norm(o.grad_clip).scale);
+    zero.step(model.params(), o.lr, o, zero.clip(o.grad_clip).scale);
   }
   // Parameters, counted element by element: on several ranks less than all of them in fp32 (one
   // rank's shard is all of them).
@@ -261,8 +261,8 @@ TEST_CASE("zero1 under bf16: a rank holds the fp32 masters of its shard and of t
     MPI_Allreduce(&mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
     CHECK(most == planned);
   }
-  // gather_master brings every rank's shard, as that rank holds it, to rank 0.
-  const std::vector<float> masters = zero.gather_master(model.params(), MPI_COMM_WORLD);
+  // gather_params brings every rank's shard, as that rank holds it, to rank 0.
+  const std::vector<float> masters = zero.gather_params(model.params(), MPI_COMM_WORLD);
   std::vector<float> shard(zero.end - zero.begin), all(total);
   be->download(shard.data(), model.params() + zero.begin, shard.size());
   host->all_gather(shard.data(), all.data(), zero.counts, DType::f32);

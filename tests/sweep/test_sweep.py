@@ -28,6 +28,7 @@ import unittest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PY = sys.executable
+TORCH_REFERENCE = os.path.join(REPO, "tests/reference/torch_reference.py")
 BASE = ["--lmtrain", os.path.join(REPO, "build/lmtrain"), "--set", "run.mode=bench",
         "--set", "run.device=cpu", "--set", "bench.warmup=0", "--set", "bench.steps=1",
         "--set", "bench.kernels=0", "--config", os.path.join(REPO, "configs/models/tiny.toml"),
@@ -36,8 +37,7 @@ A, B, C = "model.precision=fp32", "model.precision=bf16", "model.precision=fp32 
 MISSING = "data.source=file data.path=/nonexistent/tokens.bin"
 
 try:  # torch_reference.py as a module, for its attention implementations
-    _spec = importlib.util.spec_from_file_location("torch_reference",
-                                                   os.path.join(REPO, "scripts/torch_reference.py"))
+    _spec = importlib.util.spec_from_file_location("torch_reference", TORCH_REFERENCE)
     torch_reference = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(torch_reference)
     import torch
@@ -536,8 +536,8 @@ class TorchMemTimeline(unittest.TestCase):
         self.assertEqual(torch_reference.allocation_timeline([], 10000, [0, 0]), [])
 
     def test_mem_timeline_needs_cuda(self):
-        r = subprocess.run([PY, os.path.join(REPO, "scripts/torch_reference.py"), "bench", "--device",
-                            "cpu", "--mem-timeline", "x.csv"], capture_output=True, text=True)
+        r = subprocess.run([PY, TORCH_REFERENCE, "bench", "--device", "cpu", "--mem-timeline",
+                            "x.csv"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 1)
         self.assertEqual(r.stderr.strip().splitlines(), [
             "--mem-timeline records the CUDA caching allocator: it needs --device cuda"])

@@ -69,6 +69,8 @@ bool rounds_of(const Vec& packed, const Vec& full) {
   return true;
 }
 
+View<float> packed(float* p) { return {p, Stored::bf16}; }  // a tensor stored in bf16
+
 Vec as_float(Vec v) {  // the reference's inputs: exactly the floats the GPU gets
   for (auto& x : v) x = double(float(x));
   return v;
@@ -103,8 +105,8 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision, with 
     cpu::linear_bwd(xr.data(), wr.data(), dyr.data(), dx.data(), dw.data(), M, N, K, Precision::fp64);
     float *gx = g.up(x), *gw = g.up(w), *gy = g.poisoned(M * N), *gdx = g.poisoned(M * K);
     float* gdw = g.poisoned(N * K);  // written, not added to: unwritten elements stay NaN
-    gpu->linear_fwd(gx, gw, gy, M, N, K, p, false, false, nullptr);
-    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p, false, false, false);
+    gpu->linear_fwd(gx, gw, gy, M, N, K, p, nullptr);
+    gpu->linear_bwd(gx, gw, g.up(dy), gdx, gdw, M, N, K, p);
     CHECK(rel_err(g.down(gy, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx, M * K), dx) < tol(p));
     CHECK(rel_err(g.down(gdw, N * K), dw) < tol(p));
@@ -112,7 +114,7 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision, with 
     // against the reference's sum.
     Vec r = as_float(randn<double>(M * N));
     float *gr = g.up(r), *gyr = g.poisoned(M * N);
-    gpu->linear_fwd(gx, gw, gyr, M, N, K, p, false, false, gr);
+    gpu->linear_fwd(gx, gw, gyr, M, N, K, p, gr);
     Vec yr = y;
     for (size_t i = 0; i < yr.size(); ++i) yr[i] += r[i];
     CHECK(rel_err(g.down(gyr, M * N), yr) < tol(p));
@@ -121,9 +123,9 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision, with 
     // x and dy stored in bf16 by their producers: the same results without the casts.
     float *gx16 = g.up16(x), *gy16 = g.poisoned(M * N), *gdx16 = g.poisoned(M * K);
     float* gdw16 = g.poisoned(N * K);
-    gpu->linear_fwd(gx16, gw, gy16, M, N, K, p, true, false, nullptr);
+    gpu->linear_fwd(packed(gx16), gw, gy16, M, N, K, p, nullptr);
     float* gdy16 = g.up16(dy);
-    gpu->linear_bwd(gx16, gw, gdy16, gdx16, gdw16, M, N, K, p, true, true, false);
+    gpu->linear_bwd(packed(gx16), gw, packed(gdy16), gdx16, gdw16, M, N, K, p);
     CHECK(rel_err(g.down(gy16, M * N), y) < tol(p));
     CHECK(rel_err(g.down(gdx16, M * K), dx) < tol(p));
     CHECK(rel_err(g.down(gdw16, N * K), dw) < tol(p));
@@ -135,8 +137,8 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision, with 
       return true;
     };
     float *gyb = g.poisoned16(M * N), *gdxb = g.poisoned16(M * K), *gdwb = g.poisoned(N * K);
-    gpu->linear_fwd(gx16, gw, gyb, M, N, K, p, true, true, nullptr);
-    gpu->linear_bwd(gx16, gw, gdy16, gdxb, gdwb, M, N, K, p, true, true, true);
+    gpu->linear_fwd(packed(gx16), gw, packed(gyb), M, N, K, p, nullptr);
+    gpu->linear_bwd(packed(gx16), gw, packed(gdy16), packed(gdxb), gdwb, M, N, K, p);
     CHECK(within_half_ulp(g.down16(gyb, M * N), y));
     CHECK(within_half_ulp(g.down16(gdxb, M * K), dx));
     CHECK(rel_err(g.down(gdwb, N * K), dw) < tol(p));
@@ -160,11 +162,11 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
       cpu::rmsnorm_bwd(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dg.data(), rows, d);
       float *gx = g.up(x), *gw = g.up(w), *gyv = g.poisoned(rows * d), *gr = g.poisoned(rows);
       float *gdx = g.up(dx0), *gdg = g.poisoned(d);
-      gpu->rmsnorm_fwd(gx, gw, gyv, gr, rows, d, 1e-5, false);
+      gpu->rmsnorm_fwd(gx, gw, gyv, gr, rows, d, 1e-5);
       gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx, gdg, rows, d, nullptr);
       CHECK(rel_err(g.down(gyv, rows * d), y) < 2e-6);
       float* gy16 = g.poisoned16(rows * d);  // y for bf16 matmuls: the fp32 y, rounded
-      gpu->rmsnorm_fwd(gx, gw, gy16, gr, rows, d, 1e-5, true);
+      gpu->rmsnorm_fwd(gx, gw, packed(gy16), gr, rows, d, 1e-5);
       CHECK(rounds_of(g.down16(gy16, rows * d), g.down(gyv, rows * d)));
       CHECK(rel_err(g.down(gr, rows), rstd) < 2e-6);
       CHECK(rel_err(g.down(gdx, rows * d), dx) < 2e-6);
@@ -185,16 +187,16 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
       float* gx = g.up(x);
       float* gx16 = g.up16(x);
       cpu::rope(ref.data(), B, T, H, dh, stride, 10000.0, false);
-      gpu->rope(gx, B, T, H, dh, stride, 10000.0, false, false);
+      gpu->rope(gx, B, T, H, dh, stride, 10000.0, false);
       CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
       // In bf16: each rotated value the rounding of the fp32 kernel's on the same bf16 inputs, the
       // columns past the heads untouched.
       float* gr = g.up(g.down16(gx16, x.size()));
-      gpu->rope(gr, B, T, H, dh, stride, 10000.0, false, false);
-      gpu->rope(gx16, B, T, H, dh, stride, 10000.0, false, true);
+      gpu->rope(gr, B, T, H, dh, stride, 10000.0, false);
+      gpu->rope(packed(gx16), B, T, H, dh, stride, 10000.0, false);
       CHECK(rounds_of(g.down16(gx16, x.size()), g.down(gr, x.size())));
       cpu::rope(ref.data(), B, T, H, dh, stride, 500.0, true);
-      gpu->rope(gx, B, T, H, dh, stride, 500.0, true, false);
+      gpu->rope(gx, B, T, H, dh, stride, 500.0, true);
       CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
     }
   }
@@ -208,8 +210,8 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
       cpu::swiglu_fwd(u.data(), out.data(), rows, f);
       cpu::swiglu_bwd(u.data(), dgr.data(), du.data(), rows, f);
       float *gu = g.up(u), *go = g.poisoned(n), *gdu = g.poisoned(nu);
-      gpu->swiglu_fwd(gu, go, rows, f, false);
-      gpu->swiglu_bwd(gu, g.up(dgr), gdu, rows, f, false);
+      gpu->swiglu_fwd(gu, go, rows, f);
+      gpu->swiglu_bwd(gu, g.up(dgr), gdu, rows, f);
       CHECK(rel_err(g.down(go, n), out) < 2e-6);
       CHECK(rel_err(g.down(gdu, nu), du) < 2e-6);
       // All in bf16: u and dg stored rounded, the results the fp32 kernels' on those values,
@@ -218,11 +220,11 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
       for (Vec* v : {&u16, &dg16})
         for (double& x : *v) x = double(from_bf16(to_bf16(float(x))));
       float *gu16 = g.up(u16), *go_r = g.poisoned(n), *gdu_r = g.poisoned(nu);
-      gpu->swiglu_fwd(gu16, go_r, rows, f, false);
-      gpu->swiglu_bwd(gu16, g.up(dg16), gdu_r, rows, f, false);
+      gpu->swiglu_fwd(gu16, go_r, rows, f);
+      gpu->swiglu_bwd(gu16, g.up(dg16), gdu_r, rows, f);
       float *pu = g.up16(u), *go16 = g.poisoned16(n), *gdu16 = g.poisoned16(nu);
-      gpu->swiglu_fwd(pu, go16, rows, f, true);
-      gpu->swiglu_bwd(pu, g.up16(dgr), gdu16, rows, f, true);
+      gpu->swiglu_fwd(packed(pu), packed(go16), rows, f);
+      gpu->swiglu_bwd(packed(pu), packed(g.up16(dgr)), packed(gdu16), rows, f);
       CHECK(rounds_of(g.down16(go16, n), g.down(go_r, n)));
       CHECK(rounds_of(g.down16(gdu16, nu), g.down(gdu_r, nu)));
     }
@@ -281,7 +283,7 @@ TEST_CASE("gpu classifier: the loss and the in-place gradient match the fp64 ref
       auto down = [&](const float* p, size_t k) { return bf16 ? g.down16(p, k) : g.down(p, k); };
       auto run = [&](double s) {  // a fresh copy of z in place: row losses, then what z became
         float *gz = up(z), *grows = g.poisoned(size_t(n));
-        gpu->cross_entropy(gz, gt.data(), grows, n, V, bf16, s);
+        gpu->cross_entropy(View<float>(gz, bf16 ? Stored::bf16 : Stored::full), gt.data(), grows, n, V, s);
         return std::pair{g.down(grows, size_t(n)), down(gz, z.size())};
       };
       auto [grows, gdz] = run(scale);
@@ -371,7 +373,7 @@ TEST_CASE("gpu weights' bf16 copy: AdamW over a part of the weights and weights_
     for (auto* v : {&wr, &xr})
       for (auto& e : *v) e = round_to(Precision::bf16, e);
     cpu::linear_fwd(xr.data(), wr.data(), y.data(), M, N, K, Precision::fp64);
-    gpu->linear_fwd(gx, gw + off, gy, M, N, K, Precision::bf16, false, false, nullptr);
+    gpu->linear_fwd(gx, gw + off, gy, M, N, K, Precision::bf16, nullptr);
     return rel_err(g.down(gy, size_t(M * N)), y) < tol(Precision::bf16);
   };
   CHECK(matches(w));  // the copy is made on first use

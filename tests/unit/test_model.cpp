@@ -167,7 +167,7 @@ template <typename T> void compare_with_torch(const char* precision, double tol)
     w.set(k, strf("%.17g", v));
   w.write(dir.file("in.safetensors"));
   const char* python = getenv("PYTHON") ? getenv("PYTHON") : "/usr/bin/python3";
-  auto r = lmt::test::run(strf("%s scripts/torch_reference.py check --in %s --out %s", python,
+  auto r = lmt::test::run(strf("%s tests/reference/torch_reference.py check --in %s --out %s", python,
                                dir.file("in.safetensors").c_str(), dir.file("out.safetensors").c_str()));
   INFO(r.output);
   REQUIRE(r.code == 0);

@@ -1,5 +1,5 @@
 // Every algorithm cuBLASLt's heuristic offers for each matmul of a training step, timed: what the
-// best the library has would make the step's matmuls cost (scripts/gemm_candidates.sh builds and
+// best the library has would make the step's matmuls cost (dev/gemm_candidates.sh builds and
 // runs it). The shapes are the model's as src/model.cpp runs them (bf16 operands, fp32
 // accumulation, D in bf16 where the model stores it so, the residual added in the epilogue of the
 // output projection and W2, W3 and W1 as one matmul), row-major as cuda/matmul.cu lays them out.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What cuBLASLt's best would make a training step's matmuls cost: every algorithm its heuristic
 # offers for each matmul of a model size's forward + backward, timed on this GPU
-# (scripts/gemm_candidates.cu, built here with nvcc), saved as results/gemm_candidates_<size>.txt.
-#   scripts/gemm_candidates.sh [size]        (default: xl)
+# (dev/gemm_candidates.cu, built here with nvcc), saved as results/gemm_candidates_<size>.txt.
+#   dev/gemm_candidates.sh [size]        (default: xl)
 # Env: BATCH (4), CONTEXT (512), CUDA_HOME (/usr/local/cuda).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,7 @@ cfg=configs/models/$size.toml
 key() { sed -n "s/^$1 *= *\([0-9]*\).*/\1/p" "$cfg"; }
 mkdir -p build results
 "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" -std=c++17 -O2 -arch=native -o build/gemm_candidates \
-  scripts/gemm_candidates.cu -lcublasLt
+  dev/gemm_candidates.cu -lcublasLt
 out=results/gemm_candidates_$size.txt
 build/gemm_candidates "$(key d_model)" "$(key d_ff)" "$(key vocab_size)" \
   $(( ${BATCH:-4} * ${CONTEXT:-512} )) "$(key num_layers)" > "$out.tmp"

@@ -3,9 +3,9 @@ that lmtrain's bench mode is compared with.
 
 Run with an interpreter that has torch (1.13+) and numpy, e.g. Debian's /usr/bin/python3:
 
-    /usr/bin/python3 scripts/torch_reference.py check --in IN.safetensors --out OUT.safetensors
-    python3 scripts/torch_reference.py bench --precision bf16 [--compile] [--csv FILE] [--mem-timeline CSV]
-    python3 scripts/torch_reference.py attention --seq-lens 4096 16384 --head-dims 64 128 [--csv FILE]
+    /usr/bin/python3 tests/reference/torch_reference.py check --in IN.safetensors --out OUT.safetensors
+    python3 tests/reference/torch_reference.py bench --precision bf16 [--compile] [--csv FILE] [--mem-timeline CSV]
+    python3 tests/reference/torch_reference.py attention --seq-lens 4096 16384 --head-dims 64 128 [--csv FILE]
 
 `bench` times forward, forward+backward and the full step (fused AdamW, no clipping) of the same
 model on a GPU, as a PyTorch user would write it (autocast for bf16, naive attention); see

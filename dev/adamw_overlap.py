@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Could AdamW hide under the matmuls? A probe in PyTorch, on one GPU.
 
-    python3 scripts/adamw_overlap.py
+    python3 dev/adamw_overlap.py
 
 Times, each alone and then both at once on two streams (the matmuls' at high priority), 120
 repetitions of xl-shaped bf16 matmuls (W1's forward, input-gradient and weight-gradient matmuls

@@ -159,31 +159,32 @@ class CudaBackend : public Backend<float> {
   cudaStream_t stream() const { return stream_; }
 
   int64_t bf16_elems(int64_t n) const override { return (n + 1) / 2; }
-  void linear_fwd(const float* x, const float* w, float* y, int64_t M, int64_t N, int64_t K,
-                  Precision p, bool x_bf16, bool y_bf16, const float* residual) override {
-    const void *X = operand(x, M * K, p, 0, x_bf16), *W = operand(w, N * K, p, 1);
-    (*gemm_)(false, true, M, N, K, 1, X, K, 0, W, K, 0, y, N, 0, 1, ops(p), y_bf16, residual);
+  void linear_fwd(View<const float> x, const float* w, View<float> y, int64_t M, int64_t N,
+                  int64_t K, Precision p, const float* residual) override {
+    const void *X = operand(x, M * K, p, 0), *W = operand(w, N * K, p, 1);
+    (*gemm_)(false, true, M, N, K, 1, X, K, 0, W, K, 0, y.data, N, 0, 1, ops(p), y.bf16(),
+             residual);
   }
-  void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw,
-                  int64_t M, int64_t N, int64_t K, Precision p, bool x_bf16, bool dy_bf16,
-                  bool dx_bf16) override {
-    const void *dY = operand(dy, M * N, p, 0, dy_bf16), *W = operand(w, N * K, p, 1);
-    (*gemm_)(false, false, M, K, N, 1, dY, N, 0, W, K, 0, dx, K, 0, 1, ops(p), dx_bf16);
-    const void* X = operand(x, M * K, p, 1, x_bf16);  // stream order: the matmul above read slot 1
+  void linear_bwd(View<const float> x, const float* w, View<const float> dy, View<float> dx,
+                  float* dw, int64_t M, int64_t N, int64_t K, Precision p) override {
+    const void *dY = operand(dy, M * N, p, 0), *W = operand(w, N * K, p, 1);
+    (*gemm_)(false, false, M, K, N, 1, dY, N, 0, W, K, 0, dx.data, K, 0, 1, ops(p), dx.bf16());
+    const void* X = operand(x, M * K, p, 1);  // stream order: the matmul above read slot 1
     (*gemm_)(true, false, N, K, M, 1, dY, N, 0, X, K, 0, dw, K, 0, 1, ops(p));
   }
-  void rmsnorm_fwd(const float* x, const float* g, float* y, float* rstd, int64_t rows,
-                   int64_t d, double eps, bool y_bf16) override {
-    cuda::rmsnorm_fwd(x, g, y, y_bf16, rstd, rows, d, eps, stream_);
+  void rmsnorm_fwd(const float* x, const float* g, View<float> y, float* rstd, int64_t rows,
+                   int64_t d, double eps) override {
+    cuda::rmsnorm_fwd(x, g, y.data, y.bf16(), rstd, rows, d, eps, stream_);
   }
   void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
                    float* dg, int64_t rows, int64_t d, float* dx_bf16) override {
     cuda::rmsnorm_bwd(x, g, rstd, dy, dx, dx_bf16, dg,
                       workspace(size_t(cuda::kRmsnormDgChunks * d)), rows, d, stream_);
   }
-  void rope(float* x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride, double theta,
-            bool inverse, bool bf16) override {
-    cuda::rope(x, bf16, rope_table(T, dh, theta), B, T, H, dh, stride, inverse, stream_);
+  void rope(View<float> x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride,
+            double theta, bool inverse) override {
+    cuda::rope(x.data, x.bf16(), rope_table(T, dh, theta), B, T, H, dh, stride, inverse,
+               stream_);
   }
   int64_t attention_saved(int64_t B, int64_t T, int64_t H, int64_t dh,
                           AttentionImpl a) const override {
@@ -261,12 +262,15 @@ class CudaBackend : public Backend<float> {
                ops(p), b16);
     }
   }
-  void swiglu_fwd(const float* u, float* g, int64_t rows, int64_t f, bool bf16) override {
-    cuda::swiglu_fwd(u, g, bf16, rows, f, stream_);
+  void swiglu_fwd(View<const float> u, View<float> g, int64_t rows, int64_t f) override {
+    LMT_ASSERT(u.stored == g.stored, "SwiGLU's tensors share one storage");
+    cuda::swiglu_fwd(u.data, g.data, g.bf16(), rows, f, stream_);
   }
-  void swiglu_bwd(const float* u, const float* dg, float* du, int64_t rows, int64_t f,
-                  bool bf16) override {
-    cuda::swiglu_bwd(u, dg, du, bf16, rows, f, stream_);
+  void swiglu_bwd(View<const float> u, View<const float> dg, View<float> du, int64_t rows,
+                  int64_t f) override {
+    LMT_ASSERT(u.stored == du.stored && dg.stored == du.stored,
+               "SwiGLU's tensors share one storage");
+    cuda::swiglu_bwd(u.data, dg.data, du.data, du.bf16(), rows, f, stream_);
   }
   void embedding_fwd(const int32_t* tok, const float* table, float* out, int64_t n,
                      int64_t d) override {
@@ -276,9 +280,9 @@ class CudaBackend : public Backend<float> {
                      int64_t n, int64_t d) override {
     cuda::embedding_bwd(tok, order, dout, dtable, n, d, stream_);
   }
-  void cross_entropy(float* logits, const int32_t* targets, float* row_loss, int64_t n,
-                     int64_t V, bool bf16, double grad_scale) override {
-    cuda::cross_entropy(logits, bf16, targets, row_loss, n, V, grad_scale, stream_);
+  void cross_entropy(View<float> logits, const int32_t* targets, float* row_loss, int64_t n,
+                     int64_t V, double grad_scale) override {
+    cuda::cross_entropy(logits.data, logits.bf16(), targets, row_loss, n, V, grad_scale, stream_);
   }
   double sum(const float* x, size_t n) override { return reduce(x, n, false); }
   double sum_squares(const float* x, size_t n) override { return reduce(x, n, true); }
@@ -306,11 +310,12 @@ class CudaBackend : public Backend<float> {
            : p == Precision::tf32 ? cuda::Operands::tf32
                                   : cuda::Operands::fp32;
   }
-  // A matmul operand as policy p reads it: x itself (also when x already holds packed bf16,
-  // `packed`), or (bf16) its bf16 copy in scratch `slot`.
-  const void* operand(const float* x, int64_t n, Precision p, size_t slot, bool packed = false) {
-    LMT_ASSERT(!packed || p == Precision::bf16, "bf16 matmul inputs outside the bf16 policy");
-    if (p != Precision::bf16 || packed) return x;
+  // A matmul operand as policy p reads it: x itself (also when x is stored in bf16), or (bf16)
+  // its bf16 copy in scratch `slot`.
+  const void* operand(View<const float> v, int64_t n, Precision p, size_t slot) {
+    const float* x = v.data;
+    LMT_ASSERT(!v.bf16() || p == Precision::bf16, "bf16 matmul inputs outside the bf16 policy");
+    if (p != Precision::bf16 || v.bf16()) return x;
     if (in_weights(x, size_t(n)))  // a weight: cached copy
       return at(fresh_weights16(), x - weights_, p);
     void* y = bf16_scratch(slot, n);

@@ -11,9 +11,10 @@ warpgroups, row_tiles = 1 (the computing warpgroups: the forward and dQ kernels 
 the TMA producer). Rows go to results/flash_tuning.csv; the best candidate per
 kernel and head dim is printed (forward time for the forward kernels, backward time for the
 others: the backward runs both of its kernels, the other one fixed at its table entry). The
-tables themselves live in cuda/attention/flash.cuh.
+tables themselves live in cuda/attention/flash.cuh, the timings behind them in
+results/flash_tuning.md.
 
-    make -j all && scripts/tune_flash.py [--kernels sm90_dkdv sm90_dq] [--head-dims 64 128]
+    make -j all && dev/tune_flash.py [--kernels sm90_dkdv sm90_dq] [--head-dims 64 128]
         [--seq-lens 8192 16384] [--jobs 8] [--test] [--timeout 120]
 """
 import argparse
@@ -34,8 +35,8 @@ CANDIDATES = {
     "sm90_dq": [(2, 64), (1, 64), (3, 64)],
 }
 # The object each kernel's table entry is compiled into, and the impl that runs it.
-SOURCE = {"fwd": "flash_fwd", "dkdv": "flash_bwd", "dq": "flash_bwd", "sm90_fwd": "flash_sm90_fwd",
-          "sm90_dkdv": "flash_sm90_bwd", "sm90_dq": "flash_sm90_bwd"}
+SOURCE = {"fwd": "flash_sm80_fwd", "dkdv": "flash_sm80_bwd", "dq": "flash_sm80_bwd",
+          "sm90_fwd": "flash_sm90_fwd", "sm90_dkdv": "flash_sm90_bwd", "sm90_dq": "flash_sm90_bwd"}
 
 
 def flags(kernel, cand):
