@@ -4,16 +4,12 @@
 // the memory the run will allocate (plan mode's arithmetic, plan.hpp: exact for the CPU backend
 // and within a few MiB for the CUDA backend) fits in what the host and the GPU have free.
 #pragma once
-#include <cstdint>
 #include <string>
 
 #include "config.hpp"
 #include "runtime.hpp"
 
 namespace lmt {
-
-// Bytes of one checkpoint of c.model (parameters and both moments; the header is small).
-uint64_t checkpoint_bytes(const Config& c);
 
 // Rank 0: creates train.checkpoint_dir (and its parents), proves it writable with a probe file,
 // checks its free space against one checkpoint, removes partial checkpoints (".tmp.PID") whose

@@ -16,7 +16,6 @@ namespace lmt {
 void watchdog_init();
 // 0: wait for ever. Every rank sets the same value (run.comm_timeout_s; 600 until it is known).
 void set_comm_timeout(double seconds);
-double comm_timeout();
 
 // MPI_Wait, bounded as above. `what` names the collective in the timeout's line.
 void wait_for_peers(MPI_Request* req, const char* what);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -32,6 +33,11 @@ Plan train_plan(const Config& c, int world) {
   k.plan.graph = "lmtrain";
   k.plan.act_shard_fraction = 0;
   return make_plan(k);
+}
+
+// Bytes of one checkpoint of c.model (parameters and both moments; the header is small).
+uint64_t checkpoint_bytes(const Config& c) {
+  return 3 * train_plan(c, 1).param_count * (c.model.precision == "fp64" ? 8 : 4);
 }
 
 std::string dir_error(const Config& c, const std::string& what) {
@@ -141,10 +147,6 @@ uint64_t cgroup_room() {
 
 }  // namespace
 
-uint64_t checkpoint_bytes(const Config& c) {
-  return 3 * train_plan(c, 1).param_count * (c.model.precision == "fp64" ? 8 : 4);
-}
-
 void prepare_checkpoint_dir(const Config& c) {
   make_dir(c);
   probe_writable(c);
@@ -175,7 +177,7 @@ void check_host_memory(const Config& c, const Runtime& rt, const std::string& de
   if (staging > 0)
     parts += strf("%s%s for rank 0 to stage a checkpoint", parts.empty() ? "" : " + ",
                   human_bytes(staging).c_str());
-  throw UsageError(strf("not enough host memory: this run needs %s (%s), %s is available (%s); "
+  throw UsageError(strf("out of host memory: this run needs %s (%s), %s is available (%s); "
                         "a smaller model or batch, or fewer ranks per node", human_bytes(need).c_str(),
                         parts.c_str(), human_bytes(double(avail)).c_str(),
                         cgroup ? "the cgroup's memory.max" : "MemAvailable"));
@@ -187,7 +189,7 @@ void check_device_memory(const Config& c, const Runtime& rt, const std::string& 
   gpu_memory(&free_bytes, &total);
   const double need = double(train_plan(c, rt.world).total_cuda);
   if (need <= double(free_bytes)) return;
-  throw UsageError(strf("not enough GPU memory: this run allocates %s on each GPU (plan mode's "
+  throw UsageError(strf("out of GPU memory: this run allocates %s on each GPU (plan mode's "
                         "estimate), %s of %s is free on GPU %d; a smaller model or batch, or "
                         "ddp.strategy = \"zero1\"", human_bytes(need).c_str(),
                         human_bytes(double(free_bytes)).c_str(), human_bytes(double(total)).c_str(),

@@ -100,7 +100,6 @@ void watchdog_init() {
 }
 
 void set_comm_timeout(double seconds) { g_timeout_s = seconds; }
-double comm_timeout() { return g_timeout_s; }
 
 void peers_overdue(double waited, const char* what) {
   if (g_reports == MPI_COMM_NULL) return;

@@ -2,8 +2,10 @@
 # Slurm, for real: installs Debian's munge and Slurm where missing, starts a private munged,
 # slurmctld and slurmd for this one machine (loopback, its own ports, state in a temporary
 # directory), submits scripts/slurm/train.sbatch with 2 ranks of the tiny model on the CPU, waits
-# (bounded) for the job, and checks its final state, exit code, completion line and CSV row. The
-# daemons it started are stopped and its directory removed whatever happens.
+# (bounded) for the job, and checks its final state, exit code, completion line and CSV row. Then
+# preemption: a second job gets the early-warning signal (SIGUSR1) mid-run, checkpoints, requeues
+# itself and resumes to completion. The daemons it started are stopped and its directory removed
+# whatever happens.
 # One test case; prints a doctest-style summary line that tests/run_all.sh counts (arguments,
 # such as run_all's --no-colors=true, are ignored).
 #   Env: SLURM_TEST_TIMEOUT (seconds the job may take, 240), SLURM_TEST_PORT (first of two tried,
@@ -53,6 +55,21 @@ wait_for() {
   until "$@" >/dev/null 2>&1; do
     [ $SECONDS -lt $end ] || fail "$what: not within ${limit}s"
     sleep 0.5
+  done
+}
+
+# wait_done JOB: polls until the job has left the queue (bounded); sets info and state.
+wait_done() {
+  local end=$((SECONDS + timeout_s))
+  while :; do
+    info=$(scontrol show job "$1" 2>&1)
+    state=$(sed -nE 's/.*JobState=([A-Z_]+).*/\1/p' <<<"$info" | head -1)
+    case "$state" in
+      PENDING | CONFIGURING | RUNNING | COMPLETING | REQUEUED | "") ;;
+      *) return ;;
+    esac
+    [ $SECONDS -lt $end ] || fail "job $1 still $state after ${timeout_s}s"
+    sleep 1
   done
 }
 
@@ -126,18 +143,7 @@ job=$(sbatch --parsable --ntasks=2 --time=5 --output="$dir/job.out" --chdir="$re
   --set model.precision=fp32 --set train.steps=4 --set train.log_every=2) || fail "sbatch refused the job"
 job=${job%%;*}
 echo "submitted job $job"
-state=""
-end=$((SECONDS + timeout_s))
-while :; do
-  info=$(scontrol show job "$job" 2>&1)
-  state=$(sed -nE 's/.*JobState=([A-Z_]+).*/\1/p' <<<"$info" | head -1)
-  case "$state" in
-    PENDING | CONFIGURING | RUNNING | COMPLETING | "") ;;
-    *) break ;;
-  esac
-  [ $SECONDS -lt $end ] || fail "job $job still $state after ${timeout_s}s"
-  sleep 1
-done
+wait_done "$job"
 code=$(sed -nE 's/.* ExitCode=([0-9]+:[0-9]+).*/\1/p' <<<"$info" | head -1)
 echo "job $job: $state, exit code $code"
 [ "$state" = COMPLETED ] || fail "job $job ended $state"
@@ -158,4 +164,32 @@ done
 [ "$(col device_used)" = cpu ] || fail "device_used $(col device_used), expected cpu: $row"
 [ "$(col steps_run)" = 4 ] || fail "steps_run $(col steps_run), expected 4: $row"
 echo "slurm: job $job COMPLETED, 2 ranks, CSV row: world_size=2 device_used=cpu steps_run=4 final_loss=$(col final_loss)"
+
+# Preemption: the signal Slurm sends before a time limit (--signal=B:USR1, to the batch shell),
+# sent now; lmtrain checkpoints and exits 4, the job requeues itself and resumes from CKPT_DIR.
+out2=$dir/job2.out
+job=$(CKPT_DIR=$dir/ckpt CSV=$dir/train2.csv sbatch --parsable --ntasks=2 --time=5 --output="$out2" \
+  --chdir="$repo" scripts/slurm/train.sbatch configs/models/tiny.toml --set run.device=cpu \
+  --set model.precision=fp32 --set model.d_model=16 --set model.num_heads=2 --set model.d_ff=24 \
+  --set model.num_layers=1 --set train.batch_size=2 --set model.context_length=16 \
+  --set train.steps=20000 --set train.log_every=100) || fail "sbatch refused the preemption job"
+job=${job%%;*}
+has_loss() { grep -q '| loss' "$out2"; }
+wait_for "$timeout_s" "job $job training" has_loss
+scancel --batch --signal=USR1 "$job" || fail "scancel --signal=USR1 $job"
+# Slurm holds a requeued job for a few minutes (Reason=BeginTime): release it now.
+requeued() { grep -q "restart 1" "$out2"; }
+held() { requeued || scontrol show job "$job" | grep -q "JobState=PENDING.*Reason=BeginTime"; }
+wait_for "$timeout_s" "job $job requeued" held
+requeued || scontrol update JobId="$job" StartTime=now || fail "scontrol update JobId=$job StartTime=now"
+wait_for "$timeout_s" "job $job requeued and restarted" requeued
+wait_done "$job"
+[ "$state" = COMPLETED ] || fail "preempted job $job ended $state"
+for line in "lmtrain exit code 4" "requeueing job $job" "resumed from $dir/ckpt/step_" "lmtrain exit code 0"; do
+  grep -qF "$line" "$out2" || fail "no '$line' in the preempted job's output"
+done
+stop=$(sed -nE 's/.*stopped after step ([0-9]+) of.*/\1/p' "$out2" | head -1)
+CSV=$dir/train2.csv
+[ "$(col steps_run)" = $((20000 - stop)) ] || fail "steps_run $(col steps_run) after a stop at $stop"
+echo "slurm: job $job preempted after step $stop (SIGUSR1), requeued, resumed and COMPLETED"
 summary 1 0

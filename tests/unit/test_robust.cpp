@@ -98,7 +98,7 @@ TEST_CASE("robust: a model too big for host memory is refused in seconds with th
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(r.output);
   CHECK(r.code == kExitUsage);
-  CHECK(r.output.find("not enough host memory: this run needs ") != std::string::npos);
+  CHECK(r.output.find("out of host memory: this run needs ") != std::string::npos);
   CHECK(r.output.find(" GiB (1 rank(s) on this node x ") != std::string::npos);
   CHECK(r.output.find(" is available (") != std::string::npos);
   CHECK(s < 10);
