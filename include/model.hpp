@@ -30,36 +30,29 @@ template <typename T> class Model {
   // at +-3, RMSNorm gains 1.
   void init_params(uint64_t seed);
 
-  // Forward over host inputs/targets [B*T]; returns the mean loss (read back from the backend)
-  // and keeps what backward needs. The loss gradient is scaled by 1/(B*T*grad_divisor): with
-  // grad_divisor = world size, summing gradients across ranks averages over the global batch.
-  double forward(const int32_t* inputs, const int32_t* targets, double grad_divisor = 1) {
-    forward_pass(inputs, targets, grad_divisor);
-    return loss();
-  }
-  // The same without reading the loss back: no synchronisation with a device backend.
-  void forward_pass(const int32_t* inputs, const int32_t* targets, double grad_divisor = 1) {
-    set_batch(inputs, targets);
-    forward_compute(grad_divisor);
-  }
-  // Its two halves: the batch's tokens into backend memory, and the forward over the last
-  // batch set (backend work only).
-  void set_batch(const int32_t* inputs, const int32_t* targets);
-  void forward_compute(double grad_divisor = 1);
-  // Forward only: the mean loss, with no gradient made; the logits are kept (logits_host). A
-  // backward() needs a forward() after it.
+  // The pass, a step at a time:
+  //   forward(inputs, targets)  the batch's tokens [B*T] into backend memory, and the forward with
+  //                             the loss's gradient (replayed where recorded); backend work only,
+  //                             no synchronisation with a device backend. The gradient is scaled
+  //                             by 1/(B*T*grad_divisor): with grad_divisor = world size, summing
+  //                             gradients across ranks averages over the global batch
+  //   loss()                    the last forward's mean loss, read back from the backend
+  //   backward(sync)            below
+  //   evaluate(inputs, targets) the forward without the gradient, and its loss; the logits are
+  //                             kept (logits_host). A backward() needs a forward() after it
+  void forward(const int32_t* inputs, const int32_t* targets, double grad_divisor = 1);
+  double loss() { return be.sum(row_loss_, size_t(B * T_)) / double(B * T_); }
   double evaluate(const int32_t* inputs, const int32_t* targets) {
     set_batch(inputs, targets);
     forward_ops(false, 1);
     return loss();
   }
-  double loss() { return be.sum(row_loss_, size_t(B * T_)) / double(B * T_); }
   // Gradients of the last forward into `grads` (overwritten), calling sync.ready() per group.
   void backward(GradSync* sync = nullptr);
-  // Records forward_compute(grad_divisor) and backward() without a sync as backend replays
-  // (Backend::capture: CUDA graphs), which they run from then on instead of launching op by op.
-  // A forward and a backward must have run before (the ops' first-call work); the backend must
-  // record (the GPU's).
+  // Records forward's backend work (for grad_divisor) and backward() without a sync as backend
+  // replays (Backend::capture: CUDA graphs), which they run from then on instead of launching op
+  // by op. A forward and a backward must have run before (the ops' first-call work); the backend
+  // must record (the GPU's).
   void record(double grad_divisor = 1);
   bool replays() const { return fwd_replay_ != nullptr; }
 
@@ -111,6 +104,7 @@ template <typename T> class Model {
   // One allocation for all the pointers in `plan`, which it sets.
   std::unique_ptr<BackendArray<T>> carve(std::vector<std::pair<T**, int64_t>>& plan, MemTag tag);
 
+  void set_batch(const int32_t* inputs, const int32_t* targets);
   void forward_ops(bool grad, double grad_divisor);  // grad: the logits' gradient too
   void backward_ops(GradSync* sync);
   std::unique_ptr<typename Backend<T>::Replay> fwd_replay_, bwd_replay_;

@@ -59,6 +59,7 @@ template <typename T> struct Training {
   std::unique_ptr<Model<T>> model;
   std::unique_ptr<Optimizer<T>> optimizer;
 };
-template <typename T> Training<T> set_up_training(const Config& c, const Runtime& rt, Backend<T>& be);
+template <typename T>
+Training<T> set_up_training(const Config& c, const Runtime& rt, Backend<T>& be);
 
 }  // namespace lmt

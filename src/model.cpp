@@ -180,7 +180,9 @@ template <typename T> void Model<T>::record(double grad_divisor) {
   replay_divisor_ = grad_divisor;
 }
 
-template <typename T> void Model<T>::forward_compute(double grad_divisor) {
+template <typename T>
+void Model<T>::forward(const int32_t* inputs, const int32_t* targets, double grad_divisor) {
+  set_batch(inputs, targets);
   if (!fwd_replay_) return forward_ops(true, grad_divisor);
   LMT_ASSERT(grad_divisor == replay_divisor_, "the forward was recorded for another divisor");
   fwd_replay_->run();

@@ -126,14 +126,14 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   source->sample(rng, B, T_, in.data(), tg.data());
   const int64_t W = c.bench.warmup, S = c.bench.steps;
   if (c.run.graphs) {  // one rank (check_graphs): the gradient divisor is 1
-    model.forward_pass(in.data(), tg.data());
+    model.forward(in.data(), tg.data());
     model.backward();
     model.record();
   }
 
-  auto fwd = time_reps<T>(be, W, S, [&](std::vector<int>&) { model.forward_pass(in.data(), tg.data()); });
+  auto fwd = time_reps<T>(be, W, S, [&](std::vector<int>&) { model.forward(in.data(), tg.data()); });
   auto fwd_bwd = time_reps<T>(be, W, S, [&](std::vector<int>&) {
-    model.forward_pass(in.data(), tg.data());
+    model.forward(in.data(), tg.data());
     model.backward();
   });
   std::vector<std::vector<double>> phases;
@@ -150,7 +150,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
       if (comm) comm->trace_from_here();
     }
     held.push_back(be.memory().current);
-    model.forward_pass(in.data(), tg.data(), rt.world);
+    model.forward(in.data(), tg.data(), rt.world);
     marks.push_back(be.mark());
     held.push_back(be.memory().current);
     model.backward(sync);
@@ -183,7 +183,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   if (c.bench.kernels > 0 && std::string(be.name()) == "cuda" && KernelProfile::available()) {
     KernelProfile prof;
     prof.start();
-    model.forward_pass(in.data(), tg.data());
+    model.forward(in.data(), tg.data());
     kernels.push_back({"forward", prof.stop()});
     prof.start();
     model.backward();

@@ -144,7 +144,8 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
     const ParamGroup shard = optimizer_->shard();
     print_rank_memory(MemTag::optimizer, "optimizer state", "after init",
                       strf("(AdamW moments of %zu..%zu elements of %s on rank 0; unsharded: %s)",
-                           shard.begin, shard.end, human_count(double(model_->layout.total)).c_str(),
+                           shard.begin, shard.end,
+                           human_count(double(model_->layout.total)).c_str(),
                            human_bytes(2 * whole).c_str()));
     print_rank_memory(MemTag::params, "parameters", "after init",
                       c_.model.precision == "bf16"
@@ -174,7 +175,8 @@ void Trainer<T>::print_rank_memory(MemTag tag, const char* what, const char* whe
 template <typename T> StepVerdict Trainer<T>::step(int64_t step, double lr, double& gnorm) {
   Model<T>& model = *model_;
   source_->sample(rng_, B_, T_, inputs_.data(), targets_.data());
-  const double loss = model.forward(inputs_.data(), targets_.data(), rt_.world);
+  model.forward(inputs_.data(), targets_.data(), rt_.world);
+  const double loss = model.loss();
   interval_loss_ += loss;
   model.backward(sync_);
   if (c_.run.graphs && !model.replays()) model.record(rt_.world);  // after this process's first
@@ -287,7 +289,8 @@ template <typename T> void Trainer<T>::report() {
   printf("  final loss    %.4f (mean of the last interval, all ranks)\n", last_loss_);
   if (!std::isnan(floor)) printf("  loss floor    %.4f (entropy rate of the source)\n", floor);
   printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
-  printf("  throughput    %s tokens/s\n", human_count(tokens_per_step_ * 1e3 / ms_per_step).c_str());
+  printf("  throughput    %s tokens/s\n",
+         human_count(tokens_per_step_ * 1e3 / ms_per_step).c_str());
   if (sync_ && run_steps > 0) {
     printf("  compute       %.2f ms/step (step time less exposed communication)\n",
            ms_per_step - exposed_ms_ / run_steps);
@@ -319,7 +322,8 @@ template <typename T> void Trainer<T>::report() {
   printf("  csv row       appended to %s\n", cl_.csv_path.c_str());
 }
 
-template <typename T> int train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
+template <typename T>
+int train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   Trainer<T> trainer(cl, rt, device);
   return trainer.run();
 }

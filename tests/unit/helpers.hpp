@@ -22,6 +22,13 @@ inline std::mt19937_64& rng() {
   return g;
 }
 
+// The mean loss of a forward of `model` (Model::forward, then Model::loss).
+template <typename M>
+double loss_of(M& model, const int32_t* inputs, const int32_t* targets, double grad_divisor = 1) {
+  model.forward(inputs, targets, grad_divisor);
+  return model.loss();
+}
+
 template <typename T> std::vector<T> randn(size_t n, double scale = 1.0) {
   std::normal_distribution<double> d(0.0, scale);
   std::vector<T> v(n);

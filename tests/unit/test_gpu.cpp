@@ -16,6 +16,7 @@
 #include "zero1.hpp"
 
 using namespace lmt;
+using lmt::test::loss_of;
 using lmt::test::randn;
 using lmt::test::rel_err;
 
@@ -283,13 +284,15 @@ TEST_CASE("gpu classifier: the loss and the in-place gradient match the fp64 ref
       auto down = [&](const float* p, size_t k) { return bf16 ? g.down16(p, k) : g.down(p, k); };
       auto run = [&](double s) {  // a fresh copy of z in place: row losses, then what z became
         float *gz = up(z), *grows = g.poisoned(size_t(n));
-        gpu->cross_entropy(View<float>(gz, bf16 ? Stored::bf16 : Stored::full), gt.data(), grows, n, V, s);
+        gpu->cross_entropy(View<float>(gz, bf16 ? Stored::bf16 : Stored::full), gt.data(), grows,
+                           n, V, s);
         return std::pair{g.down(grows, size_t(n)), down(gz, z.size())};
       };
       auto [grows, gdz] = run(scale);
       // Each row to fp32's rounding, row 2's ~0 too (no cancellation in (max - z_t) + log s).
       for (int64_t i = 0; i < n; ++i)
-        CHECK(std::abs(grows[size_t(i)] - rows[size_t(i)]) <= 2e-6 * (1 + std::abs(rows[size_t(i)])));
+        CHECK(std::abs(grows[size_t(i)] - rows[size_t(i)]) <=
+              2e-6 * (1 + std::abs(rows[size_t(i)])));
       CHECK(rel_err(gdz, dz) < (bf16 ? 4e-3 : 2e-6));  // bf16: the gradient rounded to 8 bits
       CHECK(run(scale) == std::pair{grows, gdz});  // bit for bit when repeated
       auto [rows_only, kept] = run(0);  // the loss only: the same rows, the logits untouched
@@ -457,7 +460,7 @@ TEST_CASE("gpu model: holding only some fp32 masters (zero1 under bf16), the los
         // A granule of fp32 masters (a model this small fits in one), and the bf16 copy.
         CHECK(gpu2->memory().current[size_t(MemTag::params)] == gpu2->sparse_granule() + 2 * n);
         whole.init_params(seed), part.init_params(seed);
-        CHECK(part.forward(in.data(), tg.data()) == whole.forward(in.data(), tg.data()));
+        CHECK(loss_of(part, in.data(), tg.data()) == loss_of(whole, in.data(), tg.data()));
         whole.backward(), part.backward();
         const std::vector<float> gp = part.grads_host(), gw = whole.grads_host();
         for (const ParamView& v : whole.layout.params) {  // a failure names the parameter
@@ -474,7 +477,7 @@ TEST_CASE("gpu model: holding only some fp32 masters (zero1 under bf16), the los
         gpu->download(a.data(), whole.params() + shard.begin, len);
         gpu2->download(b.data(), part.params() + shard.begin, len);
         CHECK(a == b);
-        CHECK(part.forward(in.data(), tg.data()) == whole.forward(in.data(), tg.data()));
+        CHECK(loss_of(part, in.data(), tg.data()) == loss_of(whole, in.data(), tg.data()));
       }
   }
 }
@@ -500,10 +503,10 @@ TEST_CASE("gpu model: forward and backward recorded as CUDA graphs (Model::recor
       for (int step = 0; step < 4; ++step) {
         INFO("step " << step);  // a new batch every step; step 0 launches and records
         auto in = lmt::test::rand_tokens(B * T, 97), tg = lmt::test::rand_tokens(B * T, 97);
-        const double loss = launched.forward(in.data(), tg.data());
+        const double loss = loss_of(launched, in.data(), tg.data());
         launched.backward();
         gpu2->upload(replayed.grads(), nan.data(), nan.size());  // every gradient written again
-        CHECK(replayed.forward(in.data(), tg.data()) == loss);
+        CHECK(loss_of(replayed, in.data(), tg.data()) == loss);
         replayed.backward();
         CHECK(replayed.grads_host() == launched.grads_host());
         if (step == 0) replayed.record();
@@ -528,7 +531,7 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
   Model<double> ref(*cpu, m64, B, T);
   uint64_t seed = lmt::test::rng()();
   ref.init_params(seed);
-  double ref_loss = ref.forward(in.data(), tg.data());
+  double ref_loss = loss_of(ref, in.data(), tg.data());
   ref.backward();
   std::vector<double> ref_grads = ref.grads_host();
   struct Tol {
@@ -542,7 +545,7 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
     m.attention = attention;
     Model<float> model(*gpu, m, B, T);
     model.init_params(seed);
-    double loss = model.forward(in.data(), tg.data());
+    double loss = loss_of(model, in.data(), tg.data());
     model.backward();
     CHECK(std::abs(loss - ref_loss) < t * ref_loss);
     std::vector<float> grads = model.grads_host();
@@ -564,7 +567,7 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
     AdamW<float> oa(*gpu, a.layout.total), ob(*cpu32, b.layout.total);
     Config::Optim o;
     for (int s = 0; s < 10; ++s) {
-      double la = a.forward(in.data(), tg.data()), lb = b.forward(in.data(), tg.data());
+      double la = loss_of(a, in.data(), tg.data()), lb = loss_of(b, in.data(), tg.data());
       CHECK(std::abs(la - lb) < t * lb);
       a.backward(), b.backward();
       // Clipped at every step (0.05 is below these norms), the factor applied inside AdamW.

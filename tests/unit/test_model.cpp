@@ -15,6 +15,7 @@
 #include "zero1.hpp"
 
 using namespace lmt;
+using lmt::test::loss_of;
 
 namespace {
 
@@ -56,9 +57,9 @@ TEST_CASE("model: every parameter's gradient matches finite differences (fp64)")
       size_t i = p.offset + pick(lmt::test::rng()) % p.numel;
       double keep = P[i], h = 1e-6;
       P[i] = keep + h;
-      double up = model.forward(in.data(), tg.data());
+      double up = loss_of(model, in.data(), tg.data());
       P[i] = keep - h;
-      double down = model.forward(in.data(), tg.data());
+      double down = loss_of(model, in.data(), tg.data());
       P[i] = keep;
       double fd = (up - down) / (2 * h);
       INFO(p.name << "[" << i - p.offset << "]: analytic " << G[i] << ", fd " << fd);
@@ -99,7 +100,7 @@ TEST_CASE("model: one holding only some fp32 masters (zero1 under bf16) computes
   auto in = lmt::test::rand_tokens(10, 11), tg = lmt::test::rand_tokens(10, 11);
   Model<float> whole(*cpu, m, 2, 5);
   whole.init_params(seed);
-  const double loss = whole.forward(in.data(), tg.data());
+  const double loss = loss_of(whole, in.data(), tg.data());
   whole.backward();
   const std::vector<float> grads = whole.grads_host();
   for (int world : {2, 3})
@@ -108,7 +109,7 @@ TEST_CASE("model: one holding only some fp32 masters (zero1 under bf16) computes
       Model<float> part(*cpu, m, 2, 5, zero1_masters(whole.layout, world, rank, true));
       CHECK(part.sharded());
       part.init_params(seed);
-      CHECK(part.forward(in.data(), tg.data()) == loss);
+      CHECK(loss_of(part, in.data(), tg.data()) == loss);
       part.backward();
       CHECK(part.grads_host() == grads);
     }
@@ -175,7 +176,7 @@ template <typename T> void compare_with_torch(const char* precision, double tol)
 
   const double eval_loss = model.evaluate(in.data(), tg.data());
   CHECK(lmt::test::rel_err(model.logits_host(), ref.get<T>("logits", dt)) < tol);
-  double loss = model.forward(in.data(), tg.data());
+  double loss = loss_of(model, in.data(), tg.data());
   CHECK(loss == eval_loss);  // the same forward, with the gradient made or not
   model.backward();
   CHECK(std::abs(loss - double(ref.get<T>("loss", dt)[0])) < tol * loss);
@@ -188,7 +189,7 @@ template <typename T> void compare_with_torch(const char* precision, double tol)
   AdamW<T> opt(*cpu, model.layout.total);
   auto losses = ref.get<T>("losses", dt);
   for (int s = 0; s < steps; ++s) {
-    double l = model.forward(in.data(), tg.data());
+    double l = loss_of(model, in.data(), tg.data());
     CHECK(std::abs(l - double(losses[size_t(s)])) < tol * l);
     model.backward();
     opt.step(model.params(), model.grads(), o.lr, o);
