@@ -1,4 +1,4 @@
-// Where training tokens come from: a uint16 token file, or a synthetic Markov chain whose
+// Where training tokens come from: a token file, or a synthetic Markov chain whose
 // entropy rate (the lowest loss any model can reach) is known exactly.
 //
 // A source is shared read-only by everyone; each rank draws its windows with its own Rng, so
@@ -24,8 +24,10 @@ class TokenSource {
   virtual std::optional<double> loss_floor() const { return std::nullopt; }
 };
 
-// A uint16 array as NumPy writes it (np.memmap / tofile, little endian), memory-mapped. Throws
-// UsageError for a missing file, odd byte count, fewer than T+1 tokens, or a token >= vocab.
+// A token file, memory-mapped: a raw uint16 array as NumPy writes it (tofile, little endian), or
+// a NumPy .npy file (np.save, told by its magic) of one dimension of uint16 or int32. Throws
+// UsageError for a missing file, an odd byte count, a .npy of another dtype or shape or cut
+// short, fewer than T+1 tokens, or a token outside [0, vocab).
 std::unique_ptr<TokenSource> open_token_file(const std::string& path, int64_t vocab, int64_t T);
 
 // A random sparse first-order Markov chain over `vocab` tokens, `successors` choices per token

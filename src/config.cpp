@@ -214,7 +214,9 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "learning rate after warm-up"),
       real_field("optim", "min_lr", &o.min_lr, 0, false, kBig, "cosine schedule's final lr"),
       str_field("data", "source", &d.source, {"synthetic", "file"}, "where tokens come from"),
-      str_field("data", "path", &d.path, {}, "uint16 token file (source = \"file\")"),
+      str_field("data", "path", &d.path, {},
+                "token file (source = \"file\"; refused with synthetic): raw uint16, or NumPy .npy "
+                "of uint16 or int32"),
       int_field("data", "synthetic_successors", &d.synthetic_successors, 1,
                 "next-token choices per token in the synthetic Markov chain"),
       str_field("ddp", "strategy", &c.ddp.strategy, {"naive", "flat", "overlap", "bucketed", "zero1"},
@@ -358,8 +360,12 @@ void validate(const Config& c) {
                           "%lld: RoPE needs an even head dim", dm.c_str(), (long long)m.d_model,
                           (long long)m.num_heads, nh.c_str(), (long long)m.head_dim()));
   if (c.data.source == "file" && c.data.path.empty())
-    throw UsageError(strf("%s: data.source = \"file\" needs data.path (a uint16 token file)",
+    throw UsageError(strf("%s: data.source = \"file\" needs data.path (a token file)",
                           at("data.source").c_str()));
+  if (c.data.source == "synthetic" && !c.data.path.empty())
+    throw UsageError(strf("%s: data.path = \"%s\" is set but data.source = \"synthetic\" (%s) "
+                          "ignores it: set data.source = \"file\" to train on the file",
+                          at("data.path").c_str(), c.data.path.c_str(), at("data.source").c_str()));
   if (c.data.source == "synthetic" && c.data.synthetic_successors > m.vocab_size)
     throw UsageError(strf("%s: data.synthetic_successors = %lld: expected at most "
                           "model.vocab_size = %lld", at("data.synthetic_successors").c_str(),

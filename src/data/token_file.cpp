@@ -1,10 +1,12 @@
-// uint16 token files, memory-mapped, sampled as random contiguous windows.
+// Token files, memory-mapped, sampled as random contiguous windows: a raw little-endian uint16
+// array (NumPy's tofile), or a NumPy .npy file of uint16 or int32 tokens (np.save).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "check.hpp"
@@ -12,6 +14,68 @@
 
 namespace lmt {
 namespace {
+
+// Where a token file's tokens are and how they are stored.
+struct Tokens {
+  size_t offset = 0, count = 0;  // bytes from the file's start; tokens
+  size_t bytes = 2;              // a uint16 (raw files, NumPy '<u2') or an int32 ('<i4')
+};
+
+// A NumPy .npy file (np.save): magic, version, header length, then a Python dict literal such as
+// {'descr': '<u2', 'fortran_order': False, 'shape': (1000,), }, padded, then the data. A 1-D
+// array of uint16 or int32, little endian, is a token file.
+Tokens npy_tokens(const std::string& path, const char* p, size_t size) {
+  auto bad = [&](const std::string& why) {
+    return UsageError(strf("data.path = \"%s\": a NumPy .npy file, but %s", path.c_str(),
+                           why.c_str()));
+  };
+  if (size < 10) throw bad("truncated in its header");
+  const int major = static_cast<unsigned char>(p[6]);
+  size_t len = 0, start = 0;
+  if (major == 1) {
+    len = size_t(uint8_t(p[8])) | size_t(uint8_t(p[9])) << 8, start = 10;
+  } else if (major == 2 || major == 3) {
+    if (size < 12) throw bad("truncated in its header");
+    for (int i = 0; i < 4; ++i) len |= size_t(uint8_t(p[8 + i])) << (8 * i);
+    start = 12;
+  } else {
+    throw bad(strf("format version %d (1, 2 or 3 expected)", major));
+  }
+  if (start + len > size) throw bad("truncated in its header");
+  const std::string header(p + start, len);
+  auto value = [&](const char* key) {  // the text after 'key': up to a ',' or '}' outside ()
+    const size_t k = header.find(std::string("'") + key + "'");
+    if (k == std::string::npos) throw bad(strf("its header has no '%s'", key));
+    const size_t i = header.find(':', k) + 1;
+    size_t j = i;
+    for (int depth = 0; j < header.size(); ++j) {
+      if (header[j] == '(') ++depth;
+      else if (header[j] == ')') --depth;
+      else if (depth == 0 && (header[j] == ',' || header[j] == '}')) break;
+    }
+    std::string v = header.substr(i, j - i);
+    v.erase(0, v.find_first_not_of(" '"));
+    v.erase(v.find_last_not_of(" '") + 1);
+    return v;
+  };
+  Tokens t;
+  t.offset = start + len;
+  const std::string descr = value("descr"), order = value("fortran_order"), shape = value("shape");
+  if (descr == "<u2" || descr == "|u2") t.bytes = 2;
+  else if (descr == "<i4") t.bytes = 4;
+  else throw bad("its dtype is '" + descr + "': expected uint16 ('<u2') or int32 ('<i4')");
+  if (order != "False") throw bad("it is in Fortran order");
+  // (N,): one dimension.
+  unsigned long long n = 0;
+  int used = 0;
+  if (std::sscanf(shape.c_str(), "(%llu ,%n", &n, &used) != 1 || used == 0 ||
+      shape.find_first_not_of(" )", size_t(used)) != std::string::npos)
+    throw bad("its shape is " + shape + ": expected one dimension, (N,)");
+  t.count = size_t(n);
+  if (t.offset + t.count * t.bytes > size)
+    throw bad(strf("truncated: %zu bytes of data for %zu tokens", size - t.offset, t.count));
+  return t;
+}
 
 class TokenFile : public TokenSource {
  public:
@@ -26,49 +90,74 @@ class TokenFile : public TokenSource {
       throw UsageError(strf("data.path = \"%s\": %s, not a token file", path.c_str(),
                             S_ISDIR(st.st_mode) ? "a directory" : "not a regular file"));
     }
-    if (st.st_size % 2 != 0) {
-      ::close(fd);
-      throw UsageError(strf("data.path = \"%s\": %lld bytes is odd: expected uint16 tokens",
-                            path.c_str(), (long long)st.st_size));
-    }
-    n_ = size_t(st.st_size) / 2;
-    if (int64_t(n_) < T + 1) {
-      ::close(fd);
-      throw UsageError(strf("data.path = \"%s\": %zu tokens, expected at least "
-                            "model.context_length + 1 = %lld", path.c_str(), n_, (long long)T + 1));
-    }
-    void* p = mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    size_ = size_t(st.st_size);
+    void* p = size_ ? mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
     ::close(fd);
     if (p == MAP_FAILED)
       throw UsageError(strf("data.path = \"%s\": mmap failed: %s", path.c_str(), strerror(errno)));
-    tokens_ = static_cast<const uint16_t*>(p);
-    for (size_t i = 0; i < n_; ++i)
-      if (tokens_[i] >= vocab) {
-        unsigned bad = tokens_[i];
-        munmap(const_cast<uint16_t*>(tokens_), n_ * 2);
-        throw UsageError(strf("data.path = \"%s\": token %u at index %zu is not below "
-                              "model.vocab_size = %lld", path.c_str(), bad, i, (long long)vocab));
-      }
+    base_ = static_cast<const char*>(p);
+    try {
+      check(vocab, T);
+    } catch (...) {
+      if (base_) munmap(const_cast<char*>(base_), size_);
+      throw;
+    }
   }
-  ~TokenFile() override { munmap(const_cast<uint16_t*>(tokens_), n_ * 2); }
+  ~TokenFile() override {
+    if (base_) munmap(const_cast<char*>(base_), size_);
+  }
 
   void sample(Rng& rng, int64_t B, int64_t T, int32_t* inputs, int32_t* targets) const override {
     for (int64_t b = 0; b < B; ++b) {
-      size_t start = rng.below(n_ - size_t(T));
+      size_t start = rng.below(t_.count - size_t(T));
       for (int64_t t = 0; t < T; ++t) {
-        inputs[b * T + t] = tokens_[start + size_t(t)];
-        targets[b * T + t] = tokens_[start + size_t(t) + 1];
+        inputs[b * T + t] = token(start + size_t(t));
+        targets[b * T + t] = token(start + size_t(t) + 1);
       }
     }
   }
   std::string describe() const override {
-    return strf("token file %s (%zu tokens)", path_.c_str(), n_);
+    return strf("token file %s (%zu tokens, %s)", path_.c_str(), t_.count,
+                t_.bytes == 2 ? "uint16" : "int32");
   }
 
  private:
+  int64_t token(size_t i) const {
+    const char* at = base_ + t_.offset + i * t_.bytes;
+    if (t_.bytes == 2) {
+      uint16_t v;
+      std::memcpy(&v, at, 2);
+      return v;
+    }
+    int32_t v;
+    std::memcpy(&v, at, 4);
+    return v;
+  }
+  // Where the tokens are (a .npy file by its magic, else raw uint16), and that they fit.
+  void check(int64_t vocab, int64_t T) {
+    if (size_ >= 6 && std::memcmp(base_, "\x93NUMPY", 6) == 0) {
+      t_ = npy_tokens(path_, base_, size_);
+    } else {
+      if (size_ % 2 != 0)
+        throw UsageError(strf("data.path = \"%s\": %zu bytes is odd: expected uint16 tokens",
+                              path_.c_str(), size_));
+      t_.count = size_ / 2;
+    }
+    if (int64_t(t_.count) < T + 1)
+      throw UsageError(strf("data.path = \"%s\": %zu tokens, expected at least "
+                            "model.context_length + 1 = %lld", path_.c_str(), t_.count,
+                            (long long)T + 1));
+    for (size_t i = 0; i < t_.count; ++i)
+      if (const int64_t v = token(i); v < 0 || v >= vocab)
+        throw UsageError(strf("data.path = \"%s\": token %lld at index %zu is not in "
+                              "[0, model.vocab_size = %lld)", path_.c_str(), (long long)v, i,
+                              (long long)vocab));
+  }
+
   std::string path_;
-  const uint16_t* tokens_ = nullptr;
-  size_t n_ = 0;
+  const char* base_ = nullptr;  // the whole file, mapped
+  size_t size_ = 0;
+  Tokens t_;
 };
 
 }  // namespace

@@ -69,6 +69,8 @@ const BadInput kBadInputs[] = {
      "model.num_heads = 8 (", "gives head dim 3: RoPE needs an even head dim"},
     {"file source without a path", "[data]\nsource = \"file\"\n", "", 2,
      "data.source = \"file\" needs data.path"},
+    {"a path the synthetic source would ignore", "[data]\npath = \"t.bin\"\n", "", 2,
+     "data.path = \"t.bin\" is set but data.source = \"synthetic\" (default) ignores it"},
     {"checkpoint_every without a dir", "[train]\ncheckpoint_every = 50\n", "", 2,
      "train.checkpoint_every = 50 needs train.checkpoint_dir"},
     {"min_lr > lr", "[optim]\nlr = 1e-4\nmin_lr = 1e-3\n", "", 3,
@@ -171,7 +173,8 @@ TEST_CASE("config: strings with quotes, backslashes and newlines print as TOML t
 }
 
 TEST_CASE("config: --set takes a bare word as a string and an integer for a float") {
-  Config c = parse_command_line({"--set", "data.path=/tmp/x.bin", "--set", "optim.lr=1"}).config;
+  Config c = parse_command_line({"--set", "data.source=file", "--set", "data.path=/tmp/x.bin",
+                                 "--set", "optim.lr=1"}).config;
   CHECK(c.data.path == "/tmp/x.bin");
   CHECK(c.optim.lr == 1.0);
 }

@@ -22,6 +22,21 @@ std::string write_tokens(const lmt::test::TempDir& dir, const std::vector<uint16
   return path;
 }
 
+// A NumPy .npy file as np.save writes it (format 1.0, header padded so the data starts at a
+// multiple of 64), with the header's dict given as text and the data as bytes.
+std::string write_npy(const lmt::test::TempDir& dir, const std::string& name,
+                      const std::string& dict, const std::string& data) {
+  std::string header = dict;
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string file = std::string("\x93NUMPY\x01\x00", 8);
+  file += char(header.size() & 0xff), file += char(header.size() >> 8);
+  return dir.file(name, file + header + data);
+}
+template <typename E> std::string bytes_of(const std::vector<E>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(E));
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -61,6 +76,63 @@ TEST_CASE("token file: bad files are refused with the reason") {
   path = write_tokens(dir, {1, 2, 99, 4, 5, 6});
   CHECK(error_of([&] { open_token_file(path, 99, 3); }).find("token 99 at index 2") != std::string::npos);
   CHECK(error_of([&] { open_token_file(path, 100, 3); }).empty());
+}
+
+TEST_CASE("token file: NumPy .npy files of uint16 and int32 give the raw file's windows") {
+  lmt::test::TempDir dir;
+  std::vector<uint16_t> raw(777);
+  for (auto& t : raw) t = uint16_t(lmt::test::rng()() % 1000);
+  const std::vector<int32_t> wide(raw.begin(), raw.end());
+  auto a = open_token_file(write_tokens(dir, raw), 1000, 31);
+  auto b = open_token_file(write_npy(dir, "u2.npy", "{'descr': '<u2', 'fortran_order': False, "
+                                     "'shape': (777,), }", bytes_of(raw)), 1000, 31);
+  auto c = open_token_file(write_npy(dir, "i4.npy", "{'descr': '<i4', 'fortran_order': False, "
+                                     "'shape': (777,), }", bytes_of(wide)), 1000, 31);
+  CHECK(b->describe().find("777 tokens, uint16") != std::string::npos);
+  CHECK(c->describe().find("777 tokens, int32") != std::string::npos);
+  const uint64_t seed = lmt::test::rng()();
+  Rng ra(seed), rb(seed), rc(seed);
+  std::vector<int32_t> in[3], tg[3];
+  for (auto* v : {in, tg})
+    for (int k = 0; k < 3; ++k) v[k].resize(4 * 31);
+  for (int rep = 0; rep < 20; ++rep) {
+    a->sample(ra, 4, 31, in[0].data(), tg[0].data());
+    b->sample(rb, 4, 31, in[1].data(), tg[1].data());
+    c->sample(rc, 4, 31, in[2].data(), tg[2].data());
+    CHECK(in[1] == in[0]);
+    CHECK(tg[1] == tg[0]);
+    CHECK(in[2] == in[0]);
+    CHECK(tg[2] == tg[0]);
+  }
+}
+
+TEST_CASE("token file: bad .npy files are refused with the reason") {
+  lmt::test::TempDir dir;
+  const std::string ok = bytes_of(std::vector<int32_t>{1, 2, 3, 4, 5, 6});
+  auto npy = [&](const std::string& dict, const std::string& data) {
+    return error_of([&] { open_token_file(write_npy(dir, "x.npy", dict, data), 100, 3); });
+  };
+  CHECK(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }", ok).empty());
+  CHECK(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }", ok)
+            .find("its dtype is '<f4': expected uint16 ('<u2') or int32 ('<i4')") !=
+        std::string::npos);
+  CHECK(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }", ok)
+            .find("its shape is (2, 3): expected one dimension") != std::string::npos);
+  CHECK(npy("{'descr': '<i4', 'fortran_order': True, 'shape': (6,), }", ok)
+            .find("Fortran order") != std::string::npos);
+  CHECK(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (7,), }", ok)
+            .find("truncated: 24 bytes of data for 7 tokens") != std::string::npos);
+  CHECK(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }",
+            bytes_of(std::vector<int32_t>{1, 2, -5, 4, 5, 6}))
+            .find("token -5 at index 2 is not in [0, model.vocab_size = 100)") != std::string::npos);
+  CHECK(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }",
+            bytes_of(std::vector<int32_t>{1, 2, 3, 4, 100, 6}))
+            .find("token 100 at index 4") != std::string::npos);
+  CHECK(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }",
+            bytes_of(std::vector<int32_t>{1, 2, 3}))
+            .find("3 tokens, expected at least model.context_length + 1 = 4") != std::string::npos);
+  CHECK(error_of([&] { open_token_file(dir.file("short.npy", "\x93NUMPY\x01"), 100, 3); })
+            .find("truncated in its header") != std::string::npos);
 }
 
 TEST_CASE("markov: the stated entropy rate is the conditional entropy its samples show") {
