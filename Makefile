@@ -35,11 +35,11 @@ PYTHON     := /usr/bin/python3
 BUILD      := build
 LIB_SRCS   := $(filter-out src/main.cpp,$(wildcard src/*.cpp src/*/*.cpp))
 CUDA_SRCS  := $(if $(wildcard $(NVCC)),$(wildcard cuda/*.cu cuda/*/*.cu))
-UNIT_SRCS  := $(wildcard tests/unit/*.cpp)
-MPI_SRCS   := $(wildcard tests/mpi/*.cpp)
+# A test binary per tier of tests/ (tests/run_all.sh): unit (in-process, CPU), gpu (skipped
+# without a GPU), e2e (whole runs of build/lmtrain), each with tests/main.cpp; mpi has its own.
 LIB_OBJS   := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o)
-UNIT_OBJS  := $(UNIT_SRCS:%.cpp=$(BUILD)/obj/%.o)
-MPI_OBJS   := $(MPI_SRCS:%.cpp=$(BUILD)/obj/%.o)
+tier_objs   = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tests/$(1)/*.cpp))
+TEST_MAIN  := $(BUILD)/obj/tests/main.o
 
 # Debian packages: to build, to test (PyTorch is the independent reference; matplotlib draws
 # the sweeps' PNGs). tests/slurm/run.sh installs munge and Slurm itself.
@@ -47,7 +47,7 @@ DEPS       := build-essential openmpi-bin libopenmpi-dev libtomlplusplus-dev doc
 TEST_DEPS  := python3-torch python3-numpy python3-matplotlib
 
 .PHONY: all test run deps clean
-all: $(BUILD)/lmtrain $(BUILD)/tests $(BUILD)/tests_mpi
+all: $(BUILD)/lmtrain $(BUILD)/tests $(BUILD)/tests_gpu $(BUILD)/tests_e2e $(BUILD)/tests_mpi
 
 $(BUILD)/liblmtrain.a: $(LIB_OBJS)
 	ar rcs $@ $^
@@ -55,10 +55,16 @@ $(BUILD)/liblmtrain.a: $(LIB_OBJS)
 $(BUILD)/lmtrain: $(BUILD)/obj/src/main.o $(BUILD)/liblmtrain.a
 	$(CXX) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests: $(UNIT_OBJS) $(BUILD)/liblmtrain.a
+$(BUILD)/tests: $(TEST_MAIN) $(call tier_objs,unit) $(BUILD)/liblmtrain.a
 	$(CXX) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests_mpi: $(MPI_OBJS) $(BUILD)/liblmtrain.a
+$(BUILD)/tests_gpu: $(TEST_MAIN) $(call tier_objs,gpu) $(BUILD)/liblmtrain.a
+	$(CXX) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests_e2e: $(TEST_MAIN) $(call tier_objs,e2e) $(BUILD)/liblmtrain.a
+	$(CXX) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests_mpi: $(call tier_objs,mpi) $(BUILD)/liblmtrain.a
 	$(CXX) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/obj/%.o: %.cpp | $(BUILD)/.deps-ok

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs every suite and ends with one line "N passed, N failed, N skipped" (test cases, all suites
 # summed; GPU tests are skipped where no GPU is visible).
-#   unit: build/tests (CPU; starts build/lmtrain, under mpirun too, for whole-run tests)
+#   unit: build/tests, tests/unit/ (in-process, CPU; a few start build/lmtrain)
+#   gpu:  build/tests_gpu, tests/gpu/ (the CUDA backend and FlashAttention against the CPU
+#         references; skipped without a GPU)
+#   e2e:  build/tests_e2e, tests/e2e/ (whole runs of build/lmtrain, under mpirun too)
 #   mpi:  build/tests_mpi under mpirun -np 2 and -np 4 (CPU backend)
 #   sweep: tests/sweep/test_sweep.py (scripts/sweep.py, plot.py and the quick sweeps, CPU)
 #   slurm: tests/slurm/run.sh (installs munge and Slurm, runs train.sbatch on a private one-node
@@ -37,6 +40,8 @@ run_suite() {
 }
 
 run_suite unit build/tests
+run_suite gpu build/tests_gpu
+run_suite e2e build/tests_e2e
 run_suite "mpi np=2" $MPIRUN -np 2 build/tests_mpi
 run_suite "mpi np=4" $MPIRUN -np 4 build/tests_mpi
 run_suite sweep "${PYTHON:-python3}" tests/sweep/test_sweep.py

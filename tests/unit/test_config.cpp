@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "config.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 
 using namespace lmt;
 using lmt::test::TempDir;

@@ -9,7 +9,7 @@
 
 #include "check.hpp"
 #include "data.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 
 using namespace lmt;
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "check.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 #include "backend.hpp"
 #include "model.hpp"
 #include "optimizer.hpp"

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "cpu_ops.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 
 using namespace lmt;
 using lmt::test::randn;

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "helpers.hpp"
+#include "../helpers.hpp"
 #include "optimizer.hpp"
 
 using namespace lmt;

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "backend.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 #include "model.hpp"
 #include "optimizer.hpp"
 #include "plan.hpp"

@@ -6,7 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "gpu.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 
 using lmt::test::run;
 

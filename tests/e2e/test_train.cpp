@@ -11,7 +11,7 @@
 #include "check.hpp"
 #include "checkpoint.hpp"
 #include "gpu.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 #include "safetensors.hpp"
 
 using namespace lmt;

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "gpu.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 
 using lmt::test::run;
 using lmt::test::TempDir;

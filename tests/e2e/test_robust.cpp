@@ -12,7 +12,7 @@
 
 #include "checkpoint.hpp"
 #include "exit_codes.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 #include "safetensors.hpp"
 
 using namespace lmt;

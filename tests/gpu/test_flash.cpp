@@ -12,7 +12,7 @@
 #include "backend.hpp"
 #include "comm.hpp"
 #include "gpu.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 
 #ifdef LMTRAIN_CUDA
 #include "flash_attention.hpp"

@@ -9,7 +9,7 @@
 #include "backend.hpp"
 #include "comm.hpp"
 #include "gpu.hpp"
-#include "helpers.hpp"
+#include "../helpers.hpp"
 #include "model.hpp"
 #include "optimizer.hpp"
 #include "plan.hpp"
