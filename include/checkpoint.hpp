@@ -22,7 +22,7 @@ namespace lmt {
 using RngState = std::array<uint64_t, 4>;
 
 // params: every parameter of the model of `layout` (its masters, gathered where they are
-// sharded: Zero1::gather_master).
+// sharded: Optimizer::gather_params).
 template <typename T>
 void save_checkpoint(const std::string& path, const Config& c, const ParamLayout& layout,
                      const std::vector<T>& params, const OptimizerState<T>& opt, int64_t step,

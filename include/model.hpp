@@ -59,9 +59,9 @@ template <typename T> class Model {
   T* params() const { return params_.data(); }  // layout.total elements, backend memory
   T* grads() const { return grads_.data(); }
   bool sharded() const { return !is_whole(masters, layout.total); }  // masters are not all
-  // All the parameters; not where they are sharded (ZeRO-1's gather_master has them whole).
+  // All the parameters; not where they are sharded (ZeRO-1's gather_params has them whole).
   std::vector<T> params_host() const {
-    LMT_ASSERT(!sharded(), "this rank holds only some of the parameters (Zero1::gather_master)");
+    LMT_ASSERT(!sharded(), "this rank holds only some of the parameters (Zero1::gather_params)");
     return to_host(params_.data(), layout.total);
   }
   std::vector<T> grads_host() const { return to_host(grads_.data(), layout.total); }

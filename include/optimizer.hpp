@@ -7,8 +7,11 @@
 #include <cstdint>
 #include <vector>
 
+#include <mpi.h>
+
 #include "backend.hpp"
 #include "config.hpp"
+#include "params.hpp"
 
 namespace lmt {
 
@@ -66,6 +69,29 @@ struct GradClip {
 GradClip grad_clip(double norm, double max_norm);
 template <typename T>
 GradClip clip_grad_norm(Backend<T>& be, const T* grads, size_t n, double max_norm);
+
+class GradSync;  // grad_sync.hpp
+
+// AdamW as a training step uses it, with the gradient synchronisation it needs: clip, step, and
+// the state for checkpoints. Its kinds, replicated and ZeRO-1, are training.hpp's.
+template <typename T> class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // What backward reports its completed gradient groups to; null where nothing is synchronised.
+  virtual GradSync* sync() = 0;
+  // The global norm of the synchronised gradients and the factor that clips it to max_norm.
+  virtual GradClip clip(double max_norm) = 0;
+  // One AdamW step with the gradients times grad_scale; after it every rank's params agree.
+  virtual void step(T* params, double lr, const Config::Optim& o, double grad_scale = 1) = 0;
+  // The elements of the flat buffer whose moments this rank holds.
+  virtual ParamGroup shard() const = 0;
+  // Checkpoints, collective over `host` (an MPI communicator of the same ranks in the same
+  // order): rank 0 gets the whole state, and every parameter exact; the others nothing.
+  virtual OptimizerState<T> gather_state(MPI_Comm host) = 0;
+  virtual std::vector<T> gather_params(const T* params, MPI_Comm host) = 0;
+  // Resume: this rank's part of a whole-buffer state.
+  virtual void set_state(const OptimizerState<T>& whole) = 0;
+};
 
 // Learning rate for step `step` (0-based) of `total`: linear warm-up over warmup_steps to lr,
 // then constant, or cosine from lr down to min_lr at the last step.

@@ -32,7 +32,7 @@
 //               model; xl: 0.8%).
 // gather_params() brings the exact masters to rank 0 (checkpoints), each rank's shard sent from
 // the host as the moments are (gather_state, gather_to_root). Zero1 is both the gradient sync
-// that backward reports to and the Optimizer (training.hpp) that steps.
+// that backward reports to and the Optimizer (optimizer.hpp) that steps.
 #pragma once
 #include <memory>
 #include <vector>
@@ -40,7 +40,6 @@
 #include "backend.hpp"
 #include "grad_sync.hpp"
 #include "optimizer.hpp"
-#include "training.hpp"
 
 namespace lmt {
 

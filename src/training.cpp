@@ -1,6 +1,7 @@
 // The optimizer kinds behind training.hpp's Optimizer, and the set-up train and bench share.
 #include "training.hpp"
 
+#include "grad_sync.hpp"
 #include "modes.hpp"
 #include "zero1.hpp"
 
