@@ -3,12 +3,15 @@
 // by gradient clipping's factor:
 //   g *= grad_scale;  p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+// With bf16 moments (optim.state_dtype = "bf16") each element runs adamw_bf16.hpp's code, which
+// the CPU reference runs too: the same bits, stochastic rounding included.
 // And the deterministic sum used for the loss and the global gradient norm: a fixed grid of
 // kSumPartials blocks writes partial sums (fp64), one block adds them in order.
 #include <cuda_bf16.h>
 
 #include <cmath>
 
+#include "adamw_bf16.hpp"
 #include "common.cuh"
 #include "cuda_kernels.hpp"
 
@@ -25,6 +28,17 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, __nv_
   m[i] = mi, v[i] = vi;
   pi -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
   p[i] = pi;
+  if (p16) p16[i] = __float2bfloat16_rn(pi);
+}
+
+__global__ void adamw_bf16_kernel(float* p, const float* g, uint16_t* m, uint16_t* v,
+                                  __nv_bfloat16* p16, size_t n, uint64_t index,
+                                  AdamWBf16Scalars<float> k) {
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  uint16_t mi = m[i], vi = v[i];
+  const float pi = adamw_bf16_element(p[i], g[i], mi, vi, index + i, k);
+  m[i] = mi, v[i] = vi, p[i] = pi;
   if (p16) p16[i] = __float2bfloat16_rn(pi);
 }
 
@@ -65,6 +79,13 @@ void adamw(float* p, const float* g, float* m, float* v, void* p_bf16, size_t n,
       p, g, m, v, static_cast<__nv_bfloat16*>(p_bf16), n, float(s.grad_scale), float(s.beta1),
       float(s.beta2), float(1.0 - s.lr * s.weight_decay), float(s.lr / bc1), float(std::sqrt(bc2)),
       float(s.eps));
+  CUDA_LAUNCH_CHECK();
+}
+
+void adamw_bf16(float* p, const float* g, uint16_t* m, uint16_t* v, void* p_bf16, size_t n,
+                uint64_t index, const AdamWStep& s, cudaStream_t stream) {
+  adamw_bf16_kernel<<<blocks_for(int64_t(n), 256), 256, 0, stream>>>(
+      p, g, m, v, static_cast<__nv_bfloat16*>(p_bf16), n, index, adamw_bf16_scalars<float>(s));
   CUDA_LAUNCH_CHECK();
 }
 

@@ -192,6 +192,10 @@ template <typename T> class Backend {
   virtual double sum(const T* x, size_t n) = 0;
   virtual double sum_squares(const T* x, size_t n) = 0;
   virtual void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s) = 0;
+  // The same with m and v stored as bf16 (n 2-byte values each; optim.state_dtype = "bf16"),
+  // element i being element index + i of the flat buffer: cpu::adamw_bf16, bit for bit.
+  virtual void adamw_bf16(T* p, const T* g, uint16_t* m, uint16_t* v, size_t n, uint64_t index,
+                          const AdamWStep& s) = 0;
 
   // Timing: mark() records a point in the backend's work (a CUDA event, or the host clock on
   // the CPU); elapsed_ms waits for the later mark and returns the time between the two.

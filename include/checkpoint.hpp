@@ -1,8 +1,10 @@
 // Checkpoints: everything a run needs to continue bit for bit, in one safetensors file.
 //
 // Tensors (PyTorch-loadable): every parameter under its own name, its AdamW moments as
-// "optim.m.<name>" and "optim.v.<name>" (F32, or F64 under precision = "fp64").
-// Metadata: format, step, world_size, adam_t, rng.<rank> (each rank's data Rng, four hex words),
+// "optim.m.<name>" and "optim.v.<name>" (F32, or F64 under precision = "fp64"; BF16 under
+// optim.state_dtype = "bf16").
+// Metadata: format, step, world_size, adam_t, optim.state_dtype ("fp32" or "bf16"; a file
+// without it is fp32), rng.<rank> (each rank's data Rng, four hex words),
 // run_id (drawn when a run starts fresh, kept by its resumes), seed and data (what the data
 // streams came from: data_identity), the resolved config as TOML, and checksum: FNV-1a 64 of
 // every other metadata entry, every tensor's name, dtype, shape and offsets, and the data
@@ -36,8 +38,10 @@ struct Resumed {
 };
 
 // Loads the parameters into model and the optimizer state into opt; fills this world's Rng
-// states. Throws UsageError (naming the file) for a torn, truncated or corrupted file (its header
-// included), or one written for another model shape, precision or world size.
+// states. opt.stored says how this run stores the moments: a checkpoint of another
+// optim.state_dtype is refused (no conversion). Throws UsageError (naming the file) for a torn,
+// truncated or corrupted file (its header included), or one written for another model shape,
+// precision, optimizer state dtype or world size.
 template <typename T>
 Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
                         int world, std::vector<RngState>& rngs);

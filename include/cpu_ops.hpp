@@ -26,6 +26,7 @@ struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t t;                // 1-based step count, for bias correction
   double grad_scale = 1.0;  // g is read as g * grad_scale (gradient clipping's factor)
+  uint64_t seed = 0;        // bf16 moments: the stochastic rounding's seed (adamw_bf16.hpp)
 };
 
 namespace cpu {
@@ -90,6 +91,11 @@ template <typename T> void add_inplace(T* y, const T* x, int64_t n);
 
 // One AdamW step over n elements of flat buffers (p, m, v updated in place).
 template <typename T> void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s);
+// The same with m and v stored as bf16 (n values each, their bits), as adamw_bf16.hpp computes
+// and rounds them; element i is element index + i of the flat buffer (the rounding's counter).
+template <typename T>
+void adamw_bf16(T* p, const T* g, uint16_t* m, uint16_t* v, size_t n, uint64_t index,
+                const AdamWStep& s);
 
 }  // namespace cpu
 }  // namespace lmt

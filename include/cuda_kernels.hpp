@@ -52,6 +52,10 @@ void cross_entropy(void* logits, bool bf16, const int32_t* targets, float* row_l
 // p_bf16: if not null, receives the updated p rounded to bf16.
 void adamw(float* p, const float* g, float* m, float* v, void* p_bf16, size_t n,
            const AdamWStep& step, cudaStream_t s);
+// AdamW with bf16 moments (adamw_bf16.hpp: cpu::adamw_bf16's bits); m, v: n bf16 values;
+// index: element 0's place in the flat buffer.
+void adamw_bf16(float* p, const float* g, uint16_t* m, uint16_t* v, void* p_bf16, size_t n,
+                uint64_t index, const AdamWStep& step, cudaStream_t s);
 // Deterministic sums (fixed partition, fixed order) of x or x^2 into *out (device, double).
 void sum(const float* x, size_t n, bool squares, double* partials, double* out, cudaStream_t s);
 constexpr int kSumPartials = 1024;  // blocks of the first pass: partials holds this many

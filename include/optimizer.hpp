@@ -5,6 +5,7 @@
 //   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <mpi.h>
@@ -15,47 +16,76 @@
 
 namespace lmt {
 
+// How AdamW stores m and v (optim.state_dtype): as T ("fp32"; fp64 under precision fp64), or
+// as bf16 ("bf16": 2-byte values on every backend, updated as adamw_bf16.hpp says).
+Stored parse_state_dtype(const std::string& name);
+const char* state_dtype_name(Stored s);  // "fp32" or "bf16", as the config writes it
+template <typename T> size_t state_elem_bytes(Stored s) { return s == Stored::bf16 ? 2 : sizeof(T); }
+
 // AdamW's state on the host, as a checkpoint holds it: both moments of the whole flat buffer
-// (however the run holds them: whole, or sharded by zero1) and the steps taken.
+// (however the run holds them: whole, or sharded by zero1), each element's bytes as stored, and
+// the steps taken.
 template <typename T> struct OptimizerState {
-  std::vector<T> m, v;
+  Stored stored = Stored::full;
+  std::vector<char> m, v;
   int64_t t = 0;
 };
 
 template <typename T> struct AdamW {
-  BackendArray<T> m, v;  // the range step() updates (the flat buffer, or a ZeRO-1 shard of it)
-  int64_t t = 0;         // steps taken
+  const Stored stored;  // m and v as T, or bf16
+  int64_t t = 0;        // steps taken
 
-  AdamW(Backend<T>& be, size_t n)
-      : m(be, n, MemTag::optimizer), v(be, n, MemTag::optimizer), be_(be) {}
+  // n: the elements of the range step() updates (the flat buffer, or a ZeRO-1 shard of it),
+  // `first` its first element's place in the flat buffer, and seed (run.seed) with it what
+  // bf16 moments' stochastic rounding draws for each element at each step.
+  AdamW(Backend<T>& be, size_t n, Stored state = Stored::full, uint64_t seed = 0,
+        size_t first = 0)
+      : stored(state), m_(be, n * state_elem_bytes<T>(state), MemTag::optimizer),
+        v_(be, n * state_elem_bytes<T>(state), MemTag::optimizer), n_(n), seed_(seed),
+        first_(first), be_(be) {}
+  size_t size() const { return n_; }
   // grad_scale: clip_grad_norm's factor, applied as the gradients are read.
   void step(T* params, const T* grads, double lr, const Config::Optim& o, double grad_scale = 1) {
-    update(params, grads, 0, m.size(), next_step(lr, o, grad_scale));
+    update(params, grads, 0, n_, next_step(lr, o, grad_scale));
   }
   // A step in pieces (ZeRO-1 gathers each piece while the next is updated): next_step() once,
   // then update() over pieces that cover [0, size) once. params and grads point at element 0.
   AdamWStep next_step(double lr, const Config::Optim& o, double grad_scale = 1) {
-    return AdamWStep{lr, o.beta1, o.beta2, o.eps, o.weight_decay, ++t, grad_scale};
+    return AdamWStep{lr, o.beta1, o.beta2, o.eps, o.weight_decay, ++t, grad_scale, seed_};
   }
   void update(T* params, const T* grads, size_t from, size_t n, const AdamWStep& s) {
-    if (n)
-      be_.adamw(params + from, grads + from, m.data() + from, v.data() + from, n, s);
+    if (!n) return;
+    if (stored == Stored::bf16)
+      be_.adamw_bf16(params + from, grads + from, moment16(m_) + from, moment16(v_) + from, n,
+                     first_ + from, s);
+    else
+      be_.adamw(params + from, grads + from, moment(m_) + from, moment(v_) + from, n, s);
   }
   // Host copies of the moments this AdamW holds, and its steps.
   OptimizerState<T> state() const {
-    OptimizerState<T> s{std::vector<T>(m.size()), std::vector<T>(v.size()), t};
-    be_.download(s.m.data(), m.data(), m.size());
-    be_.download(s.v.data(), v.data(), v.size());
+    OptimizerState<T> s{stored, std::vector<char>(m_.size()), std::vector<char>(v_.size()), t};
+    be_.download_bytes(s.m.data(), m_.data(), m_.size());
+    be_.download_bytes(s.v.data(), v_.data(), v_.size());
     return s;
   }
-  // Takes its range, [begin, begin + size), of a whole-buffer state.
+  // Takes its range, [begin, begin + size), of a whole-buffer state stored as this AdamW's.
   void set_state(const OptimizerState<T>& whole, size_t begin = 0) {
-    be_.upload(m.data(), whole.m.data() + begin, m.size());
-    be_.upload(v.data(), whole.v.data() + begin, v.size());
+    LMT_ASSERT(whole.stored == stored, "an optimizer state of another dtype");
+    const size_t at = begin * state_elem_bytes<T>(stored);
+    be_.upload_bytes(m_.data(), whole.m.data() + at, m_.size());
+    be_.upload_bytes(v_.data(), whole.v.data() + at, v_.size());
     t = whole.t;
   }
 
  private:
+  static T* moment(const BackendArray<T, char>& a) { return reinterpret_cast<T*>(a.data()); }
+  static uint16_t* moment16(const BackendArray<T, char>& a) {
+    return reinterpret_cast<uint16_t*>(a.data());
+  }
+  BackendArray<T, char> m_, v_;  // n_ elements' bytes each
+  size_t n_;
+  uint64_t seed_;
+  size_t first_;
   Backend<T>& be_;
 };
 

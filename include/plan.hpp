@@ -47,7 +47,8 @@ struct Plan {
   int64_t devices = 1, global_batch = 0;  // sequences per step across all devices
   uint64_t param_count = 0;                // the whole model
   uint64_t param_count_device = 0;         // held by one device (after tp and fsdp)
-  int elem_bytes = 4, act_bytes = 4, comm_bytes = 4;  // state, saved activations, wire
+  // Master weights and gradients, AdamW's m and v (optim.state_dtype), saved activations, wire.
+  int elem_bytes = 4, moment_bytes = 4, act_bytes = 4, comm_bytes = 4;
   // Bytes per device by tag (the allocator's MemTag) on the CPU backend (under ZeRO-1 the
   // busiest rank's, once it has taken a step); activations include naive attention's saved
   // probabilities (attn_probs) when the graph has attention.

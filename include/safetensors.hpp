@@ -11,7 +11,7 @@
 namespace lmt {
 
 struct TensorInfo {
-  std::string dtype;  // "F64", "F32", "I32"
+  std::string dtype;  // "F64", "F32", "I32", "BF16"
   std::vector<int64_t> shape;
   size_t begin = 0, end = 0;
 };

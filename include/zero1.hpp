@@ -10,7 +10,9 @@
 //   finish()          waits for the last buckets
 //   clip()            the global norm from the all-reduced squared norms of the shards, and the
 //                     clipping factor step() applies
-//   step()            AdamW over this rank's shard with its own moments (1/world of them), and
+//   step()            AdamW over this rank's shard with its own moments (1/world of them, in
+//                     fp32 or bf16: what AdamW keeps is what is sharded; bf16's rounding draws
+//                     by flat-buffer index, so any sharding rounds as one rank does), and
 //                     the parameters all-gathered in place so that every rank can run forward:
 //                     each shard is cut into `pieces` parts, and the all-gather of every rank's
 //                     part k runs (on the GPU, on the comm stream) while AdamW updates part k + 1;
@@ -55,9 +57,10 @@ Ranges zero1_masters(const ParamLayout& layout, int world, int rank, bool bf16);
 template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
  public:
   // bucket_mb: ddp.bucket_mb, as make_grad_sync takes it; bf16: the model's precision is bf16
-  // (the all-gather above moves bf16, and the model holds zero1_masters only).
+  // (the all-gather above moves bf16, and the model holds zero1_masters only); state and seed:
+  // how the shard's moments are stored, and run.seed (AdamW's).
   Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout, double bucket_mb,
-        bool bf16);
+        bool bf16, Stored state = Stored::full, uint64_t seed = 0);
   GradSync* sync() override { return this; }
   GradClip clip(double max_norm) override;  // as the unsharded clip_grad_norm
   void step(T* params, double lr, const Config::Optim& o, double grad_scale = 1) override;
@@ -89,7 +92,7 @@ template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
   Backend<T>& be_;
   BackendArray<T> grad_shard_;       // the reduced gradients of [begin, end)
   BackendArray<T, double> norm_sq_;  // the squared norm, all-reduced where the comm works
-  AdamW<T> opt_;                     // moments of [begin, end) only
+  AdamW<T> opt_;                     // moments of [begin, end) only, as optim.state_dtype stores them
 };
 
 }  // namespace lmt

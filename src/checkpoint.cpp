@@ -14,6 +14,15 @@ namespace {
 
 constexpr const char* kFormat = "lmtrain-checkpoint-2";
 template <typename T> const char* dtype_name() { return sizeof(T) == 8 ? "F64" : "F32"; }
+template <typename T> const char* state_tensor_dtype(Stored s) {
+  return s == Stored::bf16 ? "BF16" : dtype_name<T>();
+}
+// What a checkpoint's moments are stored as: its optim.state_dtype (absent from files written
+// before the key existed, whose moments are all fp32).
+Stored checkpoint_state_dtype(const Safetensors& st) {
+  auto it = st.metadata.find("optim.state_dtype");
+  return it == st.metadata.end() ? Stored::full : parse_state_dtype(it->second);
+}
 
 // FNV-1a over each piece's length and bytes (so that no two headers hash the same text): every
 // metadata entry but the checksum, every tensor's entry, then the data.
@@ -45,11 +54,15 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
                      const std::vector<T>& params, const OptimizerState<T>& opt, int64_t step,
                      const std::vector<RngState>& rngs, const std::string& run_id) {
   SafetensorsWriter w;
-  const char* dt = dtype_name<T>();
-  for (auto [prefix, buf] : {std::pair{"", &params}, {"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
+  for (auto& p : layout.params)
+    w.add(p.name, dtype_name<T>(), p.shape, params.data() + p.offset, p.numel * sizeof(T));
+  const size_t eb = state_elem_bytes<T>(opt.stored);
+  for (auto [prefix, buf] : {std::pair{"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
     for (auto& p : layout.params)
-      w.add(prefix + p.name, dt, p.shape, buf->data() + p.offset, p.numel * sizeof(T));
+      w.add(prefix + p.name, state_tensor_dtype<T>(opt.stored), p.shape,
+            buf->data() + p.offset * eb, p.numel * eb);
   w.set("format", kFormat);
+  w.set("optim.state_dtype", state_dtype_name(opt.stored));
   w.set("step", std::to_string(step));
   w.set("adam_t", std::to_string(opt.t));
   w.set("world_size", std::to_string(rngs.size()));
@@ -88,18 +101,28 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
   if (std::stoi(meta("world_size")) != world)
     throw UsageError(strf("%s: written by %s ranks, this run has %d (each rank's data stream "
                           "is in the checkpoint)", path.c_str(), meta("world_size").c_str(), world));
-  const char* dt = dtype_name<T>();
-  const size_t n = model.layout.total;
+  const Stored stored = checkpoint_state_dtype(st);
+  if (stored != opt.stored)
+    throw UsageError(strf("%s: AdamW's moments are stored in %s, this run has optim.state_dtype "
+                          "= \"%s\" (resume with the checkpoint's)", path.c_str(),
+                          state_dtype_name(stored), state_dtype_name(opt.stored)));
+  const size_t n = model.layout.total, eb = state_elem_bytes<T>(stored);
   std::vector<T> params(n);
-  opt.m.assign(n, T(0)), opt.v.assign(n, T(0));
-  for (auto [prefix, buf] : {std::pair{"", &params}, {"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
+  opt.m.assign(n * eb, 0), opt.v.assign(n * eb, 0);
+  // Each tensor of the layout, with the dtype this run stores it in, into buf's bytes.
+  auto take = [&](const std::string& prefix, char* buf, const char* dt, size_t elem_bytes) {
     for (auto& p : model.layout.params) {
       auto it = st.tensors.find(prefix + p.name);
       if (it == st.tensors.end() || it->second.shape != p.shape || it->second.dtype != dt)
         throw UsageError(strf("%s: tensor %s%s is missing or has another shape or dtype than "
-                              "this model (%s)", path.c_str(), prefix, p.name.c_str(), dt));
-      std::memcpy(buf->data() + p.offset, st.data.data() + it->second.begin, p.numel * sizeof(T));
+                              "this model (%s)", path.c_str(), prefix.c_str(), p.name.c_str(), dt));
+      std::memcpy(buf + p.offset * elem_bytes, st.data.data() + it->second.begin,
+                  p.numel * elem_bytes);
     }
+  };
+  take("", reinterpret_cast<char*>(params.data()), dtype_name<T>(), sizeof(T));
+  take("optim.m.", opt.m.data(), state_tensor_dtype<T>(stored), eb);
+  take("optim.v.", opt.v.data(), state_tensor_dtype<T>(stored), eb);
   model.set_params(params);
   opt.t = std::stoll(meta("adam_t"));
   rngs.assign(size_t(world), RngState{});

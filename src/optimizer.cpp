@@ -2,7 +2,17 @@
 
 #include <cmath>
 
+#include "check.hpp"
+
 namespace lmt {
+
+Stored parse_state_dtype(const std::string& name) {
+  if (name == "fp32") return Stored::full;
+  if (name == "bf16") return Stored::bf16;
+  throw UsageError("unknown optim.state_dtype '" + name + "' (fp32 or bf16)");
+}
+
+const char* state_dtype_name(Stored s) { return s == Stored::bf16 ? "bf16" : "fp32"; }
 
 GradClip grad_clip(double norm, double max_norm) {
   return {norm, max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0};

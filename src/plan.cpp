@@ -53,9 +53,11 @@ Plan make_plan(const Config& c) {
   p.devices = pc.dp * pc.fsdp * pc.tp;
   p.global_batch = c.train.batch_size * pc.dp * pc.fsdp;
   // Master weights, gradients and moments are the model's storage type (fp64 runs all in
-  // double); lmtrain keeps activations in it too and all-reduces gradients in it. ffn_only keeps
-  // the assignment's bf16 activations and wire when the precision is bf16.
+  // double), the moments 2 bytes under optim.state_dtype = "bf16"; lmtrain keeps activations in
+  // it too and all-reduces gradients in it. ffn_only keeps the assignment's bf16 activations and
+  // wire when the precision is bf16.
   p.elem_bytes = m.precision == "fp64" ? 8 : 4;
+  p.moment_bytes = c.optim.state_dtype == "bf16" ? 2 : p.elem_bytes;
   p.act_bytes = ffn_only && m.precision == "bf16" ? 2 : p.elem_bytes;
   p.comm_bytes = p.act_bytes;
   const uint64_t w = uint64_t(p.elem_bytes), a = uint64_t(p.act_bytes);
@@ -131,7 +133,7 @@ Plan make_plan(const Config& c) {
   p.param_count_device = ceil_div(params_tp, fs);
   const uint64_t shard = ceil_div(p.param_count_device, pc.zero ? uint64_t(pc.dp) : 1);
   p.params = p.grads = p.param_count_device * w;
-  p.optimizer = 2 * shard * w;
+  p.optimizer = 2 * shard * uint64_t(p.moment_bytes);
   // FSDP shards the requested share of the saved activations (the assignment's "every second
   // layer"); the rest stays whole on every device.
   auto sharded = [&](uint64_t bytes) {

@@ -101,6 +101,7 @@ std::string escape(const std::string& s) {
 size_t dtype_bytes(const std::string& dtype) {
   if (dtype == "F64" || dtype == "I64") return 8;
   if (dtype == "F32" || dtype == "I32") return 4;
+  if (dtype == "BF16") return 2;
   return 0;
 }
 

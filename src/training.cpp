@@ -18,8 +18,9 @@ bool is_root(MPI_Comm host) {
 // (none on one rank) has made the gradients every rank's sum.
 template <typename T> class Replicated : public Optimizer<T> {
  public:
-  Replicated(Backend<T>& be, Model<T>& model, std::unique_ptr<GradSync> sync)
-      : be_(be), model_(model), opt_(be, model.layout.total), sync_(std::move(sync)) {}
+  Replicated(Backend<T>& be, Model<T>& model, std::unique_ptr<GradSync> sync, Stored state,
+             uint64_t seed)
+      : be_(be), model_(model), opt_(be, model.layout.total, state, seed), sync_(std::move(sync)) {}
   GradSync* sync() override { return sync_.get(); }
   GradClip clip(double max_norm) override {
     return clip_grad_norm(be_, model_.grads(), model_.layout.total, max_norm);
@@ -50,16 +51,19 @@ template <typename T> class Replicated : public Optimizer<T> {
 template <typename T>
 std::unique_ptr<Optimizer<T>> make_optimizer(const Config& c, Backend<T>& be, Communicator* comm,
                                              Model<T>& model) {
+  const Stored state = parse_state_dtype(c.optim.state_dtype);
+  const uint64_t seed = uint64_t(c.run.seed);
   if (c.ddp.strategy == "zero1") {
     LMT_ASSERT(comm, "zero1 synchronises over a communicator, on one rank too");
     return std::make_unique<Zero1<T>>(be, GradBuffer{*comm, model.grads(), dtype_of<T>()},
-                                      model.layout, c.ddp.bucket_mb, c.model.precision == "bf16");
+                                      model.layout, c.ddp.bucket_mb, c.model.precision == "bf16",
+                                      state, seed);
   }
   std::unique_ptr<GradSync> sync;
   if (comm)
     sync = make_grad_sync(c.ddp.strategy, GradBuffer{*comm, model.grads(), dtype_of<T>()},
                           model.layout, c.ddp.bucket_mb);
-  return std::make_unique<Replicated<T>>(be, model, std::move(sync));
+  return std::make_unique<Replicated<T>>(be, model, std::move(sync), state, seed);
 }
 
 template <typename T>

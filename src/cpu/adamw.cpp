@@ -1,6 +1,7 @@
 // AdamW over flat buffers, as torch.optim.AdamW computes it (see optimizer.hpp).
 #include <cmath>
 
+#include "adamw_bf16.hpp"
 #include "cpu_ops.hpp"
 
 namespace lmt::cpu {
@@ -19,7 +20,18 @@ template <typename T> void adamw(T* p, const T* g, T* m, T* v, size_t n, const A
   }
 }
 
+template <typename T>
+void adamw_bf16(T* p, const T* g, uint16_t* m, uint16_t* v, size_t n, uint64_t index,
+                const AdamWStep& s) {
+  const AdamWBf16Scalars<T> k = adamw_bf16_scalars<T>(s);
+  for (size_t i = 0; i < n; ++i) p[i] = adamw_bf16_element(p[i], g[i], m[i], v[i], index + i, k);
+}
+
 template void adamw(float*, const float*, float*, float*, size_t, const AdamWStep&);
 template void adamw(double*, const double*, double*, double*, size_t, const AdamWStep&);
+template void adamw_bf16(float*, const float*, uint16_t*, uint16_t*, size_t, uint64_t,
+                         const AdamWStep&);
+template void adamw_bf16(double*, const double*, uint16_t*, uint16_t*, size_t, uint64_t,
+                         const AdamWStep&);
 
 }  // namespace lmt::cpu

@@ -139,6 +139,10 @@ template <typename T> class CpuBackend : public Backend<T> {
   void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s) override {
     cpu::adamw(p, g, m, v, n, s);
   }
+  void adamw_bf16(T* p, const T* g, uint16_t* m, uint16_t* v, size_t n, uint64_t index,
+                  const AdamWStep& s) override {
+    cpu::adamw_bf16(p, g, m, v, n, index, s);
+  }
 
   int mark() override {
     marks_.push_back(std::chrono::steady_clock::now());

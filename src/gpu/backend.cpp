@@ -287,12 +287,11 @@ class CudaBackend : public Backend<float> {
   double sum(const float* x, size_t n) override { return reduce(x, n, false); }
   double sum_squares(const float* x, size_t n) override { return reduce(x, n, true); }
   void adamw(float* p, const float* g, float* m, float* v, size_t n, const AdamWStep& s) override {
-    // Updating weights writes their part of the bf16 copy in the same pass where that keeps it
-    // whole; anything else stales it.
-    void* p16 = weights16_for(p, n);
-    if (p16) weights_fresh_ = true;
-    else touched(p, n * sizeof(float));
-    cuda::adamw(p, g, m, v, p16, n, s, stream_);
+    cuda::adamw(p, g, m, v, updated_weights16(p, n), n, s, stream_);
+  }
+  void adamw_bf16(float* p, const float* g, uint16_t* m, uint16_t* v, size_t n, uint64_t index,
+                  const AdamWStep& s) override {
+    cuda::adamw_bf16(p, g, m, v, updated_weights16(p, n), n, index, s, stream_);
   }
 
  private:
@@ -349,6 +348,14 @@ class CudaBackend : public Backend<float> {
   void* weights16_at(const float* p, size_t n) const {
     LMT_ASSERT(weights16_ && in_weights(p, n), "a range outside the weights' bf16 copy");
     return static_cast<char*>(weights16_) + (p - weights_) * 2;
+  }
+  // AdamW about to update [p, p + n): it writes their part of the bf16 copy in the same pass
+  // where that keeps it whole (the part returned); anything else stales it (null returned).
+  void* updated_weights16(const float* p, size_t n) {
+    void* p16 = weights16_for(p, n);
+    if (p16) weights_fresh_ = true;
+    else touched(p, n * sizeof(float));
+    return p16;
   }
   // Where [p, p + n) of the weights sits in their bf16 copy, if writing it there leaves the whole
   // copy matching the weights (the range is all of them, or the rest is fresh); else null.

@@ -33,7 +33,7 @@ Ranges zero1_masters(const ParamLayout& layout, int world, int rank, bool bf16) 
 
 template <typename T>
 Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout,
-                double bucket_mb, bool bf16_)
+                double bucket_mb, bool bf16_, Stored state, uint64_t seed)
     : BucketedSync(grads, layout, bucket_mb * (1 << 20)),
       counts(shard_counts(layout.total, grads.comm.size())),
       begin(zero1_shard(layout.total, grads.comm.size(), grads.comm.rank()).begin),
@@ -41,7 +41,7 @@ Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layo
       pieces(std::max<size_t>(1, (bucket_count() + counts.size() - 1) / counts.size())),
       bf16(bf16_), starts_(displacements(counts)), be_(be),
       grad_shard_(be, end - begin, MemTag::grads),
-      norm_sq_(be, 1, MemTag::workspace), opt_(be, end - begin) {
+      norm_sq_(be, 1, MemTag::workspace), opt_(be, end - begin, state, seed, begin) {
   LMT_ASSERT(grads.t == dtype_of<T>(), "zero1 shards the optimizer's own element type");
   // Piece k of every rank: rank r's shard cut into `pieces` parts, part k's size and place.
   piece_n_.assign(pieces, Counts(counts.size()));
@@ -162,7 +162,11 @@ template <typename T> std::vector<T> Zero1<T>::gather_params(const T* params, MP
 
 template <typename T> OptimizerState<T> Zero1<T>::gather_state(MPI_Comm host) {
   const OptimizerState<T> mine = opt_.state();
-  return {gather_to_root(host, mine.m, counts), gather_to_root(host, mine.v, counts), mine.t};
+  // Counted in bytes: each element is state_elem_bytes of them.
+  Counts bytes = counts;
+  for (size_t& b : bytes) b *= state_elem_bytes<T>(mine.stored);
+  return {mine.stored, gather_to_root(host, mine.m, bytes), gather_to_root(host, mine.v, bytes),
+          mine.t};
 }
 
 template class Zero1<float>;

@@ -50,8 +50,9 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
          "sequences; %s parameters on each device\n", (long long)pc.dp, (long long)pc.zero,
          (long long)pc.fsdp, (long long)pc.tp, (long long)p.devices, (long long)p.global_batch,
          human_count(double(p.param_count_device)).c_str());
-  printf("dtypes: parameters, gradients, AdamW m and v %s; saved activations %s; communication %s\n\n",
-         dtype(p.elem_bytes), dtype(p.act_bytes), dtype(p.comm_bytes));
+  printf("dtypes: parameters, gradients %s; AdamW m and v %s; saved activations %s; "
+         "communication %s\n\n",
+         dtype(p.elem_bytes), dtype(p.moment_bytes), dtype(p.act_bytes), dtype(p.comm_bytes));
   printf("  %-13s %20s %15s\n", "per device", "bytes", "GB");
   line("params", double(p.params),
        pc.zero && !ffn && c.model.precision == "bf16"

@@ -106,6 +106,7 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
     if (!cl_.csv_path.empty() && rt_.is_root()) check_csv(cl_.csv_path, row_.header);
     if (!c_.train.resume.empty()) {
       OptimizerState<T> state;
+      state.stored = parse_state_dtype(c_.optim.state_dtype);  // what the file must hold
       const Resumed resumed = load_checkpoint(c_.train.resume, *model_, state, rt_.world, rngs);
       first_step_ = resumed.step, run_id_ = resumed.run_id;
       mismatch_ = resume_mismatch(c_, resumed);
@@ -141,12 +142,14 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
   }
   if (c_.ddp.strategy == "zero1") {
     const double whole = double(model_->layout.total * sizeof(T));
+    const double moments = 2.0 * double(model_->layout.total *
+                                        state_elem_bytes<T>(parse_state_dtype(c_.optim.state_dtype)));
     const ParamGroup shard = optimizer_->shard();
     print_rank_memory(MemTag::optimizer, "optimizer state", "after init",
                       strf("(AdamW moments of %zu..%zu elements of %s on rank 0; unsharded: %s)",
                            shard.begin, shard.end,
                            human_count(double(model_->layout.total)).c_str(),
-                           human_bytes(2 * whole).c_str()));
+                           human_bytes(moments).c_str()));
     print_rank_memory(MemTag::params, "parameters", "after init",
                       c_.model.precision == "bf16"
                           ? strf("(fp32 masters of its shard and of the parameters read in fp32, "

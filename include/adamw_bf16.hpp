@@ -1,0 +1,147 @@
+// AdamW with its moments stored in bf16 (optim.state_dtype = "bf16"), one element at a time: the
+// code that both the CPU reference (cpu::adamw_bf16) and the CUDA kernel (cuda/adamw.cu) run, so
+// that for the same inputs they write the same bits.
+//
+// m and v are read from bf16 (exact in fp32), updated in T registers as optimizer.hpp's rule
+// says, and written back with stochastic rounding: x is rounded to one of its two bf16
+// neighbours, up with probability equal to the distance from the lower one over their gap, so
+// that the stored value is x on average. The random bits come from a counter-based hash of
+// (run.seed, AdamW's step t, the element's index in the flat parameter buffer): no generator
+// state to store, the same bits on every backend, every rank, every ZeRO-1 sharding and after a
+// resume (docs/design.md says why stochastic rounding, and why not round-to-nearest).
+//
+// The parameter update reads the fp32 m and v before they are rounded. Every operation is one
+// IEEE-rounded op, the multiply-adds explicit fmas (no compiler contraction can reorder them).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu_ops.hpp"
+
+#ifdef __CUDACC__
+#define LMT_HD __host__ __device__
+#else
+#define LMT_HD
+#endif
+
+namespace lmt {
+
+// splitmix64's finaliser: a bijection of 64-bit words whose output bits each depend on every
+// input bit.
+LMT_HD inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+// The key of step t's rounding (computed once a step, on the host).
+inline uint64_t rounding_key(uint64_t seed, int64_t t) {
+  return mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ uint64_t(t));
+}
+// 64 random bits for element `index` of the flat buffer under `key` (splitmix64 at that counter).
+LMT_HD inline uint64_t rounding_bits(uint64_t key, uint64_t index) {
+  return mix64(key + (index + 1) * 0x9e3779b97f4a7c15ull);
+}
+
+LMT_HD inline uint32_t float_bits(float x) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+#endif
+}
+LMT_HD inline float bf16_to_float(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+#endif
+}
+// x rounded to bf16 stochastically by the 16 random bits r: the 16 bits bf16 drops are added to
+// r, the carry (with probability dropped / 2^16) rounds the magnitude up; so E[result] = x
+// exactly (for finite x whose neighbours are finite). Infinities stay; NaN stays NaN.
+LMT_HD inline uint16_t round_bf16_stochastic(float x, uint32_t r) {
+  uint32_t u = float_bits(x);
+  if ((u & 0x7f800000u) == 0x7f800000u)
+    return uint16_t((u >> 16) | ((u & 0x7fffffu) ? 0x40u : 0u));  // inf, or a quiet NaN
+  return uint16_t((u + (r & 0xffffu)) >> 16);
+}
+
+// Each op rounded once, as IEEE says, on the host and on the GPU.
+template <typename T> LMT_HD inline T fma_rn(T a, T b, T c) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return __fmaf_rn(a, b, c);
+  else return __fma_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+template <typename T> LMT_HD inline T add_rn(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return __fadd_rn(a, b);
+  else return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+template <typename T> LMT_HD inline T mul_rn(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return __fmul_rn(a, b);
+  else return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+template <typename T> LMT_HD inline T div_rn(T a, T b) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return __fdiv_rn(a, b);
+  else return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+template <typename T> LMT_HD inline T sqrt_rn(T a) {
+#ifdef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return __fsqrt_rn(a);
+  else return __dsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+// One step's scalars in T, made on the host from the step (both backends use these bits).
+template <typename T> struct AdamWBf16Scalars {
+  T grad_scale, b1, one_minus_b1, b2, one_minus_b2, decay, step_size, bc2_sqrt, eps;
+  uint64_t key;  // rounding_key(s.seed, s.t)
+};
+template <typename T> AdamWBf16Scalars<T> adamw_bf16_scalars(const AdamWStep& s) {
+  const double bc1 = 1.0 - std::pow(s.beta1, double(s.t)), bc2 = 1.0 - std::pow(s.beta2, double(s.t));
+  return {T(s.grad_scale), T(s.beta1),       T(1.0 - s.beta1),    T(s.beta2),
+          T(1.0 - s.beta2), T(1.0 - s.lr * s.weight_decay), T(s.lr / bc1), T(std::sqrt(bc2)),
+          T(s.eps),         rounding_key(s.seed, s.t)};
+}
+
+// Element `index` (of the flat buffer): p, and m, v as bf16 bits, updated in place.
+//   g *= grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2  (in T, from bf16)
+//   p = p (1 - lr wd) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+//   m, v stored rounded stochastically (bits 0-15 of rounding_bits for m, 16-31 for v)
+template <typename T>
+LMT_HD inline T adamw_bf16_element(T p, T g, uint16_t& m, uint16_t& v, uint64_t index,
+                                   const AdamWBf16Scalars<T>& k) {
+  const T gi = mul_rn(g, k.grad_scale);
+  const T mi = fma_rn(k.b1, T(bf16_to_float(m)), mul_rn(k.one_minus_b1, gi));
+  const T vi = fma_rn(k.b2, T(bf16_to_float(v)), mul_rn(mul_rn(k.one_minus_b2, gi), gi));
+  const T denom = add_rn(div_rn(sqrt_rn(vi), k.bc2_sqrt), k.eps);
+  const T update = div_rn(mul_rn(k.step_size, mi), denom);
+  const uint64_t r = rounding_bits(k.key, index);
+  m = round_bf16_stochastic(float(mi), uint32_t(r));
+  v = round_bf16_stochastic(float(vi), uint32_t(r >> 16));
+  return fma_rn(p, k.decay, -update);
+}
+
+}  // namespace lmt
