@@ -81,6 +81,8 @@ const BadInput kBadInputs[] = {
      "", 4, "plan.tp = 4 does not divide model.d_ff = 90"},
     {"plan.zero = 2", "[plan]\nzero = 2\n", "", 2,
      "plan.zero = 2: expected a number >= 0 and <= 1"},
+    {"optim.state_dtype unknown", "[optim]\nstate_dtype = \"fp16\"\n", "", 2,
+     "optim.state_dtype = \"fp16\": expected one of \"fp32\" | \"bf16\""},
     {"plan.graph unknown", "[plan]\ngraph = \"moe\"\n", "", 2,
      "plan.graph = \"moe\": expected one of \"lmtrain\" | \"ffn_only\""},
     {"TOML syntax error", "[model]\nd_model = = 3\n", "", 2, "TOML syntax error"},

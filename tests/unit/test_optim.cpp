@@ -2,8 +2,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "../helpers.hpp"
+#include "adamw_bf16.hpp"
 #include "optimizer.hpp"
 
 using namespace lmt;
@@ -69,4 +71,169 @@ TEST_CASE("adamw: the first step moves each weight by lr * sign(g), after decoup
   for (size_t i = 0; i < p.size(); ++i)  // m/sqrt(v) after bias correction is g/|g|
     CHECK(p[i] == doctest::Approx(p0[i] * (1 - lr * 0.1) - lr * (g[i] > 0 ? 1 : -1)).epsilon(1e-9));
   CHECK(opt.t == 1);
+}
+
+// --- bf16 moments (optim.state_dtype = "bf16", adamw_bf16.hpp) ---
+
+namespace {
+
+// The gap between the two bf16 values around x (8 significant bits: 2^(e-8) for |x| in
+// [2^(e-1), 2^e)).
+double bf16_gap(double x) {
+  int e = 0;
+  std::frexp(std::abs(x), &e);
+  return std::ldexp(1.0, std::max(e, -125) - 8);
+}
+
+std::vector<double> moments_of(const std::vector<char>& bytes) {
+  std::vector<double> out(bytes.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint16_t b;
+    std::memcpy(&b, bytes.data() + 2 * i, 2);
+    out[i] = bf16_to_float(b);
+  }
+  return out;
+}
+
+uint64_t fresh_seed() { return lmt::test::rng()(); }
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("adamw bf16 state: each step matches an fp64 reference, the moments within "
+                   "one bf16 gap", T, float, double) {
+  Config::Optim o;
+  o.weight_decay = 0.1, o.beta1 = 0.9, o.beta2 = 0.95;
+  const double lr = 1e-2, gs = 0.7;
+  auto cpu = make_cpu_backend<T>();
+  for (size_t n : {size_t(1), size_t(7), size_t(1001)}) {
+    INFO(n);
+    auto p = lmt::test::randn<T>(n);
+    AdamW<T> opt(*cpu, n, Stored::bf16, fresh_seed(), /*first=*/size_t(lmt::test::rng()() % 1000));
+    CHECK(opt.state().m.size() == 2 * n);  // 2 bytes a moment
+    size_t up = 0, down = 0;               // roundings above and below the exact moment
+    for (int step = 1; step <= 5; ++step) {
+      const auto g = lmt::test::randn<T>(n, 0.1 * step);
+      const OptimizerState<T> before = opt.state();
+      const std::vector<double> m0 = moments_of(before.m), v0 = moments_of(before.v);
+      const std::vector<T> p0 = p;
+      opt.step(p.data(), g.data(), lr, o, gs);
+      const OptimizerState<T> after = opt.state();
+      const std::vector<double> m1 = moments_of(after.m), v1 = moments_of(after.v);
+      const double bc1 = 1 - std::pow(o.beta1, step), bc2 = 1 - std::pow(o.beta2, step);
+      for (size_t i = 0; i < n; ++i) {
+        const double gi = double(g[i]) * gs;
+        const double m = o.beta1 * m0[i] + (1 - o.beta1) * gi;
+        const double v = o.beta2 * v0[i] + (1 - o.beta2) * gi * gi;
+        const double pe = double(p0[i]) * (1 - lr * o.weight_decay) -
+                          lr / bc1 * m / (std::sqrt(v) / std::sqrt(bc2) + o.eps);
+        // The step reads the unrounded moments (fp32 or fp64 arithmetic) ...
+        const double tol = (sizeof(T) == 4 ? 2e-6 : 1e-13) * (std::abs(pe) + lr);
+        CHECK(std::abs(double(p[i]) - pe) <= tol);
+        // ... and stores them rounded to a bf16 neighbour: at most one gap away (with fp32's
+        // own rounding as slack).
+        CHECK(std::abs(m1[i] - m) <= bf16_gap(m) * (1 + 1e-5));
+        CHECK(std::abs(v1[i] - v) <= bf16_gap(v) * (1 + 1e-5));
+        up += m1[i] > m, down += m1[i] < m;
+      }
+    }
+    if (n > 100) {  // both directions occur: not round-toward-anything
+      CHECK(up > n);
+      CHECK(down > n);
+    }
+  }
+}
+
+TEST_CASE("stochastic rounding to bf16 is unbiased over elements and over steps, and only ever "
+          "picks a neighbour") {
+  const uint64_t seed = fresh_seed();
+  const int N = 1 << 16;
+  std::vector<float> xs = {1.0f + 0.5f / 128, -(1.0f + 0.1f / 128), 3.0f - 0.9f / 64, 1e-20f,
+                           1.0f};  // the last exact: never moves
+  for (float x : lmt::test::randn<float>(8, 1e-3)) xs.push_back(x);
+  for (float x : xs) {
+    INFO(x);
+    const double gap = bf16_gap(x);
+    // The neighbours: x truncated to bf16 (toward zero) and one gap further out.
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const double down = bf16_to_float(uint16_t(u >> 16)), out = down + std::copysign(gap, x);
+    const double p = std::abs(double(x) - down) / gap;  // the chance of rounding out
+    // bits 0-15 (m's) across elements at one step; bits 16-31 (v's) across steps at one element
+    for (int across_steps = 0; across_steps < 2; ++across_steps) {
+      INFO(across_steps);
+      double sum = 0;
+      bool neighbours = true;
+      for (int i = 0; i < N; ++i) {
+        const uint64_t r = across_steps ? rounding_bits(rounding_key(seed, i + 1), 12345)
+                                        : rounding_bits(rounding_key(seed, 7), uint64_t(i));
+        const double y = bf16_to_float(round_bf16_stochastic(x, uint32_t(across_steps ? r >> 16 : r)));
+        neighbours &= y == down || y == out;
+        sum += y;
+      }
+      CHECK(neighbours);
+      // The mean's error against x: 6 standard deviations of a mean of N draws of a
+      // two-valued variable (round-to-nearest would miss by up to gap/2).
+      const double sd = gap * std::sqrt(p * (1 - p) / N);
+      CHECK(std::abs(sum / N - double(x)) <= 6 * sd + 1e-12 * gap);
+    }
+  }
+}
+
+TEST_CASE("adamw bf16 state: v tracks its moving average where round-to-nearest would stall") {
+  // g = 1 everywhere, beta2 = 0.999: v_t = 1 - 0.999^t. Each step adds 0.001 (1 - v), below half
+  // a bf16 gap once v passes about 0.25, so rounding to nearest would freeze v there.
+  Config::Optim o;
+  o.beta2 = 0.999;
+  const size_t n = 4096;
+  const int steps = 2000;
+  auto cpu = make_cpu_backend<float>();
+  std::vector<float> p(n, 1.0f), g(n, 1.0f);
+  AdamW<float> opt(*cpu, n, Stored::bf16, fresh_seed());
+  for (int t = 0; t < steps; ++t) opt.step(p.data(), g.data(), 0.0, o);
+  const std::vector<double> v = moments_of(opt.state().v);
+  double mean = 0;
+  for (double x : v) mean += x / double(n);
+  const double exact = 1 - std::pow(0.999, steps);
+  CHECK(mean == doctest::Approx(exact).epsilon(0.005));
+  float nearest = 0;  // the same average kept with round-to-nearest
+  for (int t = 0; t < steps; ++t) nearest = round_bf16(std::fma(0.999f, nearest, 0.001f));
+  CHECK(nearest < 0.5 * exact);  // the case separates the two schemes
+}
+
+TEST_CASE("adamw bf16 state: a range with its flat-buffer place, whole or in pieces, rounds as "
+          "the whole buffer does, bit for bit (ZeRO-1's shards)") {
+  Config::Optim o;
+  o.weight_decay = 0.1;
+  const size_t n = 1001, cut = 400;
+  const uint64_t seed = fresh_seed();
+  auto cpu = make_cpu_backend<float>();
+  auto p = lmt::test::randn<float>(n);
+  std::vector<float> q = p, r = p;
+  AdamW<float> whole(*cpu, n, Stored::bf16, seed), head(*cpu, cut, Stored::bf16, seed),
+      tail(*cpu, n - cut, Stored::bf16, seed, cut), pieces(*cpu, n, Stored::bf16, seed);
+  for (int step = 0; step < 3; ++step) {
+    const auto g = lmt::test::randn<float>(n);
+    whole.step(p.data(), g.data(), 1e-2, o);
+    head.step(q.data(), g.data(), 1e-2, o);
+    tail.step(q.data() + cut, g.data() + cut, 1e-2, o);
+    const AdamWStep s = pieces.next_step(1e-2, o);
+    for (auto [at, len] : {std::pair<size_t, size_t>{0, 333}, {333, 1}, {334, 466}, {800, 201}})
+      pieces.update(r.data(), g.data(), at, len, s);
+  }
+  CHECK(p == q);
+  CHECK(p == r);
+  OptimizerState<float> w = whole.state(), h = head.state(), t = tail.state(), pc = pieces.state();
+  h.m.insert(h.m.end(), t.m.begin(), t.m.end());
+  h.v.insert(h.v.end(), t.v.begin(), t.v.end());
+  CHECK(w.m == h.m);
+  CHECK(w.v == h.v);
+  CHECK(w.m == pc.m);
+  CHECK(w.v == pc.v);
+  // Another seed draws other roundings.
+  AdamW<float> other(*cpu, n, Stored::bf16, seed + 1);
+  std::vector<float> p2 = lmt::test::randn<float>(n), g2 = lmt::test::randn<float>(n), p3 = p2;
+  AdamW<float> same(*cpu, n, Stored::bf16, seed);
+  other.step(p2.data(), g2.data(), 1e-2, o);
+  same.step(p3.data(), g2.data(), 1e-2, o);
+  CHECK(other.state().m != same.state().m);
 }
