@@ -134,6 +134,58 @@ TEST_CASE("train: zero1 checkpoints hold the whole moments and masters, resume b
   }
 }
 
+TEST_CASE("train: bf16 optimizer state is checkpointed as BF16 moments, resumes bit for bit "
+          "(flat and zero1 on 2 ranks), and a resume under fp32 state is refused") {
+  for (std::string strategy : {"flat", "zero1"}) {
+    INFO(strategy);
+    TempDir dir;
+    std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                       " --set optim.state_dtype=bf16 --set ddp.strategy=" + strategy +
+                       " --set train.steps=6 --set train.checkpoint_every=3 --set train.log_every=1";
+    auto a = run(base + " --set train.checkpoint_dir=" + dir.path + "/a");
+    auto b = run(base + " --set train.checkpoint_dir=" + dir.path + "/b --set train.resume=" +
+                 checkpoint_path(dir.path + "/a", 3));
+    INFO(a.output, b.output);
+    REQUIRE(a.code == 0);
+    REQUIRE(b.code == 0);
+    // The resumed run's losses are the straight run's last three, and its final checkpoint is
+    // the straight run's, every bit (parameters, moments, data streams).
+    const auto la = progress_losses(a.output), lb = progress_losses(b.output);
+    REQUIRE(la.size() == 6);
+    REQUIRE(lb.size() == 3);
+    for (size_t i = 0; i < 3; ++i) CHECK(lb[i] == la[i + 3]);
+    Safetensors sa = Safetensors::read(checkpoint_path(dir.path + "/a", 6));
+    Safetensors sb = Safetensors::read(checkpoint_path(dir.path + "/b", 6));
+    CHECK(sa.data == sb.data);
+    for (const char* key : {"adam_t", "rng.0", "rng.1", "optim.state_dtype"})
+      CHECK(sa.metadata[key] == sb.metadata[key]);
+    CHECK(Safetensors::read(checkpoint_path(dir.path + "/a", 3)).data != sa.data);
+    // Moments in BF16, 2 bytes an element; parameters in F32.
+    CHECK(sa.metadata["optim.state_dtype"] == "bf16");
+    size_t moments = 0;
+    for (auto& [name, t] : sa.tensors) {
+      INFO(name);
+      const bool moment = name.rfind("optim.", 0) == 0;
+      int64_t numel = 1;
+      for (int64_t d : t.shape) numel *= d;
+      CHECK(t.dtype == (moment ? "BF16" : "F32"));
+      CHECK(t.end - t.begin == size_t(numel) * (moment ? 2 : 4));
+      moments += moment;
+    }
+    CHECK(moments == 2 * (sa.tensors.size() - moments));
+    // Resuming it with fp32 moments: one line naming the key, exit code 2, no step taken.
+    auto c = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny + " --set ddp.strategy=" +
+                 strategy + " --set train.steps=6 --set train.resume=" +
+                 checkpoint_path(dir.path + "/a", 3));
+    INFO(c.output);
+    CHECK(c.code == 2);
+    CHECK(c.output.find("AdamW's moments are stored in bf16, this run has optim.state_dtype = "
+                        "\"fp32\"") != std::string::npos);
+    CHECK(std::count(c.output.begin(), c.output.end(), '\n') == 1);
+    CHECK(c.output.find("step ") == std::string::npos);
+  }
+}
+
 TEST_CASE("train: torn, truncated, corrupted or mismatched checkpoints are refused, never loaded") {
   TempDir dir;
   auto a = run(std::string(lmt::test::lmtrain()) + kTiny +

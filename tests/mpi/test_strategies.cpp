@@ -1,8 +1,8 @@
 // Every strategy: after 5 AdamW steps (gradients clipped at each) every rank holds the same
 // parameters, bit for bit, and they match one process trained on the global batch (all ranks'
-// data) within fp32 tolerance; the global gradient norms match too. zero1 allocates only its
-// shard of the moments, and under bf16 only its shard's fp32 masters (and those read in fp32),
-// as plan mode predicts. On the CPU over MPI, and on GPUs over NCCL where every rank has one.
+// data) within fp32 tolerance (with AdamW's moments in fp32 or in bf16); the global gradient
+// norms match too. zero1 allocates only its shard of the moments, and under bf16 only its
+// shard's fp32 masters (and those read in fp32), as plan mode predicts. On the CPU over MPI, and on GPUs over NCCL where every rank has one.
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -79,8 +79,10 @@ Config::Model tiny() {
 // with the gradient). RMSNorm gains wrongly sent as bf16 by zero1 (ln1 left out of its exact
 // all-gather) fail the check that what forward reads is the same on every rank: 3 runs of 3 on 4
 // ranks, where the parameter tolerance, even at 1e-4, passed them.)
+// state: how AdamW stores its moments (bf16: rounded stochastically, the same draws on every
+// rank and for every shard, so ranks stay identical).
 void check_strategy(const std::string& strategy, double bucket_mb, const std::string& device,
-                    const std::string& precision = "fp32") {
+                    const std::string& precision = "fp32", Stored state = Stored::full) {
   const Runtime rt = runtime_init(nullptr, nullptr);
   auto host = make_mpi_communicator(MPI_COMM_WORLD);
   const int R = host->size(), me = host->rank();
@@ -110,15 +112,15 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
   std::unique_ptr<Zero1<float>> zero;
   std::unique_ptr<GradSync> sync;
   if (zero1) {
-    zero = std::make_unique<Zero1<float>>(*be, grads, ddp.layout, bucket_mb, b16);
-    // Only this rank's shard of both moments is allocated.
+    zero = std::make_unique<Zero1<float>>(*be, grads, ddp.layout, bucket_mb, b16, state, seed);
+    // Only this rank's shard of both moments is allocated, 4 or 2 bytes an element.
     CHECK(be->memory().current[size_t(MemTag::optimizer)] ==
-          2 * zero->counts[size_t(me)] * sizeof(float));
+          2 * zero->counts[size_t(me)] * state_elem_bytes<float>(state));
     CHECK(zero->counts[size_t(me)] <= ddp.layout.total / size_t(R) + 1);
     // A bucket per parameter: the all-gather goes in pieces, pipelined with AdamW.
     CHECK((zero->pieces > 1) == (bucket_mb == 0));
   } else {
-    opt = std::make_unique<AdamW<float>>(*be, ddp.layout.total);
+    opt = std::make_unique<AdamW<float>>(*be, ddp.layout.total, state, seed);
     sync = make_grad_sync(strategy, grads, ddp.layout, bucket_mb);
   }
   Rng rng = data_rng(seed, me);
@@ -173,7 +175,7 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
   // One process, global batch = every rank's batch in rank order, same data streams.
   Model<float> single(*be, m, B * R, T);
   single.init_params(seed);
-  AdamW<float> opt1(*be, single.layout.total);
+  AdamW<float> opt1(*be, single.layout.total, state, seed);
   std::vector<Rng> rngs;
   for (int r = 0; r < R; ++r) rngs.push_back(data_rng(seed, r));
   std::vector<int32_t> gin(size_t(B * T * R)), gtg(size_t(B * T * R));
@@ -208,6 +210,11 @@ void check_every_strategy(const std::string& device) {
   // bf16: on the GPU the weights' bf16 copy must follow AdamW and, under zero1, each all-gather.
   SUBCASE("bucketed, bf16") { check_strategy("bucketed", 0.01, device, "bf16"); }
   SUBCASE("zero1, a bucket per parameter, bf16") { check_strategy("zero1", 0, device, "bf16"); }
+  // bf16 moments: ranks (and zero1's shards) draw the same roundings.
+  SUBCASE("flat, bf16 moments") { check_strategy("flat", 25, device, "fp32", Stored::bf16); }
+  SUBCASE("zero1, a bucket per parameter, bf16 moments") {
+    check_strategy("zero1", 0, device, "fp32", Stored::bf16);
+  }
 }
 
 }  // namespace
