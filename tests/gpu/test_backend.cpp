@@ -4,6 +4,7 @@
 // Skipped where no GPU is visible.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <limits>
 
 #include "backend.hpp"
@@ -361,6 +362,46 @@ TEST_CASE("gpu adamw and reductions match the CPU" * doctest::skip(gpu_count() =
   CHECK(gpu->sum(gg, n) == gpu->sum(gg, n));  // deterministic
 }
 
+TEST_CASE("gpu adamw with bf16 moments writes the CPU reference's bits: parameters, moments and "
+          "the weights' bf16 copy, at a place in the flat buffer" * doctest::skip(gpu_count() == 0)) {
+  // Both run adamw_bf16.hpp's element code (IEEE ops, explicit fmas, the same hash): equal, not
+  // close. Three steps, so that moments the GPU rounded are read back by it.
+  auto gpu = make_cuda_backend();
+  Pair g{*gpu, {}};
+  const size_t n = 100003, index = 12345;
+  const Vec pv = as_float(randn<double>(n)), gv = as_float(randn<double>(n));
+  std::vector<float> pf(pv.begin(), pv.end()), gf(gv.begin(), gv.end());
+  std::vector<uint16_t> m16(n), v16(n);
+  const Vec mr = randn<double>(n, 0.1), vr = randn<double>(n, 0.01);
+  for (size_t i = 0; i < n; ++i)
+    m16[i] = to_bf16(float(mr[i])), v16[i] = to_bf16(float(std::abs(vr[i])));
+  BackendArray<float, uint16_t> gm(*gpu, n, MemTag::optimizer), gv16(*gpu, n, MemTag::optimizer);
+  gpu->upload_bytes(gm.data(), m16.data(), n * 2);
+  gpu->upload_bytes(gv16.data(), v16.data(), n * 2);
+  float *gp = g.up(pv), *gg = g.up(gv);
+  gpu->set_weights(gp, n, {{0, n}});
+  gpu->weights_bf16();  // the copy exists: AdamW over all the weights writes it in its pass
+  AdamWStep s{1e-3, 0.9, 0.95, 1e-8, 0.1, 7, 0.37, lmt::test::rng()()};
+  for (int step = 0; step < 3; ++step, ++s.t) {
+    cpu::adamw_bf16(pf.data(), gf.data(), m16.data(), v16.data(), n, index, s);
+    gpu->adamw_bf16(gp, gg, gm.data(), gv16.data(), n, index, s);
+  }
+  std::vector<float> p_gpu(n);
+  std::vector<uint16_t> m_gpu(n), v_gpu(n), copy(n);
+  gpu->download(p_gpu.data(), gp, n);
+  gpu->download_bytes(m_gpu.data(), gm.data(), n * 2);
+  gpu->download_bytes(v_gpu.data(), gv16.data(), n * 2);
+  gpu->download_bytes(copy.data(), gpu->weights_bf16(), n * 2);
+  CHECK(std::memcmp(p_gpu.data(), pf.data(), n * 4) == 0);
+  CHECK(m_gpu == m16);
+  CHECK(v_gpu == v16);
+  size_t copy_ok = 0;
+  for (size_t i = 0; i < n; ++i) copy_ok += copy[i] == to_bf16(pf[i]);
+  CHECK(copy_ok == n);
+  CHECK(rel_err(g.down(gp, n), pv) > 1e-4);  // the steps moved the parameters
+  gpu->forget_weights(gp);
+}
+
 TEST_CASE("gpu weights' bf16 copy: AdamW over a part of the weights and weights_written keep it "
           "matching them" * doctest::skip(gpu_count() == 0)) {
   auto gpu = make_cuda_backend();
@@ -558,13 +599,15 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
   }
   // Ten AdamW steps on the GPU and on the CPU, same precision policy, stay together (under bf16
   // this also checks that the GPU's bf16 copy of the weights follows every update).
+  // With bf16 moments too: the same stochastic roundings on both.
   auto cpu32 = make_cpu_backend<float>();
+  for (Stored state : {Stored::full, Stored::bf16})
   for (auto [prec, t] : {std::pair{"fp32", 1e-4}, {"bf16", 2e-3}}) {
-    INFO(prec << " training");
+    INFO(prec << " training, moments " << state_dtype_name(state));
     m.precision = prec;
     Model<float> a(*gpu, m, B, T), b(*cpu32, m, B, T);
     a.init_params(seed), b.init_params(seed);
-    AdamW<float> oa(*gpu, a.layout.total), ob(*cpu32, b.layout.total);
+    AdamW<float> oa(*gpu, a.layout.total, state, seed), ob(*cpu32, b.layout.total, state, seed);
     Config::Optim o;
     for (int s = 0; s < 10; ++s) {
       double la = loss_of(a, in.data(), tg.data()), lb = loss_of(b, in.data(), tg.data());
