@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Trains one model on one token file once per optimizer-state choice and draws the loss curves
+side by side: what storing AdamW's moments in bf16 (optim.state_dtype) costs in loss.
+
+    scripts/optimizer_state.py --data tokens.npy --config configs/models/small.toml \
+        --set model.vocab_size=50304 --steps 2000 [--np 1] [--metric auto|val|train]
+    scripts/optimizer_state.py --quick          # tiny model, synthetic tokens, CPU: seconds
+    scripts/optimizer_state.py --plot-only      # redraw from the logs of an earlier run
+
+Each choice (--choices, default "state_dtype=fp32 state_dtype=bf16"; a choice is
+whitespace-free `key=value` pairs joined by commas, each key of the [optim] section) runs
+build/lmtrain with the same config, seed and data, its output kept in
+<out>/optimizer_state_<choice>.log and its row appended to <out>/optimizer_state.csv (--csv).
+The curves come from the progress lines (one every train.log_every steps): the validation loss
+where the lines carry one (VAL_LOSS below; --metric auto picks it when present), else the
+training loss (the mean over the interval, all ranks). Writes <out>/optimizer_state.png and
+<out>/optimizer_state.md (the command, the device line, the final losses per choice).
+"""
+import argparse
+import datetime
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+STEP_LOSS = re.compile(r"^step\s+(\d+)/\d+\s+\|\s+loss\s+([0-9.eE+-]+|nan|inf)")
+# A validation loss in a progress line, if lmtrain prints one ("| val 3.21 |" or "| val_loss
+# 3.21 |"): edit here should its form differ.
+VAL_LOSS = re.compile(r"\| val(?:_loss| loss)? ([0-9.eE+-]+|nan|inf)")
+DEVICE = re.compile(r"^device [^=].*rank.*$", re.M)
+
+
+def choice_args(choice):
+    """--set arguments of one choice ("state_dtype=bf16" -> optim.state_dtype=bf16)."""
+    out = []
+    for pair in choice.split(","):
+        key, eq, value = pair.partition("=")
+        if not eq or not re.fullmatch(r"[a-z_]+", key) or not value:
+            raise SystemExit(f"choice '{choice}': expected key=value[,key=value] of [optim] keys")
+        out += ["--set", f"optim.{key}={value}"]
+    return out
+
+
+def curves(log_text):
+    """(steps, training losses, validation losses or None) from lmtrain's progress lines."""
+    steps, train, val = [], [], []
+    for line in log_text.splitlines():
+        m = STEP_LOSS.match(line)
+        if not m:
+            continue
+        steps.append(int(m.group(1)))
+        train.append(float(m.group(2)))
+        v = VAL_LOSS.search(line)
+        val.append(float(v.group(1)) if v else None)
+    has_val = any(v is not None for v in val)
+    return steps, train, (val if has_val else None)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lmtrain", default="build/lmtrain")
+    ap.add_argument("--config", action="append", default=[], help="lmtrain --config (repeatable)")
+    ap.add_argument("--set", action="append", default=[], help="lmtrain --set (repeatable)")
+    ap.add_argument("--data", help="token file (data.source = file); none: the synthetic source")
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--np", type=int, default=1, help="ranks (mpirun -np); 1: no mpirun")
+    ap.add_argument("--mpirun", default="mpirun -q --oversubscribe --bind-to none")
+    ap.add_argument("--choices", default="state_dtype=fp32 state_dtype=bf16",
+                    help="space-separated choices, each key=value[,key=value] of [optim] keys")
+    ap.add_argument("--metric", choices=("auto", "val", "train"), default="auto")
+    ap.add_argument("--out", default="results", help="folder of the logs, CSV, PNG and markdown")
+    ap.add_argument("--csv", default=None, help="default: <out>/optimizer_state.csv")
+    ap.add_argument("--quick", action="store_true",
+                    help="the tiny model on the synthetic source on the CPU, 200 steps")
+    ap.add_argument("--plot-only", action="store_true", help="only redraw from the logs")
+    a = ap.parse_args()
+    if a.quick:
+        a.config = a.config or ["configs/train.toml"]
+        a.set = ["run.device=cpu"] + a.set
+        a.steps, a.log_every = 200, 10
+    os.makedirs(a.out, exist_ok=True)
+    csv_path = a.csv or os.path.join(a.out, "optimizer_state.csv")
+    choices = a.choices.split()
+    common = [x for c in a.config for x in ("--config", c)]
+    if a.data:
+        common += ["--set", "data.source=file", "--set", f"data.path={a.data}"]
+    common += ["--set", f"train.steps={a.steps}", "--set", f"train.log_every={a.log_every}"]
+    common += [x for s in a.set for x in ("--set", s)]
+    launcher = shlex.split(a.mpirun) + ["-np", str(a.np)] if a.np > 1 else []
+
+    runs, device = {}, ""
+    for choice in choices:
+        log = os.path.join(a.out, f"optimizer_state_{choice.replace(',', '_').replace('=', '-')}.log")
+        if not a.plot_only:
+            cmd = launcher + [a.lmtrain] + common + choice_args(choice) + ["--csv", csv_path]
+            print("+", shlex.join(cmd), flush=True)
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            with open(log, "w") as f:
+                f.write(r.stdout + r.stderr)
+            if r.returncode != 0:
+                tail = (r.stdout + r.stderr).strip().splitlines()[-1:] or ["(no output)"]
+                raise SystemExit(f"{choice}: lmtrain exited {r.returncode}: {tail[0]} (log: {log})")
+        with open(log) as f:
+            text = f.read()
+        m = DEVICE.search(text)
+        device = device or (m.group(0) if m else "")
+        runs[choice] = curves(text)
+        if not runs[choice][0]:
+            raise SystemExit(f"{log}: no progress lines")
+
+    use_val = a.metric == "val" or (a.metric == "auto" and all(r[2] for r in runs.values()))
+    if a.metric == "val" and not all(r[2] for r in runs.values()):
+        raise SystemExit("--metric val: a log has no validation loss in its progress lines")
+    what = "validation loss" if use_val else "training loss (mean over each logging interval)"
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax, dx) = plt.subplots(1, 2, figsize=(12, 4.5))
+    base_choice = choices[0]
+    base_steps, base_train, base_val = runs[base_choice]
+    base = base_val if use_val else base_train
+    for choice, (steps, train, val) in runs.items():
+        y = val if use_val else train
+        pts = [(s, v) for s, v in zip(steps, y) if v is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=choice)
+        if choice != base_choice:
+            ref = dict(zip(base_steps, base))
+            diff = [(s, v - ref[s]) for s, v in pts if ref.get(s) is not None]
+            dx.plot([p[0] for p in diff], [p[1] for p in diff], label=f"{choice} − {base_choice}")
+    ax.set_xlabel("step"), ax.set_ylabel(what), ax.legend(), ax.grid(alpha=0.3)
+    ax.set_title("loss per optimizer-state choice")
+    dx.axhline(0, color="black", lw=0.8)
+    dx.set_xlabel("step"), dx.set_ylabel(f"difference from {base_choice}"), dx.grid(alpha=0.3)
+    if len(runs) > 1:
+        dx.legend()
+    dx.set_title("difference (same data, seed and schedule)")
+    fig.suptitle(device)
+    fig.tight_layout()
+    png = os.path.join(a.out, "optimizer_state.png")
+    fig.savefig(png, dpi=120)
+
+    md = os.path.join(a.out, "optimizer_state.md")
+    with open(md, "w") as f:
+        f.write("# Optimizer state precision: loss per choice\n\n")
+        f.write(f"Command: `{shlex.join(['scripts/optimizer_state.py'] + sys.argv[1:])}`  \n")
+        f.write(f"{device}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}  \n")
+        f.write(f"Curves: {what}; plot: {os.path.basename(png)}\n\n")
+        f.write(f"| choice | final step | final {'validation' if use_val else 'training'} loss |"
+                f" difference from {base_choice} |\n|---|---|---|---|\n")
+        for choice, (steps, train, val) in runs.items():
+            y = (val if use_val else train)[-1]
+            f.write(f"| {choice} | {steps[-1]} | {y:.4f} | {y - base[-1]:+.4f} |\n")
+    print(open(md).read())
+    print(f"written: {png}, {md}")
+
+
+if __name__ == "__main__":
+    main()
