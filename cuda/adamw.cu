@@ -32,38 +32,42 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, __nv_
   if (p16) p16[i] = __float2bfloat16_rn(pi);
 }
 
+// Four consecutive elements a thread (fewer in the last), loaded and stored as 16-byte (p, g)
+// and 8-byte (m, v, p16) vectors where Vec says every array is aligned for them (more bytes in
+// flight per thread for a kernel bound by memory traffic), else element by element.
+template <bool Vec>
 __global__ void adamw_bf16_kernel(float* p, const float* g, uint16_t* m, uint16_t* v,
                                   __nv_bfloat16* p16, size_t n, uint64_t index,
                                   AdamWBf16Scalars<float> k) {
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  uint16_t mi = m[i], vi = v[i];
-  const float pi = adamw_bf16_element(p[i], g[i], mi, vi, index + i, k);
-  m[i] = mi, v[i] = vi, p[i] = pi;
-  if (p16) p16[i] = __float2bfloat16_rn(pi);
-}
-
-// The same, four consecutive elements a thread with 16-byte (p, g) and 8-byte (m, v, p16) loads
-// and stores: more bytes in flight per thread for a kernel bound by memory traffic. n4: groups
-// of four; every pointer aligned for them (the launcher checks).
-__global__ void adamw_bf16_x4_kernel(float* p, const float* g, uint16_t* m, uint16_t* v,
-                                     __nv_bfloat16* p16, size_t n4, uint64_t index,
-                                     AdamWBf16Scalars<float> k) {
-  size_t q = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  if (q >= n4) return;
-  const float4 pq = reinterpret_cast<const float4*>(p)[q], gq = reinterpret_cast<const float4*>(g)[q];
-  const uint2 mq = reinterpret_cast<const uint2*>(m)[q], vq = reinterpret_cast<const uint2*>(v)[q];
-  float ps[4] = {pq.x, pq.y, pq.z, pq.w};
-  const float gs[4] = {gq.x, gq.y, gq.z, gq.w};
-  uint16_t ms[4] = {uint16_t(mq.x), uint16_t(mq.x >> 16), uint16_t(mq.y), uint16_t(mq.y >> 16)};
-  uint16_t vs[4] = {uint16_t(vq.x), uint16_t(vq.x >> 16), uint16_t(vq.y), uint16_t(vq.y >> 16)};
+  const size_t at = 4 * (blockIdx.x * size_t(blockDim.x) + threadIdx.x);
+  if (at >= n) return;
+  const bool vec = Vec && at + 4 <= n;
+  float ps[4], gs[4];
+  uint16_t ms[4], vs[4];
+  if (vec) {
+    const float4 pq = *reinterpret_cast<const float4*>(p + at), gq = *reinterpret_cast<const float4*>(g + at);
+    const uint2 mq = *reinterpret_cast<const uint2*>(m + at), vq = *reinterpret_cast<const uint2*>(v + at);
+    ps[0] = pq.x, ps[1] = pq.y, ps[2] = pq.z, ps[3] = pq.w;
+    gs[0] = gq.x, gs[1] = gq.y, gs[2] = gq.z, gs[3] = gq.w;
+    for (int j = 0; j < 4; ++j)
+      ms[j] = uint16_t((j < 2 ? mq.x : mq.y) >> (16 * (j % 2))),
+      vs[j] = uint16_t((j < 2 ? vq.x : vq.y) >> (16 * (j % 2)));
+  }
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
-    ps[j] = adamw_bf16_element(ps[j], gs[j], ms[j], vs[j], index + 4 * q + j, k);
-  reinterpret_cast<float4*>(p)[q] = make_float4(ps[0], ps[1], ps[2], ps[3]);
-  reinterpret_cast<uint2*>(m)[q] = make_uint2(ms[0] | uint32_t(ms[1]) << 16, ms[2] | uint32_t(ms[3]) << 16);
-  reinterpret_cast<uint2*>(v)[q] = make_uint2(vs[0] | uint32_t(vs[1]) << 16, vs[2] | uint32_t(vs[3]) << 16);
-  if (p16) store4(p16 + 4 * q, make_float4(ps[0], ps[1], ps[2], ps[3]));
+  for (int j = 0; j < 4; ++j) {
+    if (at + j >= n) break;
+    if (!vec) ps[j] = p[at + j], gs[j] = g[at + j], ms[j] = m[at + j], vs[j] = v[at + j];
+    ps[j] = adamw_bf16_element(ps[j], gs[j], ms[j], vs[j], index + at + j, k);
+    if (vec) continue;
+    p[at + j] = ps[j], m[at + j] = ms[j], v[at + j] = vs[j];
+    if (p16) p16[at + j] = __float2bfloat16_rn(ps[j]);
+  }
+  if (!vec) return;
+  const float4 pq = make_float4(ps[0], ps[1], ps[2], ps[3]);
+  *reinterpret_cast<float4*>(p + at) = pq;
+  *reinterpret_cast<uint2*>(m + at) = make_uint2(ms[0] | uint32_t(ms[1]) << 16, ms[2] | uint32_t(ms[3]) << 16);
+  *reinterpret_cast<uint2*>(v + at) = make_uint2(vs[0] | uint32_t(vs[1]) << 16, vs[2] | uint32_t(vs[3]) << 16);
+  if (p16) store4(p16 + at, pq);
 }
 
 __device__ double block_sum_double(double v, double* scratch) {
@@ -110,24 +114,14 @@ void adamw_bf16(float* p, const float* g, uint16_t* m, uint16_t* v, void* p_bf16
                 uint64_t index, const AdamWStep& s, cudaStream_t stream) {
   const AdamWBf16Scalars<float> k = adamw_bf16_scalars<float>(s);
   auto* p16 = static_cast<__nv_bfloat16*>(p_bf16);
-  // Groups of four where every array allows their loads (a whole buffer does; a ZeRO-1 piece
-  // may start anywhere), then the rest one element a thread: the same bits either way.
-  size_t n4 = 0;
-  if (aligned_for(p, 16) && aligned_for(g, 16) && aligned_for(m, 8) && aligned_for(v, 8) &&
-      (!p16 || aligned_for(p16, 8)))
-    n4 = n / 4;
-  if (n4) {
-    adamw_bf16_x4_kernel<<<blocks_for(int64_t(n4), 256), 256, 0, stream>>>(p, g, m, v, p16, n4,
-                                                                            index, k);
-    CUDA_LAUNCH_CHECK();
-  }
-  const size_t done = 4 * n4;
-  if (done < n) {
-    adamw_bf16_kernel<<<blocks_for(int64_t(n - done), 256), 256, 0, stream>>>(
-        p + done, g + done, m + done, v + done, p16 ? p16 + done : nullptr, n - done,
-        index + done, k);
-    CUDA_LAUNCH_CHECK();
-  }
+  // Vectors where every array allows them (a whole buffer does; a ZeRO-1 piece may start
+  // anywhere): the same element code, so the same bits, either way.
+  const bool vec = aligned_for(p, 16) && aligned_for(g, 16) && aligned_for(m, 8) &&
+                   aligned_for(v, 8) && (!p16 || aligned_for(p16, 8));
+  const int blocks = blocks_for(int64_t((n + 3) / 4), 256);
+  if (vec) adamw_bf16_kernel<true><<<blocks, 256, 0, stream>>>(p, g, m, v, p16, n, index, k);
+  else adamw_bf16_kernel<false><<<blocks, 256, 0, stream>>>(p, g, m, v, p16, n, index, k);
+  CUDA_LAUNCH_CHECK();
 }
 
 void sum(const float* x, size_t n, bool squares, double* partials, double* out,

@@ -43,24 +43,27 @@ LMT_HD inline uint64_t rounding_bits(uint64_t key, uint64_t index) {
   return mix64(key + (index + 1) * 0x9e3779b97f4a7c15ull);
 }
 
-LMT_HD inline uint32_t float_bits(float x) {
+// The host's expression, or the GPU's in device code (which is only ever instantiated for float).
 #ifdef __CUDA_ARCH__
-  return __float_as_uint(x);
+#define LMT_HOST_OR_DEVICE(host, device) device
 #else
+#define LMT_HOST_OR_DEVICE(host, device) host
+#endif
+inline uint32_t host_float_bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);
   return u;
-#endif
 }
-LMT_HD inline float bf16_to_float(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
+inline float host_bits_float(uint32_t u) {
   float x;
   std::memcpy(&x, &u, 4);
   return x;
-#endif
+}
+LMT_HD inline uint32_t float_bits(float x) {
+  return LMT_HOST_OR_DEVICE(host_float_bits(x), __float_as_uint(x));
+}
+LMT_HD inline float bf16_to_float(uint16_t b) {
+  return LMT_HOST_OR_DEVICE(host_bits_float(uint32_t(b) << 16), __uint_as_float(uint32_t(b) << 16));
 }
 // x rounded to bf16 stochastically by the 16 random bits r: the 16 bits bf16 drops are added to
 // r, the carry (with probability dropped / 2^16) rounds the magnitude up; so E[result] = x
@@ -72,47 +75,15 @@ LMT_HD inline uint16_t round_bf16_stochastic(float x, uint32_t r) {
   return uint16_t((u + (r & 0xffffu)) >> 16);
 }
 
-// Each op rounded once, as IEEE says, on the host and on the GPU.
+// Each op rounded once, as IEEE says, on the host and on the GPU whatever nvcc's flags (the
+// intrinsics are never contracted into fmas, nor approximated by fast division or square root).
 template <typename T> LMT_HD inline T fma_rn(T a, T b, T c) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4) return __fmaf_rn(a, b, c);
-  else return __fma_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
+  return LMT_HOST_OR_DEVICE(std::fma(a, b, c), __fmaf_rn(a, b, c));
 }
-template <typename T> LMT_HD inline T add_rn(T a, T b) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4) return __fadd_rn(a, b);
-  else return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-template <typename T> LMT_HD inline T mul_rn(T a, T b) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4) return __fmul_rn(a, b);
-  else return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-template <typename T> LMT_HD inline T div_rn(T a, T b) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4) return __fdiv_rn(a, b);
-  else return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-template <typename T> LMT_HD inline T sqrt_rn(T a) {
-#ifdef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4) return __fsqrt_rn(a);
-  else return __dsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
+template <typename T> LMT_HD inline T add_rn(T a, T b) { return LMT_HOST_OR_DEVICE(a + b, __fadd_rn(a, b)); }
+template <typename T> LMT_HD inline T mul_rn(T a, T b) { return LMT_HOST_OR_DEVICE(a * b, __fmul_rn(a, b)); }
+template <typename T> LMT_HD inline T div_rn(T a, T b) { return LMT_HOST_OR_DEVICE(a / b, __fdiv_rn(a, b)); }
+template <typename T> LMT_HD inline T sqrt_rn(T a) { return LMT_HOST_OR_DEVICE(std::sqrt(a), __fsqrt_rn(a)); }
 
 // One step's scalars in T, made on the host from the step (both backends use these bits).
 template <typename T> struct AdamWBf16Scalars {

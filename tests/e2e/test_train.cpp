@@ -70,9 +70,14 @@ TEST_CASE("train: zero1 on 2 ranks follows flat's curve and holds half the optim
   CHECK(zero_row.substr(zero_row.rfind(',') + 1) == std::to_string(2 * 1624 * 4));
 }
 
+// The tiny model on 2 ranks for 6 steps, a checkpoint every 3, with `sets` added.
+std::string six_steps_on_two_ranks(const std::string& sets) {
+  return lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+         " --set train.steps=6 --set train.checkpoint_every=3" + sets;
+}
+
 TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one (2 ranks)") {
-  std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
-                     " --set train.steps=6 --set train.checkpoint_every=3";
+  std::string base = six_steps_on_two_ranks("");
   for (std::string prec : {"fp32", "bf16", "fp64"}) {
     INFO(prec);
     TempDir dir;  // one run's checkpoints per directory
@@ -99,9 +104,7 @@ TEST_CASE("train: zero1 checkpoints hold the whole moments and masters, resume b
   for (std::string prec : {"fp32", "bf16"}) {
     INFO(prec);
     TempDir dir;
-    std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
-                       " --set model.precision=" + prec +
-                       " --set train.steps=6 --set train.checkpoint_every=3";
+    std::string base = six_steps_on_two_ranks(" --set model.precision=" + prec);
     auto z = [&](const std::string& sub) { return checkpoint_path(dir.path + "/" + sub, 6); };
     auto a = run(base + " --set ddp.strategy=zero1 --set train.checkpoint_dir=" + dir.path + "/a");
     auto f = run(base + " --set ddp.strategy=flat --set train.checkpoint_dir=" + dir.path + "/f");
@@ -139,9 +142,8 @@ TEST_CASE("train: bf16 optimizer state is checkpointed as BF16 moments, resumes 
   for (std::string strategy : {"flat", "zero1"}) {
     INFO(strategy);
     TempDir dir;
-    std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
-                       " --set optim.state_dtype=bf16 --set ddp.strategy=" + strategy +
-                       " --set train.steps=6 --set train.checkpoint_every=3 --set train.log_every=1";
+    std::string base = six_steps_on_two_ranks(" --set optim.state_dtype=bf16 --set ddp.strategy=" +
+                                              strategy + " --set train.log_every=1");
     auto a = run(base + " --set train.checkpoint_dir=" + dir.path + "/a");
     auto b = run(base + " --set train.checkpoint_dir=" + dir.path + "/b --set train.resume=" +
                  checkpoint_path(dir.path + "/a", 3));
