@@ -35,9 +35,11 @@ Plan train_plan(const Config& c, int world) {
   return make_plan(k);
 }
 
-// Bytes of one checkpoint of c.model (parameters and both moments; the header is small).
+// Bytes of one checkpoint of c.model (parameters and both moments, each in its dtype; the
+// header is small).
 uint64_t checkpoint_bytes(const Config& c) {
-  return 3 * train_plan(c, 1).param_count * (c.model.precision == "fp64" ? 8 : 4);
+  const Plan p = train_plan(c, 1);
+  return p.param_count * uint64_t(p.elem_bytes + 2 * p.moment_bytes);
 }
 
 std::string dir_error(const Config& c, const std::string& what) {
