@@ -14,7 +14,8 @@ build/lmtrain with the same config, seed and data, its output kept in
 The curves come from the progress lines (one every train.log_every steps): the validation loss
 where the lines carry one (VAL_LOSS below; --metric auto picks it when present), else the
 training loss (the mean over the interval, all ranks). Writes <out>/optimizer_state.png and
-<out>/optimizer_state.md (the command, the device line, the final losses per choice).
+<out>/optimizer_state.md (the command, the device line, and per choice the final loss, the time
+per step and rank 0's optimizer bytes from the CSV's last row of that choice).
 """
 import argparse
 import datetime
@@ -55,6 +56,18 @@ def curves(log_text):
         val.append(float(v.group(1)) if v else None)
     has_val = any(v is not None for v in val)
     return steps, train, (val if has_val else None)
+
+
+def csv_columns(csv_path, choice):
+    """ms_per_step and optimizer_bytes_rank0 of the choice's last row in lmtrain's CSV (its
+    [optim] keys equal to the choice's), or None where the CSV has no such row."""
+    import csv
+    want = dict(("optim." + k, v) for k, _, v in (p.partition("=") for p in choice.split(",")))
+    if not os.path.exists(csv_path):
+        return None
+    with open(csv_path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if all(r.get(k) == v for k, v in want.items())]
+    return (rows[-1]["ms_per_step"], rows[-1]["optimizer_bytes_rank0"]) if rows else None
 
 
 def main():
@@ -149,10 +162,12 @@ def main():
         f.write(f"{device}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}  \n")
         f.write(f"Curves: {what}; plot: {os.path.basename(png)}\n\n")
         f.write(f"| choice | final step | final {'validation' if use_val else 'training'} loss |"
-                f" difference from {base_choice} |\n|---|---|---|---|\n")
+                f" difference from {base_choice} | ms per step | optimizer bytes (rank 0) |\n"
+                "|---|---|---|---|---|---|\n")
         for choice, (steps, train, val) in runs.items():
             y = (val if use_val else train)[-1]
-            f.write(f"| {choice} | {steps[-1]} | {y:.4f} | {y - base[-1]:+.4f} |\n")
+            ms, opt_bytes = csv_columns(csv_path, choice) or ("", "")
+            f.write(f"| {choice} | {steps[-1]} | {y:.4f} | {y - base[-1]:+.4f} | {ms} | {opt_bytes} |\n")
     print(open(md).read())
     print(f"written: {png}, {md}")
 
