@@ -43,7 +43,8 @@ CsvRow bench_columns(const Config& c) {
   for (auto m : {"fwd", "fwd_bwd", "step"})
     for (auto stat : {"mean", "std", "median", "min", "max"}) row.add(strf("%s_ms_%s", m, stat), "");
   for (auto name : {"tokens_per_s", "tflops", "mfu", "mem_total_bytes", "mem_forward_bytes",
-                    "world_size", "comm_ms", "exposed_ms", "compute_ms", "optimizer_bytes"})
+                    "world_size", "comm_ms", "exposed_ms", "compute_ms", "optimizer_bytes",
+                    "optimizer_ms_median"})
     row.add(name, "");
   return row;
 }
@@ -278,6 +279,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
       row.set("exposed_ms", strf("%.4f", exposed_median));
       row.set("compute_ms", strf("%.4f", ss.median - exposed_median));
       row.set("optimizer_bytes", strf("%.0f", tag(MemTag::optimizer)));
+      row.set("optimizer_ms_median", strf("%.4f", summarize(phases.back()).median));
       append_csv(cl.csv_path, row);
     }
   }
