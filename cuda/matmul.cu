@@ -4,8 +4,9 @@
 // Accumulation is fp32, and so is D unless asked for in bf16. Operands are fp32 (compute fp32,
 // or TF32 tensor cores under the tf32 policy) or bf16 (bf16 tensor cores; to_bf16 rounds fp32 to
 // nearest even first).
-// D = alpha op(A) op(B) + beta C, beta 1 where C is given (another buffer laid out as D: the
-// epilogue adds it, so the residual adds of the model cost no pass of their own), else 0.
+// D = alpha op(A) op(B) + beta C, beta 1 where C is given (laid out as D: the epilogue adds it,
+// so the residual adds of the model cost no pass of their own; or D itself, D += op(A) op(B): the
+// weight gradients of gradient accumulation's later micro-batches), else 0.
 // Each problem's algorithm is chosen on its first call and kept with its descriptors, so a later
 // call costs one map lookup on the host. The choice: cuBLASLt's heuristic offers up to
 // kCandidates algorithms in its order of preference; those that sum each output in the same
@@ -14,7 +15,8 @@
 // never also C, so running it again leaves its result as it was) and timed (the median of
 // kTuneReps runs after one more), and the fastest is kept among those whose D is bit for bit the
 // first choice's (a hash of D's bytes compared): results never depend on the timing, so runs
-// stay reproducible. Bits equal on one call's operands alone do not prove that: a candidate
+// stay reproducible. A call that adds into D itself is not tuned (each run would add again): it
+// takes the first choice. Bits equal on one call's operands alone do not prove that: a candidate
 // that splits K otherwise can agree there and not on the next call's, and a second backend,
 // timing differently, would then compute other bits (seen on tiny shapes).
 #include <cublasLt.h>
@@ -180,12 +182,12 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                       Operands ops, bool d_bf16, const void* C) {
   LMT_ASSERT(!d_bf16 || ops == Operands::bf16, "a bf16 D takes bf16 operands");
   LMT_ASSERT(!C || !d_bf16, "an addend C is fp32, as D");
-  LMT_ASSERT(C != D, "D = op(A) op(B) + C into C itself would not run twice alike (tuning)");
   const Call call{A, B, C ? C : D, D, alpha, C ? 1.0f : 0.0f};
   const int64_t align_a = alignment(A), align_b = alignment(B), align_c = alignment(call.C),
                 align_d = alignment(D);
   const Key key{transA, transB, M, N, K, lda, ldb, ldd, strideA, strideB, strideD, batch,
-                int64_t(ops), d_bf16, C != nullptr, align_a, align_b, align_c, align_d};
+                int64_t(ops), d_bf16, C ? (C == D ? 2 : 1) : 0, align_a, align_b, align_c,
+                align_d};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     const cudaDataType in = ops == Operands::bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -223,7 +225,7 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       LMT_FATAL(strf("cuBLASLt has no algorithm for a %lld x %lld x %lld matmul",
                      (long long)M, (long long)N, (long long)K));
     const size_t d_bytes = size_t((batch - 1) * strideD + (M - 1) * ldd + N) * (d_bf16 ? 2 : 4);
-    p.algo = found > 1 ? tune(p, cand.data(), found, call, d_bytes) : cand[0].algo;
+    p.algo = found > 1 && C != D ? tune(p, cand.data(), found, call, d_bytes) : cand[0].algo;
     it = plans_.emplace(key, p).first;
   }
   LT_CHECK(matmul(it->second, it->second.algo, call));

@@ -99,12 +99,12 @@ __global__ void rmsnorm_dg_chunk_kernel(const float* x, const float* rstd, const
   put4<Vec4>(chunk_sums + blockIdx.y * d, i, total);
 }
 
-__global__ void rmsnorm_dg_sum_kernel(const float* chunk_sums, float* dg, int64_t d) {
+__global__ void rmsnorm_dg_sum_kernel(const float* chunk_sums, float* dg, int64_t d, bool add) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= d) return;
   float total = 0;
   for (int c = 0; c < kRmsnormDgChunks; ++c) total += chunk_sums[c * d + i];
-  dg[i] = total;
+  dg[i] = add ? dg[i] + total : total;
 }
 
 }  // namespace
@@ -138,7 +138,7 @@ void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rs
 }
 
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                 void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d,
+                 void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d, bool add_dg,
                  cudaStream_t s) {
   auto* dx16 = static_cast<__nv_bfloat16*>(dx_bf16);
   if (vec4_rows(d, {x, g, dy, dx, dx16}))
@@ -152,7 +152,7 @@ void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float*
   if (vec4) rmsnorm_dg_chunk_kernel<true><<<grid, block, 0, s>>>(x, rstd, dy, scratch, rows, d);
   else rmsnorm_dg_chunk_kernel<false><<<grid, block, 0, s>>>(x, rstd, dy, scratch, rows, d);
   CUDA_LAUNCH_CHECK();
-  rmsnorm_dg_sum_kernel<<<blocks_for(d, 256), 256, 0, s>>>(scratch, dg, d);
+  rmsnorm_dg_sum_kernel<<<blocks_for(d, 256), 256, 0, s>>>(scratch, dg, d, add_dg);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -148,12 +148,14 @@ template <typename T> class Backend {
   // linear_fwd's residual, if not null, is added to y (y = x w^T + residual, both in T).
   virtual void linear_fwd(View<const T> x, const T* w, View<T> y, int64_t M, int64_t N,
                           int64_t K, Precision p, const T* residual) = 0;
+  // The weight gradients (linear_bwd's dw, rmsnorm_bwd's dg) are written or added to as gw says.
   virtual void linear_bwd(View<const T> x, const T* w, View<const T> dy, View<T> dx, T* dw,
-                          int64_t M, int64_t N, int64_t K, Precision p) = 0;
+                          int64_t M, int64_t N, int64_t K, Precision p,
+                          GradWrite gw = GradWrite::set) = 0;
   virtual void rmsnorm_fwd(const T* x, const T* g, View<T> y, T* rstd, int64_t rows, int64_t d,
                            double eps) = 0;
   virtual void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
-                           int64_t rows, int64_t d, T* dx_bf16) = 0;
+                           int64_t rows, int64_t d, T* dx_bf16, GradWrite gw = GradWrite::set) = 0;
   virtual void rope(View<T> x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
                     double theta, bool inverse) = 0;
   // Attention saves `saved` for backward: the probabilities [B, H, T, T] (naive, where only the

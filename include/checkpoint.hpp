@@ -6,7 +6,8 @@
 // Metadata: format, step, world_size, adam_t, optim.state_dtype ("fp32" or "bf16"; a file
 // without it is fp32), rng.<rank> (each rank's data Rng, four hex words),
 // run_id (drawn when a run starts fresh, kept by its resumes), seed and data (what the data
-// streams came from: data_identity), the resolved config as TOML, and checksum: FNV-1a 64 of
+// streams came from: data_identity), batch_size and grad_accum, the resolved config as TOML, and
+// checksum: FNV-1a 64 of
 // every other metadata entry, every tensor's name, dtype, shape and offsets, and the data
 // section, so that no edit of the header (valid JSON or not) or of the data loads.
 #pragma once
@@ -35,6 +36,8 @@ struct Resumed {
   int64_t step = 0;          // the step to continue from
   std::string run_id;
   std::string seed, data;    // run.seed and data_identity() of the run that wrote it
+  int64_t batch_size = 0;    // its train.batch_size (0: not recorded) and train.grad_accum
+  int64_t grad_accum = 1;
 };
 
 // Loads the parameters into model and the optimizer state into opt; fills this world's Rng
@@ -59,6 +62,12 @@ std::string data_identity(const Config& c);
 // One line when resuming under another run.seed or data than the checkpoint's run used (the run
 // continues: its data streams are then not those it was on); empty when they are the same.
 std::string resume_mismatch(const Config& c, const Resumed& r);
+
+// Resuming under another train.grad_accum is refused (UsageError) unless batch_size x grad_accum,
+// the sequences a rank contributes to an optimizer step, is unchanged: the data streams then
+// continue as they were (micro-batches draw their sequences in order) and the steps see the
+// same batch.
+void check_resume_batch(const Config& c, const Resumed& r);
 
 std::string checkpoint_path(const std::string& dir, int64_t step);
 

@@ -28,7 +28,7 @@ struct Config {
     int64_t head_dim() const { return d_model / num_heads; }
   } model;
   struct Train {
-    int64_t batch_size = 8, steps = 200, log_every = 20, checkpoint_every = 0;
+    int64_t batch_size = 8, grad_accum = 1, steps = 200, log_every = 20, checkpoint_every = 0;
     std::string checkpoint_dir = "", resume = "";
     int64_t overwrite = 0;  // 1: checkpoints may go where another run's are
   } train;

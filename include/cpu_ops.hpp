@@ -3,8 +3,8 @@
 // Written for clarity, not speed: this is the oracle the CUDA kernels are tested against and
 // what lets CI train on machines without a GPU. Instantiated for float and double. All tensors
 // are row-major; "+=" in a comment means the op accumulates into that output (the residual
-// stream's gradient, the embedding's rows), every other output is overwritten (the weight
-// gradients among them: each weight's gradient is made by one op, once a step).
+// stream's gradient, the embedding's rows), every other output is overwritten, but for the weight
+// gradients, which each op writes as its GradWrite says.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,6 +21,10 @@ float round_tf32(float x);  // round to nearest even, 10 mantissa bits
 float round_bf16(float x);  // round to nearest even, 7 mantissa bits
 template <typename T> T round_to(Precision p, T x);
 
+// How an op writes a weight's gradient: overwritten (the first micro-batch of an optimizer step),
+// or added to (the later ones: gradient accumulation, train.grad_accum).
+enum class GradWrite { set, add };
+
 // One AdamW step's scalars (the update rule is in optimizer.hpp).
 struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
@@ -34,18 +38,18 @@ namespace cpu {
 // y[M,N] = x[M,K] @ w[N,K]^T  (a Linear layer; w as PyTorch stores it)
 template <typename T>
 void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, Precision p);
-// dx[M,K] = dy @ w;  dw[N,K] = dy^T @ x (both written: every weight's gradient is made once a step)
+// dx[M,K] = dy @ w;  dw[N,K] = dy^T @ x (= or += as gw says)
 template <typename T>
 void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
-                int64_t K, Precision p);
+                int64_t K, Precision p, GradWrite gw = GradWrite::set);
 
 // y = x / sqrt(mean(x^2) + eps) * g over rows of length d; rstd[row] saved for backward
 template <typename T>
 void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d, double eps);
-// dx += d/dx (accumulates: dx is where the residual stream's gradient sums);  dg = d/dg
+// dx += d/dx (accumulates: dx is where the residual stream's gradient sums);  dg = or += d/dg
 template <typename T>
 void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg, int64_t rows,
-                 int64_t d);
+                 int64_t d, GradWrite gw = GradWrite::set);
 
 // Rotates adjacent pairs (x[2i], x[2i+1]) of each head by angle t * theta^(-2i/dh), in place.
 // Element (b, t, h, i) lives at x[(b*T + t)*row_stride + h*dh + i]. inverse = rotate back, which

@@ -21,9 +21,9 @@ void embedding_bwd(const int32_t* tokens, const int32_t* order, const float* dou
 void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rstd, int64_t rows,
                  int64_t d, double eps, cudaStream_t s);
 // scratch: kRmsnormDgChunks * d floats (dg's partial sums). dx_bf16: null, or __nv_bfloat16*
-// that receives the updated dx rounded.
+// that receives the updated dx rounded. add_dg: dg += the sum (else dg = it).
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                 void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d,
+                 void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d, bool add_dg,
                  cudaStream_t s);
 constexpr int kRmsnormDgChunks = 32;
 // x is float*, or __nv_bfloat16* with bf16. table: float2 (cos, sin) of angle
@@ -69,7 +69,7 @@ enum class Operands { fp32, tf32, bf16 };
 // cuda/matmul.cu) and kept. A and B are float* or, for Operands::bf16, __nv_bfloat16*; D is
 // float*, or __nv_bfloat16* (rounded from the fp32 result) with d_bf16, for bf16 operands only.
 // C, if given, is an fp32 buffer laid out as D (the epilogue adds it: D = alpha op(A) op(B) + C
-// without a pass of its own).
+// without a pass of its own), or D itself (D += alpha op(A) op(B); such a call is not tuned).
 class Gemm {
  public:
   // workspace: kWorkspaceBytes, the algorithms' scratch and the tuning's hash.
@@ -104,7 +104,7 @@ class Gemm {
                             const Call& c, size_t d_bytes);
   uint64_t hash_of(const void* D, size_t bytes);  // waits for the stream
   // transA, transB, M, N, K, lda, ldb, ldd, strides, batch, operands, d_bf16, whether C is
-  // added, the pointers' alignments: what the chosen algorithm depends on.
+  // added (and whether it is D), the pointers' alignments: what the chosen algorithm depends on.
   using Key = std::array<int64_t, 19>;
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_;

@@ -47,12 +47,13 @@ template <typename T> class Model {
     forward_ops(false, 1);
     return loss();
   }
-  // Gradients of the last forward into `grads` (overwritten), calling sync.ready() per group.
-  void backward(GradSync* sync = nullptr);
+  // Gradients of the last forward into `grads`, overwriting them (gw = set) or added to them
+  // (add: gradient accumulation's later micro-batches), calling sync.ready() per group.
+  void backward(GradSync* sync = nullptr, GradWrite gw = GradWrite::set);
   // Records forward's backend work (for grad_divisor) and backward() without a sync as backend
   // replays (Backend::capture: CUDA graphs), which they run from then on instead of launching op
-  // by op. A forward and a backward must have run before (the ops' first-call work); the backend
-  // must record (the GPU's).
+  // by op: the backward of each GradWrite that has run. A forward and each such backward must
+  // have run before (the ops' first-call work); the backend must record (the GPU's).
   void record(double grad_divisor = 1);
   bool replays() const { return fwd_replay_ != nullptr; }
 
@@ -106,8 +107,10 @@ template <typename T> class Model {
 
   void set_batch(const int32_t* inputs, const int32_t* targets);
   void forward_ops(bool grad, double grad_divisor);  // grad: the logits' gradient too
-  void backward_ops(GradSync* sync);
-  std::unique_ptr<typename Backend<T>::Replay> fwd_replay_, bwd_replay_;
+  void backward_ops(GradSync* sync, GradWrite gw);
+  // bwd_replay_[gw]: the recorded backward of each GradWrite (null: not recorded, not yet run).
+  std::unique_ptr<typename Backend<T>::Replay> fwd_replay_, bwd_replay_[2];
+  bool ran_[2] = {false, false};  // whether a backward of each GradWrite has run
   double replay_divisor_ = 1;
 
   std::unique_ptr<BackendArray<T>> activations_, scratch_;

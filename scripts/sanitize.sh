@@ -8,8 +8,11 @@
 #     classifier's unaligned rows): embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, AdamW, the
 #     reductions and the matmuls.
 # cuBLASLt's own nvjet_* kernels report shared-memory WAR hazards under racecheck that are the
-# library's (its kernels order those accesses by means racecheck does not follow), so racecheck
-# leaves kernels whose name holds nvjet_ out (--kernel-name-exclude); every other tool checks them.
+# library's (its kernels order those accesses by means racecheck does not follow): racecheck
+# checks them, but only hazards reported in kernels other than nvjet_* count, and the line says
+# how many of the library's it left out. (Leaving them uninstrumented, --kernel-name-exclude,
+# made racecheck fail on an H100 with "The Sanitizer failed to handle a hardware exception" in
+# cuBLASLt's first calls, which memcheck, with every kernel instrumented, ran clean.)
 # racecheck is by far the slowest tool (the whole attention grid took over 4 minutes on an H100
 # before reaching its last rows), so it takes one odd length and our own attention kernels
 # (flash, flash-mma), which are the ones with shared memory to race on.
@@ -32,22 +35,27 @@ train=(--config configs/models/tiny.toml --set run.device=cuda --set model.vocab
        --set train.steps=3 --set train.log_every=1)
 status=0
 for tool in memcheck racecheck synccheck initcheck; do
-  extra=()
-  [ "$tool" = racecheck ] && extra=(--kernel-name-exclude kns=nvjet_)
   line="" errors=0
   for run in attention train; do
     declare -n args=$run
     [ "$tool" = racecheck ] && [ "$run" = attention ] && declare -n args=attention_racecheck
     log=$logs/$tool-$run.log
-    "$san" --tool "$tool" "${extra[@]}" --error-exitcode 99 --print-limit 20 "$bin" "${args[@]}" \
-      > "$log" 2>&1
+    "$san" --tool "$tool" --error-exitcode 99 --print-limit 1000 "$bin" "${args[@]}" > "$log" 2>&1
     rc=$?
     n=$(grep -aoE "(ERROR|RACECHECK) SUMMARY: [0-9]+" "$log" | grep -oE "[0-9]+$" | tail -1)
+    library=0
+    if [ "$tool" = racecheck ]; then
+      # A hazard is reported over two lines (the two accesses); count those naming no nvjet_.
+      read -r n library < <(awk '/Race reported between/ { pair = $0; getline; pair = pair $0;
+                                  if (pair ~ /nvjet_/) lib++; else ours++ }
+                                END { print ours + 0, lib + 0 }' "$log")
+      [ "$rc" -eq 99 ] && [ "$n" -eq 0 ] && ! grep -aq "Internal Sanitizer Error" "$log" && rc=0
+    fi
     if [ "$rc" -ne 0 ] || [ "${n:-0}" -ne 0 ]; then
-      errors=$((errors + ${n:-1}))
+      errors=$((errors + (${n:-0} > 0 ? ${n:-0} : 1)))  # a failed run with no report counts
       line+=" $run: ${n:-?} errors (exit $rc, $log);"
     else
-      line+=" $run: clean;"
+      line+=" $run: clean$([ "$library" -gt 0 ] && echo " (cuBLASLt's nvjet_ hazards left out: $library)");"
     fi
   done
   printf "%-10s %s\n" "$tool" "${line% ;}"

@@ -72,6 +72,8 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
                                           (unsigned long long)rngs[r][2], (unsigned long long)rngs[r][3]));
   w.set("run_id", run_id);
   w.set("seed", std::to_string(c.run.seed));
+  w.set("batch_size", std::to_string(c.train.batch_size));
+  w.set("grad_accum", std::to_string(c.train.grad_accum));
   w.set("data", data_identity(c));
   w.set("config", config_to_toml(c));
   std::map<std::string, TensorInfo> tensors(w.tensors().begin(), w.tensors().end());
@@ -133,7 +135,13 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
       throw UsageError(strf("%s: malformed rng.%d", path.c_str(), r));
     for (int i = 0; i < 4; ++i) rngs[size_t(r)][size_t(i)] = w[i];
   }
-  return {std::stoll(meta("step")), meta("run_id"), meta("seed"), meta("data")};
+  // Checkpoints written before gradient accumulation record neither: one micro-batch a step.
+  auto meta_or = [&](const char* key, int64_t absent) {
+    auto it = st.metadata.find(key);
+    return it == st.metadata.end() ? absent : std::stoll(it->second);
+  };
+  return {std::stoll(meta("step")), meta("run_id"), meta("seed"), meta("data"),
+          meta_or("batch_size", 0), meta_or("grad_accum", 1)};
 }
 
 std::string checkpoint_run_id(const std::string& path) {
@@ -167,6 +175,20 @@ std::string resume_mismatch(const Config& c, const Resumed& r) {
   if (now.empty()) return "";
   return strf("resuming %s with %s; its run had %s: continuing, on other data streams than the "
               "interrupted run's", c.train.resume.c_str(), now.c_str(), then.c_str());
+}
+
+void check_resume_batch(const Config& c, const Resumed& r) {
+  const Config::Train& t = c.train;
+  if (r.grad_accum == t.grad_accum || r.batch_size * r.grad_accum == t.batch_size * t.grad_accum)
+    return;
+  throw UsageError(strf(
+      "train.grad_accum = %lld with train.batch_size = %lld: %s was written by a run of "
+      "train.grad_accum = %lld%s; resuming changes the tokens per optimizer step (set the two so "
+      "that batch_size x grad_accum stays %s)",
+      (long long)t.grad_accum, (long long)t.batch_size, t.resume.c_str(), (long long)r.grad_accum,
+      r.batch_size ? strf(" and batch_size = %lld", (long long)r.batch_size).c_str()
+                   : " (its batch_size not recorded)",
+      r.batch_size ? std::to_string(r.batch_size * r.grad_accum).c_str() : "its run's"));
 }
 
 template void save_checkpoint(const std::string&, const Config&, const ParamLayout&,

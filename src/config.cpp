@@ -192,7 +192,11 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "matmul input rounding; master weights, grads and optimizer stay fp32 (fp64: all)"),
       str_field("model", "attention", &m.attention, {"flash", "naive"},
                 "GPU attention kernel; the CPU backend has one reference for both"),
-      int_field("train", "batch_size", &t.batch_size, 1, "sequences per rank per step"),
+      int_field("train", "batch_size", &t.batch_size, 1,
+                "sequences per rank per micro-batch (one forward and backward)"),
+      int_field("train", "grad_accum", &t.grad_accum, 1,
+                "micro-batches per optimizer step, their gradients summed: a step sees "
+                "world x batch_size x grad_accum sequences"),
       int_field("train", "steps", &t.steps, 0, "optimizer steps in total (a resumed run included)"),
       int_field("train", "log_every", &t.log_every, 1, "steps between progress lines"),
       int_field("train", "checkpoint_every", &t.checkpoint_every, 0,

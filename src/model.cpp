@@ -174,9 +174,10 @@ template <typename T> std::vector<T> Model<T>::logits_host() const {
 
 template <typename T> void Model<T>::record(double grad_divisor) {
   fwd_replay_ = be.capture([&] { forward_ops(true, grad_divisor); });
-  bwd_replay_ = be.capture([&] { backward_ops(nullptr); });
-  LMT_ASSERT(fwd_replay_ && bwd_replay_, std::string("the ") + be.name() +
-                                             " backend records no replays (CUDA graphs)");
+  for (GradWrite gw : {GradWrite::set, GradWrite::add})
+    if (ran_[int(gw)]) bwd_replay_[int(gw)] = be.capture([&] { backward_ops(nullptr, gw); });
+  LMT_ASSERT(fwd_replay_ && bwd_replay_[0], std::string("the ") + be.name() +
+                                                " backend records no replays (CUDA graphs)");
   replay_divisor_ = grad_divisor;
 }
 
@@ -188,10 +189,11 @@ void Model<T>::forward(const int32_t* inputs, const int32_t* targets, double gra
   fwd_replay_->run();
 }
 
-template <typename T> void Model<T>::backward(GradSync* sync) {
-  if (!bwd_replay_) return backward_ops(sync);
+template <typename T> void Model<T>::backward(GradSync* sync, GradWrite gw) {
+  if (!replays()) return backward_ops(sync, gw);
   LMT_ASSERT(!sync, "a recorded backward synchronises no gradients");
-  bwd_replay_->run();
+  LMT_ASSERT(bwd_replay_[int(gw)], "this backward was not recorded (it had not run)");
+  bwd_replay_[int(gw)]->run();
 }
 
 template <typename T> void Model<T>::forward_ops(bool grad, double grad_divisor) {
@@ -222,41 +224,43 @@ template <typename T> void Model<T>::forward_ops(bool grad, double grad_divisor)
                    grad ? 1.0 / (double(n) * grad_divisor) : 0.0);
 }
 
-template <typename T> void Model<T>::backward_ops(GradSync* sync) {
+template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) {
   const int64_t n = B * T_, d = cfg.d_model, f = cfg.d_ff, V = cfg.vocab_size;
   const int64_t H = cfg.num_heads, dh = cfg.head_dim(), L = cfg.num_layers;
   const T* P = params_.data();
   T* G = grads_.data();
   NvtxRange range("backward");
-  // Every weight's gradient is written once by its op (linear_bwd, rmsnorm_bwd), so only the
-  // embedding's, which embedding_bwd adds into row by token, starts from zero.
+  ran_[int(gw)] = true;
+  // Every weight's gradient is written once by its op (linear_bwd, rmsnorm_bwd: set, or added
+  // to), so only the embedding's, which embedding_bwd adds into row by token, starts from zero
+  // (unless added to).
   const ParamView& emb = layout.get("token_embeddings.weight");
-  be.zero_bytes(G + emb.offset, emb.numel * sizeof(T));
+  if (gw == GradWrite::set) be.zero_bytes(G + emb.offset, emb.numel * sizeof(T));
   if (sync) sync->begin_step();
   size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
   // The residual stream's gradient dx_ as the W2 and output projections read it: under bf16,
   // the copy rounded by the RMSNorm backward that last updated dx_.
   const View<const T> dres = act(mm16 ? dx16_ : dx_);
   // logits_ holds their gradient now (cross_entropy wrote it in place).
-  be.linear_bwd(act(hf_), P + head, act(logits_), dh_, G + head, n, V, d, precision);
+  be.linear_bwd(act(hf_), P + head, act(logits_), dh_, G + head, n, V, d, precision, gw);
   be.zero_bytes(dx_, size_t(n * d) * sizeof(T));  // rmsnorm_bwd adds into it
-  be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d, mm16 ? dx16_ : nullptr);
+  be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d, mm16 ? dx16_ : nullptr, gw);
   if (sync) sync->ready(0);
   for (int64_t l = L - 1; l >= 0; --l) {  // dx_ holds the gradient of x_[l + 1]
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
-    be.linear_bwd(act(a.g), P + w.w2, dres, act(dg_), G + w.w2, n, d, f, precision);
+    be.linear_bwd(act(a.g), P + w.w2, dres, act(dg_), G + w.w2, n, d, f, precision, gw);
     be.swiglu_bwd(act(a.u), act(dg_), act(du_), n, f);
-    be.linear_bwd(act(a.h2), P + w.w31, act(du_), dh_, G + w.w31, n, 2 * f, d, precision);
+    be.linear_bwd(act(a.h2), P + w.w31, act(du_), dh_, G + w.w31, n, 2 * f, d, precision, gw);
     be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dx_, G + w.ln2, n, d,  // dx_: x_mid's
-                   mm16 ? dx16_ : nullptr);
-    be.linear_bwd(act(a.att), P + w.wo, dres, act(datt_), G + w.wo, n, d, d, precision);
+                   mm16 ? dx16_ : nullptr, gw);
+    be.linear_bwd(act(a.att), P + w.wo, dres, act(datt_), G + w.wo, n, d, d, precision, gw);
     be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention);
     be.rope(act(dqkv_), B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true);
-    be.linear_bwd(act(a.h1), P + w.qkv, act(dqkv_), dh_, G + w.qkv, n, 3 * d, d, precision);
+    be.linear_bwd(act(a.h1), P + w.qkv, act(dqkv_), dh_, G + w.qkv, n, 3 * d, d, precision, gw);
     be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dx_, G + w.ln1, n, d,  // x_[l]'s
-                   mm16 && l > 0 ? dx16_ : nullptr);  // layer 0's goes to the embedding, in T
+                   mm16 && l > 0 ? dx16_ : nullptr, gw);  // layer 0's goes to the embedding, in T
     if (sync) sync->ready(ParamLayout::layer_group(L, l));
   }
   be.embedding_bwd(inputs_.data(), order_.data(), dx_, G + emb.offset, n, d);

@@ -69,9 +69,9 @@ template <typename T> class CpuBackend : public Backend<T> {
     if (y.bf16()) round_bf16(y.data, M * N);
   }
   void linear_bwd(View<const T> x, const T* w, View<const T> dy, View<T> dx, T* dw, int64_t M,
-                  int64_t N, int64_t K, Precision p) override {
+                  int64_t N, int64_t K, Precision p, GradWrite gw) override {
     w = weight(w, size_t(N * K), p);
-    cpu::linear_bwd(x.data, w, dy.data, dx.data, dw, M, N, K, p);
+    cpu::linear_bwd(x.data, w, dy.data, dx.data, dw, M, N, K, p, gw);
     if (dx.bf16()) round_bf16(dx.data, M * K);
   }
   void rmsnorm_fwd(const T* x, const T* g, View<T> y, T* rstd, int64_t rows, int64_t d,
@@ -80,8 +80,8 @@ template <typename T> class CpuBackend : public Backend<T> {
     if (y.bf16()) round_bf16(y.data, rows * d);
   }
   void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
-                   int64_t rows, int64_t d, T* dx_bf16) override {
-    cpu::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, d);
+                   int64_t rows, int64_t d, T* dx_bf16, GradWrite gw) override {
+    cpu::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, d, gw);
     if (!dx_bf16) return;
     std::copy(dx, dx + rows * d, dx_bf16);
     round_bf16(dx_bf16, rows * d);

@@ -35,12 +35,12 @@ void linear_fwd(const T* x, const T* w, T* y, int64_t M, int64_t N, int64_t K, P
 
 template <typename T>
 void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, int64_t N,
-                int64_t K, Precision p) {
+                int64_t K, Precision p, GradWrite gw) {
   std::vector<T> tx, tw, tdy;
   x = rounded(x, M * K, p, tx);
   w = rounded(w, N * K, p, tw);
   dy = rounded(dy, M * N, p, tdy);
-  std::fill(dw, dw + N * K, T(0));
+  if (gw == GradWrite::set) std::fill(dw, dw + N * K, T(0));
   for (int64_t m = 0; m < M; ++m) {
     T* dxm = dx + m * K;
     for (int64_t k = 0; k < K; ++k) dxm[k] = 0;
@@ -57,7 +57,7 @@ void linear_bwd(const T* x, const T* w, const T* dy, T* dx, T* dw, int64_t M, in
 #define INSTANTIATE(T)                                                                 \
   template void linear_fwd(const T*, const T*, T*, int64_t, int64_t, int64_t, Precision); \
   template void linear_bwd(const T*, const T*, const T*, T*, T*, int64_t, int64_t, int64_t, \
-                           Precision);
+                           Precision, GradWrite);
 INSTANTIATE(float)
 INSTANTIATE(double)
 

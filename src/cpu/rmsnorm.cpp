@@ -23,8 +23,8 @@ void rmsnorm_fwd(const T* x, const T* g, T* y, T* rstd, int64_t rows, int64_t d,
 
 template <typename T>
 void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg, int64_t rows,
-                 int64_t d) {
-  std::fill(dg, dg + d, T(0));
+                 int64_t d, GradWrite gw) {
+  if (gw == GradWrite::set) std::fill(dg, dg + d, T(0));
   for (int64_t r = 0; r < rows; ++r) {
     const T *xr = x + r * d, *dyr = dy + r * d;
     double rs = double(rstd[r]), s = 0;
@@ -40,8 +40,8 @@ void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* d
 template void rmsnorm_fwd(const float*, const float*, float*, float*, int64_t, int64_t, double);
 template void rmsnorm_fwd(const double*, const double*, double*, double*, int64_t, int64_t, double);
 template void rmsnorm_bwd(const float*, const float*, const float*, const float*, float*, float*,
-                          int64_t, int64_t);
+                          int64_t, int64_t, GradWrite);
 template void rmsnorm_bwd(const double*, const double*, const double*, const double*, double*,
-                          double*, int64_t, int64_t);
+                          double*, int64_t, int64_t, GradWrite);
 
 }  // namespace lmt::cpu

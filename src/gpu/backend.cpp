@@ -166,20 +166,22 @@ class CudaBackend : public Backend<float> {
              residual);
   }
   void linear_bwd(View<const float> x, const float* w, View<const float> dy, View<float> dx,
-                  float* dw, int64_t M, int64_t N, int64_t K, Precision p) override {
+                  float* dw, int64_t M, int64_t N, int64_t K, Precision p, GradWrite gw) override {
     const void *dY = operand(dy, M * N, p, 0), *W = operand(w, N * K, p, 1);
     (*gemm_)(false, false, M, K, N, 1, dY, N, 0, W, K, 0, dx.data, K, 0, 1, ops(p), dx.bf16());
     const void* X = operand(x, M * K, p, 1);  // stream order: the matmul above read slot 1
-    (*gemm_)(true, false, N, K, M, 1, dY, N, 0, X, K, 0, dw, K, 0, 1, ops(p));
+    (*gemm_)(true, false, N, K, M, 1, dY, N, 0, X, K, 0, dw, K, 0, 1, ops(p), false,
+             gw == GradWrite::add ? dw : nullptr);  // dw += in the epilogue
   }
   void rmsnorm_fwd(const float* x, const float* g, View<float> y, float* rstd, int64_t rows,
                    int64_t d, double eps) override {
     cuda::rmsnorm_fwd(x, g, y.data, y.bf16(), rstd, rows, d, eps, stream_);
   }
   void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                   float* dg, int64_t rows, int64_t d, float* dx_bf16) override {
+                   float* dg, int64_t rows, int64_t d, float* dx_bf16, GradWrite gw) override {
     cuda::rmsnorm_bwd(x, g, rstd, dy, dx, dx_bf16, dg,
-                      workspace(size_t(cuda::kRmsnormDgChunks * d)), rows, d, stream_);
+                      workspace(size_t(cuda::kRmsnormDgChunks * d)), rows, d,
+                      gw == GradWrite::add, stream_);
   }
   void rope(View<float> x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride,
             double theta, bool inverse) override {

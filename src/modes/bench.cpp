@@ -1,6 +1,8 @@
-// bench mode: times forward, forward+backward and the full training step (with AdamW) of one
-// model size, after `warmup` untimed repetitions, with the backend's timers (CUDA events on the
-// GPU); prints mean/std/median/min/max, the step's phases, tokens/s, MFU and memory by tag.
+// bench mode: times forward, forward+backward (of one micro-batch) and the full training step
+// (train.grad_accum micro-batches, then AdamW) of one model size, after `warmup` untimed
+// repetitions, with the backend's timers (CUDA events on the GPU); prints mean/std/median/min/
+// max, the step's phases, tokens/s, MFU and memory by tag. The micro-batches of a step reuse one
+// batch of tokens (the timing does not depend on the values).
 // run.graphs = 1: forward and backward are recorded once each as a CUDA graph (after one pass as
 // usual, which makes the first-call choices and scratch) and replayed, the optimizer launched as
 // usual; what the GPU's kernel-by-kernel launching costs is the difference.
@@ -41,7 +43,8 @@ CsvRow bench_columns(const Config& c) {
   for (auto m : {"fwd", "fwd_bwd", "step"})
     for (auto stat : {"mean", "std", "median", "min", "max"}) row.add(strf("%s_ms_%s", m, stat), "");
   for (auto name : {"tokens_per_s", "tflops", "mfu", "mem_total_bytes", "mem_forward_bytes",
-                    "world_size", "comm_ms", "exposed_ms", "compute_ms", "optimizer_bytes"})
+                    "world_size", "comm_ms", "exposed_ms", "compute_ms", "optimizer_bytes",
+                    "optimizer_ms_median"})
     row.add(name, "");
   return row;
 }
@@ -57,13 +60,16 @@ struct Span {
 
 // This rank's timed steps as a trace (process `rank`): the phases on track 0, the allocated
 // memory by tag as a counter sampled at every phase boundary (`held` has phases + 1 samples per
-// step, warm-up steps first), the collectives on track 1 and the waits for them on track 2.
+// step, warm-up steps first), the collectives on track 1 and the waits for them on track 2. The
+// phases: forward and backward of each micro-batch, then the optimizer.
 ChromeTrace rank_trace(int rank, const std::vector<double>& starts,
                        const std::vector<std::vector<double>>& phases,
                        const std::vector<HeldBytes>& held, const std::vector<Span>& comm,
                        const std::vector<Span>& waits) {
   ChromeTrace trace;
-  const char* names[] = {"forward", "backward", "optimizer"};
+  auto name = [&](size_t p) {
+    return p + 1 == phases.size() ? "optimizer" : p % 2 ? "backward" : "forward";
+  };
   trace.name_process(rank, strf("rank %d", rank));
   trace.name_track(0, "step", rank);
   trace.name_track(1, "communication", rank);
@@ -79,7 +85,7 @@ ChromeTrace rank_trace(int rank, const std::vector<double>& starts,
         mib[mem_tag_name(MemTag(tag))] = double(held[first + i * per_step + p][tag]) / double(1 << 20);
       trace.counter("allocated MiB", t, mib, rank);
       if (p == phases.size()) break;
-      trace.span(names[p], t, phases[p][i] * 1e3, 0, rank);
+      trace.span(name(p), t, phases[p][i] * 1e3, 0, rank);
       t += phases[p][i] * 1e3;
     }
   }
@@ -106,7 +112,7 @@ void write_trace(const std::string& path, const Runtime& rt, const ChromeTrace& 
 template <typename T>
 int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> backend) {
   const Config& c = cl.config;
-  const int64_t B = c.train.batch_size, T_ = c.model.context_length;
+  const int64_t B = c.train.batch_size, T_ = c.model.context_length, accum = c.train.grad_accum;
   Backend<T>& be = *backend;
   std::unique_ptr<TokenSource> source;
   agree(rt, [&] {
@@ -125,15 +131,19 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   std::vector<int32_t> in(static_cast<size_t>(B * T_)), tg(static_cast<size_t>(B * T_));
   source->sample(rng, B, T_, in.data(), tg.data());
   const int64_t W = c.bench.warmup, S = c.bench.steps;
-  if (c.run.graphs) {  // one rank (check_graphs): the gradient divisor is 1
-    model.forward(in.data(), tg.data());
+  const double divisor = double(rt.world * accum);  // as train's (Trainer::step)
+  if (c.run.graphs) {  // one rank (check_graphs); a backward of each GradWrite the step runs
+    model.forward(in.data(), tg.data(), divisor);
     model.backward();
-    model.record();
+    if (accum > 1) model.backward(nullptr, GradWrite::add);
+    model.record(divisor);
   }
 
-  auto fwd = time_reps<T>(be, W, S, [&](std::vector<int>&) { model.forward(in.data(), tg.data()); });
+  auto fwd = time_reps<T>(be, W, S, [&](std::vector<int>&) {
+    model.forward(in.data(), tg.data(), divisor);
+  });
   auto fwd_bwd = time_reps<T>(be, W, S, [&](std::vector<int>&) {
-    model.forward(in.data(), tg.data());
+    model.forward(in.data(), tg.data(), divisor);
     model.backward();
   });
   std::vector<std::vector<double>> phases;
@@ -149,12 +159,15 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
       origin = be.mark();
       if (comm) comm->trace_from_here();
     }
-    held.push_back(be.memory().current);
-    model.forward(in.data(), tg.data(), rt.world);
-    marks.push_back(be.mark());
-    held.push_back(be.memory().current);
-    model.backward(sync);
-    marks.push_back(be.mark());
+    for (int64_t micro = 0; micro < accum; ++micro) {  // the last backward synchronises
+      held.push_back(be.memory().current);
+      model.forward(in.data(), tg.data(), divisor);
+      marks.push_back(be.mark());
+      held.push_back(be.memory().current);
+      model.backward(micro + 1 == accum ? sync : nullptr,
+                     micro == 0 ? GradWrite::set : GradWrite::add);
+      marks.push_back(be.mark());
+    }
     held.push_back(be.memory().current);
     NvtxRange r("optimizer");
     optimizer_step();
@@ -183,7 +196,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   if (c.bench.kernels > 0 && std::string(be.name()) == "cuda" && KernelProfile::available()) {
     KernelProfile prof;
     prof.start();
-    model.forward(in.data(), tg.data());
+    model.forward(in.data(), tg.data(), divisor);
     kernels.push_back({"forward", prof.stop()});
     prof.start();
     model.backward();
@@ -194,21 +207,29 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   }
 
   Stats sf = summarize(fwd), sfb = summarize(fwd_bwd), ss = summarize(step);
-  const double flops = forward_flops(c.model, B, T_), tokens = double(B * T_);
+  // What a step computes: every micro-batch.
+  const double flops = forward_flops(c.model, B * accum, T_), tokens = double(B * accum * T_);
   const double step_tflops = 3 * flops / (ss.median * 1e-3) / 1e12;
   const double mfu = step_tflops / c.bench.peak_tflops;
   const MemoryStats& mem = be.memory();
   auto tag = [&](MemTag t) { return double(mem.current[size_t(t)]); };
   if (rt.is_root()) {
-    printf("== lmtrain bench: %s on %s, %s, batch %lld x context %lld, warm-up %lld, %lld timed%s ==\n",
-           human_count(double(model.layout.total)).c_str(), be.device_name().c_str(),
-           c.model.precision.c_str(), (long long)B, (long long)T_, (long long)W, (long long)S,
-           model.replays() ? ", forward and backward as CUDA graphs" : "");
+    printf("== lmtrain bench: %s on %s, %s, batch %lld x context %lld%s, warm-up %lld, %lld "
+           "timed%s ==\n", human_count(double(model.layout.total)).c_str(),
+           be.device_name().c_str(), c.model.precision.c_str(), (long long)B, (long long)T_,
+           accum > 1 ? strf(", %lld micro-batches a step", (long long)accum).c_str() : "",
+           (long long)W, (long long)S, model.replays() ? ", forward and backward as CUDA graphs" : "");
     printf("%-22s %9s %9s %9s %9s %9s\n", "ms", "mean", "std", "median", "min", "max");
     for (auto [name, st] : {std::pair{"forward", sf}, {"forward+backward", sfb}, {"step (with AdamW)", ss}})
       printf("%-22s %9.3f %9.3f %9.3f %9.3f %9.3f\n", name, st.mean, st.std, st.median, st.min, st.max);
-    printf("step phases (median ms): forward %.3f, backward %.3f, optimizer %.3f\n",
-           summarize(phases[0]).median, summarize(phases[1]).median, summarize(phases[2]).median);
+    // Each micro-batch's forward and backward, then the optimizer: summed by kind, step by step.
+    std::vector<double> fwd_ms(static_cast<size_t>(S)), bwd_ms(static_cast<size_t>(S));
+    for (size_t p = 0; p + 1 < phases.size(); ++p)
+      for (size_t i = 0; i < size_t(S); ++i) (p % 2 ? bwd_ms : fwd_ms)[i] += phases[p][i];
+    printf("step phases (median ms): forward %.3f, backward %.3f, optimizer %.3f%s\n",
+           summarize(fwd_ms).median, summarize(bwd_ms).median, summarize(phases.back()).median,
+           accum > 1 ? strf(" (forward and backward: all %lld micro-batches)", (long long)accum).c_str()
+                     : "");
     if (sync)
       printf("communication (%s, %d ranks): comm %.3f ms/step (mean; %s), "
              "exposed %.3f ms/step (median: %s waited for it), compute %.3f ms/step\n",
@@ -258,6 +279,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
       row.set("exposed_ms", strf("%.4f", exposed_median));
       row.set("compute_ms", strf("%.4f", ss.median - exposed_median));
       row.set("optimizer_bytes", strf("%.0f", tag(MemTag::optimizer)));
+      row.set("optimizer_ms_median", strf("%.4f", summarize(phases.back()).median));
       append_csv(cl.csv_path, row);
     }
   }

@@ -43,8 +43,10 @@ template <typename T> class Trainer {
   int run();  // the steps from first_step_ on; the exit code
 
  private:
-  // Forward, backward, clipping and (unless a rank diverged or the job is stopping with a
-  // collective failure) the update; the verdict that every rank agreed on.
+  // An optimizer step: forward and backward of each of train.grad_accum micro-batches (their
+  // gradients summed; synchronised with the last one's backward), clipping and (unless a rank
+  // diverged or the job is stopping with a collective failure) the update; the verdict that
+  // every rank agreed on.
   StepVerdict step(int64_t step, double lr, double& gnorm);
   void log(int64_t step, double lr, double gnorm);  // the progress line (collective)
   void checkpoint(int64_t done);                   // every rank's state, written by rank 0
@@ -56,7 +58,7 @@ template <typename T> class Trainer {
   const Config& c_;
   const Runtime& rt_;
   const std::string device_;
-  const int64_t B_, T_, steps_;
+  const int64_t B_, T_, accum_, steps_;
   std::unique_ptr<Communicator> host_;  // host scalars (the loss) over MPI
   std::unique_ptr<Backend<T>> backend_;
   Training<T> training_;  // the model, its optimizer and the backend memory's communicator
@@ -81,7 +83,7 @@ template <typename T> class Trainer {
 template <typename T>
 Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string& device)
     : cl_(cl), c_(cl.config), rt_(rt), device_(device), B_(c_.train.batch_size),
-      T_(c_.model.context_length), steps_(c_.train.steps),
+      T_(c_.model.context_length), accum_(c_.train.grad_accum), steps_(c_.train.steps),
       rng_(data_rng(uint64_t(c_.run.seed), rt.rank)), last_checkpoint_(c_.train.resume),
       row_(config_columns(c_)), inputs_(static_cast<size_t>(B_ * T_)),
       targets_(static_cast<size_t>(B_ * T_)) {
@@ -110,6 +112,7 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
       const Resumed resumed = load_checkpoint(c_.train.resume, *model_, state, rt_.world, rngs);
       first_step_ = resumed.step, run_id_ = resumed.run_id;
       mismatch_ = resume_mismatch(c_, resumed);
+      check_resume_batch(c_, resumed);
       optimizer_->set_state(state);
       if (first_step_ > steps_)
         throw UsageError(strf("train.resume = \"%s\" is at step %lld, past train.steps = %lld",
@@ -127,12 +130,14 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
     }
     comm->take_comm_ms();  // the steps' communication is counted from here
   }
-  tokens_per_step_ = double(B_ * T_ * rt_.world);
+  tokens_per_step_ = double(B_ * T_ * accum_ * rt_.world);
   if (rt_.is_root()) {
     printf("== lmtrain train ==\n%s\n", config_to_toml(c_).c_str());
-    printf("device %s, %d rank(s), %s parameters, %s tokens per step%s\n", device_.c_str(),
+    printf("device %s, %d rank(s), %s parameters, %s tokens per step%s%s\n", device_.c_str(),
            rt_.world, human_count(double(model_->layout.total)).c_str(),
            human_count(tokens_per_step_).c_str(),
+           accum_ > 1 ? strf(" (%lld micro-batches of %lld x %lld a rank)", (long long)accum_,
+                             (long long)B_, (long long)T_).c_str() : "",
            c_.run.graphs ? "; forward and backward as CUDA graphs after the first step" : "");
     printf("data: %s\n", source_->describe().c_str());
     if (first_step_ > 0) printf("resumed from %s at step %lld\n", c_.train.resume.c_str(),
@@ -177,12 +182,20 @@ void Trainer<T>::print_rank_memory(MemTag tag, const char* what, const char* whe
 
 template <typename T> StepVerdict Trainer<T>::step(int64_t step, double lr, double& gnorm) {
   Model<T>& model = *model_;
-  source_->sample(rng_, B_, T_, inputs_.data(), targets_.data());
-  model.forward(inputs_.data(), targets_.data(), rt_.world);
-  const double loss = model.loss();
+  // Each micro-batch's loss gradient is divided by world x grad_accum: the summed gradients are
+  // those of the global batch's mean loss. Only the last backward synchronises them (as
+  // PyTorch's no_sync), so the overlapping strategies overlap it.
+  const double divisor = double(rt_.world * accum_);
+  double loss = 0;
+  for (int64_t micro = 0; micro < accum_; ++micro) {
+    source_->sample(rng_, B_, T_, inputs_.data(), targets_.data());
+    model.forward(inputs_.data(), targets_.data(), divisor);
+    loss += model.loss() / double(accum_);
+    model.backward(micro + 1 == accum_ ? sync_ : nullptr,
+                   micro == 0 ? GradWrite::set : GradWrite::add);
+  }
   interval_loss_ += loss;
-  model.backward(sync_);
-  if (c_.run.graphs && !model.replays()) model.record(rt_.world);  // after this process's first
+  if (c_.run.graphs && !model.replays()) model.record(divisor);  // after this process's first
   // Clipping reads the gradients on the host: fail, never hang.
   if (training_.comm) training_.comm->synchronize();
   NvtxRange range("optimizer");
@@ -289,6 +302,9 @@ template <typename T> void Trainer<T>::report() {
   const double floor = source_->loss_floor().value_or(NAN);
   printf("\n== done ==\n");
   printf("  steps         %lld (from %lld)\n", (long long)steps_, (long long)first_step_);
+  printf("  batch         %s tokens per step (%d rank(s) x %lld micro-batch(es) x %lld x %lld)\n",
+         human_count(tokens_per_step_).c_str(), rt_.world, (long long)accum_, (long long)B_,
+         (long long)T_);
   printf("  final loss    %.4f (mean of the last interval, all ranks)\n", last_loss_);
   if (!std::isnan(floor)) printf("  loss floor    %.4f (entropy rate of the source)\n", floor);
   printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);

@@ -209,3 +209,28 @@ TEST_CASE("model: matches the PyTorch reference in fp64 (logits, loss, gradients
 TEST_CASE("model: matches the PyTorch reference in fp32") {
   compare_with_torch<float>("fp32", 2e-5);
 }
+
+TEST_CASE("model: backward with GradWrite::add sums micro-batches' gradients into those of their "
+          "union (fp64), every parameter") {
+  Config::Model m = small_model("fp64");
+  auto cpu = make_cpu_backend<double>();
+  const int64_t b = 2, k = 3, T = m.context_length, n = b * T;
+  Model<double> micro(*cpu, m, b, T), whole(*cpu, m, k * b, T);
+  randomize(micro);
+  whole.set_params(micro.params_host());
+  auto in = lmt::test::rand_tokens(size_t(k * n), 11), tg = lmt::test::rand_tokens(size_t(k * n), 11);
+  // The union's mean loss: each micro-batch's gradient divided by k as well.
+  for (int64_t i = 0; i < k; ++i) {
+    micro.forward(in.data() + i * n, tg.data() + i * n, double(k));
+    micro.backward(nullptr, i == 0 ? GradWrite::set : GradWrite::add);
+  }
+  whole.forward(in.data(), tg.data());
+  whole.backward();
+  const std::vector<double> a = micro.grads_host(), w = whole.grads_host();
+  for (const ParamView& p : micro.layout.params) {
+    INFO(p.name);
+    std::vector<double> pa(a.begin() + long(p.offset), a.begin() + long(p.offset + p.numel));
+    std::vector<double> pw(w.begin() + long(p.offset), w.begin() + long(p.offset + p.numel));
+    CHECK(lmt::test::rel_err(pa, pw) < 1e-13);
+  }
+}
