@@ -203,7 +203,8 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "1: write checkpoints into a checkpoint_dir holding another run's (a run "
                 "continues its own: the resumed file's); 0: refuse, naming the file", 1),
       int_field("train", "eval_every", &t.eval_every, 0,
-                "steps between validations (0: only the final one, after the last step)"),
+                "optimizer steps between validations; one follows the last step in any case "
+                "(0: only that one)"),
       int_field("train", "eval_batches", &t.eval_batches, 0,
                 "held-out batches of batch_size windows per validation, the same ones every "
                 "time, split over the ranks; 0: no validation"),
