@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checkpoint.hpp"
+#include "gpu.hpp"
 #include "../helpers.hpp"
 #include "safetensors.hpp"
 
@@ -187,4 +188,47 @@ TEST_CASE("validation: a bad val file or value stops the run before any work, on
       }
     }
   }
+}
+
+// On a machine with a GPU: validation replayed around CUDA graphs changes nothing, and its loss
+// is the launched run's, bit for bit.
+TEST_CASE("validation on a GPU: the same losses and val loss with run.graphs = 1" *
+          doctest::skip(lmt::gpu_count() < 1)) {
+  TempDir dir;
+  const std::string csv = dir.file("graphs.csv");
+  std::vector<double> losses[2], vals[2];
+  for (int graphs : {0, 1}) {
+    auto r = run(std::string(lmt::test::lmtrain()) + kTiny +
+                 " --set run.device=cuda --set model.precision=bf16 --set train.steps=12"
+                 " --set train.log_every=4 --set train.eval_every=3 --set run.graphs=" +
+                 std::to_string(graphs) + " --csv " + csv);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    losses[graphs] = progress_losses(r.output), vals[graphs] = progress_vals(r.output);
+  }
+  CHECK(vals[0].size() == 4);
+  CHECK(losses[1] == losses[0]);
+  CHECK(vals[1] == vals[0]);
+  const std::vector<std::string> v = val_losses(csv);
+  REQUIRE(v.size() == 2);
+  CHECK(v[1] == v[0]);
+}
+
+// On a machine with 2 GPUs: 1 and 2 ranks over NCCL validate the same parameters to the same bits.
+TEST_CASE("validation on GPUs: the same val loss on 1 and 2 GPUs" *
+          doctest::skip(lmt::gpu_count() < 2)) {
+  TempDir dir;
+  const std::string csv = dir.file("gpus.csv");
+  for (int np : {1, 2}) {
+    auto r = run(lmt::test::mpirun(np) + lmt::test::lmtrain() + kTiny +
+                 " --set run.device=cuda --set model.precision=bf16 --set train.steps=0"
+                 " --set train.eval_batches=7 --csv " + csv);
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    CHECK(r.output.find("device cuda") != std::string::npos);
+  }
+  const std::vector<std::string> v = val_losses(csv);
+  REQUIRE(v.size() == 2);
+  CHECK(!v[0].empty());
+  CHECK(v[1] == v[0]);
 }
