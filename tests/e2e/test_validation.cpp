@@ -89,7 +89,8 @@ TEST_CASE("validation: the same loss to the last bit on 1, 2 and 4 ranks (synthe
   }
 }
 
-TEST_CASE("validation: a resumed run validates as the uninterrupted one did, at the same steps") {
+TEST_CASE("validation: a resumed run validates as the uninterrupted one did, at the same steps; "
+          "one resumed at its last step only validates") {
   TempDir dir;
   const std::string base = lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
                            " --set model.precision=fp32 --set train.steps=6 --set "
@@ -111,10 +112,17 @@ TEST_CASE("validation: a resumed run validates as the uninterrupted one did, at 
   CHECK(vb[1] == va[2]);
   CHECK(va[2] < va[0]);  // it learns
   CHECK(progress_losses(a.output).size() == 4);
+  // Resumed at its last step: no step, the checkpoint validated.
+  auto c = run(base + " --set train.checkpoint_dir=" + dir.path + "/c --set train.resume=" +
+               checkpoint_path(dir.path + "/a", 6) + " --csv " + csv);
+  INFO(c.output);
+  REQUIRE(c.code == 0);
+  CHECK(progress_losses(c.output).empty());
   const std::vector<std::string> v = val_losses(csv);  // after step 6, every bit
-  REQUIRE(v.size() == 2);
+  REQUIRE(v.size() == 3);
   CHECK(!v[0].empty());
   CHECK(v[1] == v[0]);
+  CHECK(v[2] == v[0]);
 }
 
 TEST_CASE("validation: evaluating every step changes no bit of training") {
