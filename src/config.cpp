@@ -210,8 +210,8 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "optimizer steps between validations; one follows the last step in any case "
                 "(0: only that one)"),
       int_field("train", "eval_batches", &t.eval_batches, 0,
-                "held-out batches of batch_size windows per validation, the same ones every "
-                "time, split over the ranks; 0: no validation"),
+                "held-out batches of batch_size windows (one micro-batch each) per validation, "
+                "the same ones every time, split over the ranks; 0: no validation"),
       real_field("optim", "lr", &o.lr, 0, false, kBig, "peak learning rate"),
       real_field("optim", "beta1", &o.beta1, 0, false, 0.999999, "AdamW first-moment decay"),
       real_field("optim", "beta2", &o.beta2, 0, false, 0.999999, "AdamW second-moment decay"),
