@@ -31,6 +31,9 @@ struct Config {
     int64_t batch_size = 8, grad_accum = 1, steps = 200, log_every = 20, checkpoint_every = 0;
     std::string checkpoint_dir = "", resume = "";
     int64_t overwrite = 0;  // 1: checkpoints may go where another run's are
+    // Validation: every eval_every steps (0: only after the last) the mean loss of eval_batches
+    // held-out batches (0: no validation).
+    int64_t eval_every = 0, eval_batches = 8;
   } train;
   struct Optim {
     double lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, grad_clip = 1.0;
@@ -43,6 +46,7 @@ struct Config {
     std::string source = "synthetic";  // synthetic | file
     std::string path = "";
     int64_t synthetic_successors = 4;  // next-token choices per token in the Markov chain
+    std::string val_path = "";  // held-out token file (source = "file")
   } data;
   struct Bench {
     int64_t warmup = 5, steps = 20, kernels = 8;

@@ -206,6 +206,12 @@ std::vector<ConfigField> config_fields(Config& c) {
       int_field("train", "overwrite", &t.overwrite, 0,
                 "1: write checkpoints into a checkpoint_dir holding another run's (a run "
                 "continues its own: the resumed file's); 0: refuse, naming the file", 1),
+      int_field("train", "eval_every", &t.eval_every, 0,
+                "optimizer steps between validations; one follows the last step in any case "
+                "(0: only that one)"),
+      int_field("train", "eval_batches", &t.eval_batches, 0,
+                "held-out batches of batch_size windows (one micro-batch each) per validation, "
+                "the same ones every time, split over the ranks; 0: no validation"),
       real_field("optim", "lr", &o.lr, 0, false, kBig, "peak learning rate"),
       real_field("optim", "beta1", &o.beta1, 0, false, 0.999999, "AdamW first-moment decay"),
       real_field("optim", "beta2", &o.beta2, 0, false, 0.999999, "AdamW second-moment decay"),
@@ -226,6 +232,9 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "of uint16 or int32"),
       int_field("data", "synthetic_successors", &d.synthetic_successors, 1,
                 "next-token choices per token in the synthetic Markov chain"),
+      str_field("data", "val_path", &d.val_path, {},
+                "held-out token file for validation (source = \"file\"; without it, no "
+                "validation; synthetic holds out a stream of its own and refuses it)"),
       str_field("ddp", "strategy", &c.ddp.strategy, {"naive", "flat", "overlap", "bucketed", "zero1"},
                 "gradient synchronisation across ranks (grad_sync.hpp); zero1 also shards AdamW"),
       real_field("ddp", "bucket_mb", &c.ddp.bucket_mb, 0, true, kBig,
@@ -377,6 +386,19 @@ void validate(const Config& c) {
     throw UsageError(strf("%s: data.synthetic_successors = %lld: expected at most "
                           "model.vocab_size = %lld", at("data.synthetic_successors").c_str(),
                           (long long)c.data.synthetic_successors, (long long)m.vocab_size));
+  if (c.data.source == "synthetic" && !c.data.val_path.empty())
+    throw UsageError(strf("%s: data.val_path = \"%s\" is set but data.source = \"synthetic\" "
+                          "(%s) validates on a held-out stream of its own: set data.source = "
+                          "\"file\"", at("data.val_path").c_str(), c.data.val_path.c_str(),
+                          at("data.source").c_str()));
+  if (c.train.eval_every > 0 && c.train.eval_batches == 0)
+    throw UsageError(strf("%s: train.eval_every = %lld evaluates nothing: train.eval_batches = 0 "
+                          "(%s)", at("train.eval_every").c_str(), (long long)c.train.eval_every,
+                          at("train.eval_batches").c_str()));
+  if (c.train.eval_every > 0 && c.data.source == "file" && c.data.val_path.empty())
+    throw UsageError(strf("%s: train.eval_every = %lld needs data.val_path (a held-out token "
+                          "file) with data.source = \"file\"", at("train.eval_every").c_str(),
+                          (long long)c.train.eval_every));
   if (c.train.checkpoint_every > 0 && c.train.checkpoint_dir.empty())
     throw UsageError(strf("%s: train.checkpoint_every = %lld needs train.checkpoint_dir",
                           at("train.checkpoint_every").c_str(),

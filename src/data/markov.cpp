@@ -15,7 +15,7 @@ namespace {
 
 class MarkovSource : public TokenSource {
  public:
-  MarkovSource(int64_t vocab, int64_t k, uint64_t seed) : V_(vocab), K_(k) {
+  MarkovSource(int64_t vocab, int64_t k, uint64_t seed) : V_(vocab), K_(k), seed_(seed) {
     Rng rng(seed, 0x3a7c0f);
     next_.resize(size_t(V_ * K_));
     cdf_.resize(size_t(V_ * K_));
@@ -49,6 +49,11 @@ class MarkovSource : public TokenSource {
         targets[b * T + t] = x;
       }
     }
+  }
+  void held_out(int64_t k, int64_t, int64_t T, int32_t* inputs,
+                int32_t* targets) const override {
+    Rng rng(seed_, kHeldOutStream + uint64_t(k));
+    sample(rng, 1, T, inputs, targets);
   }
   std::string describe() const override {
     return strf("synthetic Markov chain (%lld tokens, %lld successors each, entropy rate %.4f "
@@ -90,7 +95,10 @@ class MarkovSource : public TokenSource {
     }
   }
 
+  // Held-out window k's stream: far from every rank's (data_rng) and parameter init's.
+  static constexpr uint64_t kHeldOutStream = 0x4e1d000000000000ull;
   int64_t V_, K_;
+  uint64_t seed_;
   std::vector<int32_t> next_;
   std::vector<double> cdf_, pi_cdf_;
   double entropy_rate_ = 0;

@@ -24,10 +24,10 @@ struct Tokens {
 // A NumPy .npy file (np.save): magic, version, header length, then a Python dict literal such as
 // {'descr': '<u2', 'fortran_order': False, 'shape': (1000,), }, padded, then the data. A 1-D
 // array of uint16 or int32, little endian, is a token file.
-Tokens npy_tokens(const std::string& path, const char* p, size_t size) {
+// `what`: the key and path, for messages.
+Tokens npy_tokens(const std::string& what, const char* p, size_t size) {
   auto bad = [&](const std::string& why) {
-    return UsageError(strf("data.path = \"%s\": a NumPy .npy file, but %s", path.c_str(),
-                           why.c_str()));
+    return UsageError(strf("%s: a NumPy .npy file, but %s", what.c_str(), why.c_str()));
   };
   if (size < 10) throw bad("truncated in its header");
   const int major = static_cast<unsigned char>(p[6]);
@@ -79,22 +79,22 @@ Tokens npy_tokens(const std::string& path, const char* p, size_t size) {
 
 class TokenFile : public TokenSource {
  public:
-  TokenFile(const std::string& path, int64_t vocab, int64_t T) : path_(path) {
+  TokenFile(const std::string& path, int64_t vocab, int64_t T, const char* key)
+      : path_(path), what_(strf("%s = \"%s\"", key, path.c_str())) {
     int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0)
-      throw UsageError(strf("data.path = \"%s\": cannot open: %s", path.c_str(), strerror(errno)));
+    if (fd < 0) throw UsageError(strf("%s: cannot open: %s", what_.c_str(), strerror(errno)));
     struct stat st {};
     fstat(fd, &st);
     if (!S_ISREG(st.st_mode)) {
       ::close(fd);
-      throw UsageError(strf("data.path = \"%s\": %s, not a token file", path.c_str(),
+      throw UsageError(strf("%s: %s, not a token file", what_.c_str(),
                             S_ISDIR(st.st_mode) ? "a directory" : "not a regular file"));
     }
     size_ = size_t(st.st_size);
     void* p = size_ ? mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
     ::close(fd);
     if (p == MAP_FAILED)
-      throw UsageError(strf("data.path = \"%s\": mmap failed: %s", path.c_str(), strerror(errno)));
+      throw UsageError(strf("%s: mmap failed: %s", what_.c_str(), strerror(errno)));
     base_ = static_cast<const char*>(p);
     try {
       check(vocab, T);
@@ -108,13 +108,15 @@ class TokenFile : public TokenSource {
   }
 
   void sample(Rng& rng, int64_t B, int64_t T, int32_t* inputs, int32_t* targets) const override {
-    for (int64_t b = 0; b < B; ++b) {
-      size_t start = rng.below(t_.count - size_t(T));
-      for (int64_t t = 0; t < T; ++t) {
-        inputs[b * T + t] = token(start + size_t(t));
-        targets[b * T + t] = token(start + size_t(t) + 1);
-      }
-    }
+    for (int64_t b = 0; b < B; ++b)
+      window(rng.below(t_.count - size_t(T)), T, inputs + b * T, targets + b * T);
+  }
+  void held_out(int64_t k, int64_t n, int64_t T, int32_t* inputs,
+                int32_t* targets) const override {
+    // Starts 0 .. count - T - 1, evenly spaced (in 128 bits: the product may pass 64).
+    const size_t last = t_.count - size_t(T) - 1;
+    const unsigned __int128 spaced = (unsigned __int128)last * uint64_t(k) / uint64_t(n - 1);
+    window(n > 1 ? size_t(spaced) : 0, T, inputs, targets);
   }
   std::string describe() const override {
     return strf("token file %s (%zu tokens, %s)", path_.c_str(), t_.count,
@@ -122,6 +124,12 @@ class TokenFile : public TokenSource {
   }
 
  private:
+  void window(size_t start, int64_t T, int32_t* inputs, int32_t* targets) const {
+    for (int64_t t = 0; t < T; ++t) {
+      inputs[t] = int32_t(token(start + size_t(t)));
+      targets[t] = int32_t(token(start + size_t(t) + 1));
+    }
+  }
   int64_t token(size_t i) const {
     const char* at = base_ + t_.offset + i * t_.bytes;
     if (t_.bytes == 2) {
@@ -136,25 +144,25 @@ class TokenFile : public TokenSource {
   // Where the tokens are (a .npy file by its magic, else raw uint16), and that they fit.
   void check(int64_t vocab, int64_t T) {
     if (size_ >= 6 && std::memcmp(base_, "\x93NUMPY", 6) == 0) {
-      t_ = npy_tokens(path_, base_, size_);
+      t_ = npy_tokens(what_, base_, size_);
     } else {
       if (size_ % 2 != 0)
-        throw UsageError(strf("data.path = \"%s\": %zu bytes is odd: expected uint16 tokens",
-                              path_.c_str(), size_));
+        throw UsageError(strf("%s: %zu bytes is odd: expected uint16 tokens", what_.c_str(),
+                              size_));
       t_.count = size_ / 2;
     }
     if (int64_t(t_.count) < T + 1)
-      throw UsageError(strf("data.path = \"%s\": %zu tokens, expected at least "
-                            "model.context_length + 1 = %lld", path_.c_str(), t_.count,
+      throw UsageError(strf("%s: %zu tokens, expected at least "
+                            "model.context_length + 1 = %lld", what_.c_str(), t_.count,
                             (long long)T + 1));
     for (size_t i = 0; i < t_.count; ++i)
       if (const int64_t v = token(i); v < 0 || v >= vocab)
-        throw UsageError(strf("data.path = \"%s\": token %lld at index %zu is not in "
-                              "[0, model.vocab_size = %lld)", path_.c_str(), (long long)v, i,
+        throw UsageError(strf("%s: token %lld at index %zu is not in "
+                              "[0, model.vocab_size = %lld)", what_.c_str(), (long long)v, i,
                               (long long)vocab));
   }
 
-  std::string path_;
+  std::string path_, what_;  // what_: `key = "path"`, for messages
   const char* base_ = nullptr;  // the whole file, mapped
   size_t size_ = 0;
   Tokens t_;
@@ -162,8 +170,9 @@ class TokenFile : public TokenSource {
 
 }  // namespace
 
-std::unique_ptr<TokenSource> open_token_file(const std::string& path, int64_t vocab, int64_t T) {
-  return std::make_unique<TokenFile>(path, vocab, T);
+std::unique_ptr<TokenSource> open_token_file(const std::string& path, int64_t vocab, int64_t T,
+                                             const char* key) {
+  return std::make_unique<TokenFile>(path, vocab, T, key);
 }
 
 std::unique_ptr<TokenSource> make_token_source(const Config& c) {

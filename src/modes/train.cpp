@@ -14,6 +14,7 @@
 #include "report.hpp"
 #include "stop.hpp"
 #include "training.hpp"
+#include "validation.hpp"
 #include "watchdog.hpp"
 
 namespace lmt {
@@ -49,6 +50,7 @@ template <typename T> class Trainer {
   // every rank agreed on.
   StepVerdict step(int64_t step, double lr, double& gnorm);
   void log(int64_t step, double lr, double gnorm);  // the progress line (collective)
+  void evaluate(int64_t done);  // validation after `done` steps (collective; held_out_ set)
   void checkpoint(int64_t done);                   // every rank's state, written by rank 0
   void report();                                   // closing table and CSV row, rank 0
   // One line on rank 0: every rank's bytes under `tag` (what it holds: `what`) at this point.
@@ -66,6 +68,14 @@ template <typename T> class Trainer {
   Optimizer<T>* optimizer_ = nullptr;
   GradSync* sync_ = nullptr;  // null: nothing to synchronise
   std::unique_ptr<TokenSource> source_;
+  // Validation's windows: data.val_path's, or the synthetic source's own held-out stream; null
+  // where there is no validation. val_loss_: the last one's, after val_step_ steps, fresh_val_
+  // until a progress line has shown it; eval_s_: the time spent validating, not the steps'.
+  std::unique_ptr<TokenSource> val_file_;
+  const TokenSource* held_out_ = nullptr;
+  double val_loss_ = NAN, eval_s_ = 0;
+  int64_t val_step_ = -1;
+  bool fresh_val_ = false;
   Rng rng_;
   int64_t first_step_ = 0;
   std::string run_id_ = new_run_id(), mismatch_;  // a resume continues its checkpoint's run
@@ -102,9 +112,12 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
                     "loss_floor", "ms_per_step", "tokens_per_s", "wall_s", "compute_ms_per_step",
                     "comm_ms_per_step", "exposed_ms_per_step", "optimizer_bytes_rank0"})
     row_.add(name, "");
+  row_.add("val_loss", "");  // empty: no validation
   std::vector<RngState> rngs;
   agree(rt_, [&] {
     source_ = make_token_source(c_);
+    if (!c_.data.val_path.empty())
+      val_file_ = open_token_file(c_.data.val_path, c_.model.vocab_size, T_, "data.val_path");
     if (!cl_.csv_path.empty() && rt_.is_root()) check_csv(cl_.csv_path, row_.header);
     if (!c_.train.resume.empty()) {
       OptimizerState<T> state;
@@ -119,6 +132,8 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
                               c_.train.resume.c_str(), (long long)first_step_, (long long)steps_));
     }
   });
+  if (c_.train.eval_batches > 0)
+    held_out_ = c_.data.source == "synthetic" ? source_.get() : val_file_.get();
   if (c_.train.resume.empty()) model_->init_params(uint64_t(c_.run.seed));
   else rng_.set_state(rngs[size_t(rt_.rank)]);
   if (Communicator* comm = training_.comm.get()) {
@@ -140,6 +155,13 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
                              (long long)B_, (long long)T_).c_str() : "",
            c_.run.graphs ? "; forward and backward as CUDA graphs after the first step" : "");
     printf("data: %s\n", source_->describe().c_str());
+    if (held_out_)
+      printf("validation: %lld held-out batches of %lld windows (%s tokens) of %s, %s\n",
+             (long long)c_.train.eval_batches, (long long)B_,
+             human_count(double(c_.train.eval_batches * B_ * T_)).c_str(),
+             val_file_ ? val_file_->describe().c_str() : "its own stream",
+             c_.train.eval_every == 0 ? "after the last step"
+             : strf("every %lld steps and after the last", (long long)c_.train.eval_every).c_str());
     if (first_step_ > 0) printf("resumed from %s at step %lld\n", c_.train.resume.c_str(),
                                 (long long)first_step_);
     if (!mismatch_.empty()) fprintf(stderr, "lmtrain: warning: %s\n", mismatch_.c_str());
@@ -229,6 +251,8 @@ template <typename T> void Trainer<T>::log(int64_t step, double lr, double gnorm
   host_->all_reduce(&interval_loss_, 1, DType::f64);
   last_loss_ = interval_loss_ / double(interval_steps_ * rt_.world);
   double ms = 1e3 * seconds_since(t_interval_) / double(interval_steps_);
+  const std::string val = fresh_val_ ? strf(" | val %.4f", val_loss_) : "";
+  fresh_val_ = false;
   std::string timing;
   if (sync_) {
     double exposed = take_exposed_ms(*backend_, *sync_), busy = training_.comm->take_comm_ms();
@@ -238,14 +262,30 @@ template <typename T> void Trainer<T>::log(int64_t step, double lr, double gnorm
                   busy / n, exposed / n, c_.ddp.strategy.c_str());
   }
   if (rt_.is_root()) {
-    printf("step %*lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.1f ms/step | "
+    printf("step %*lld/%lld | loss %.4f%s | lr %.2e | grad norm %.3f | %.1f ms/step | "
            "%s tok/s%s | ETA %s\n", int(std::to_string(steps_).size()), (long long)step + 1,
-           (long long)steps_, last_loss_, lr, gnorm, ms,
+           (long long)steps_, last_loss_, val.c_str(), lr, gnorm, ms,
            human_count(tokens_per_step_ / ms * 1e3).c_str(), timing.c_str(),
            duration(double(steps_ - step - 1) * ms / 1e3).c_str());
     fflush(stdout);
   }
   interval_loss_ = 0, interval_steps_ = 0, t_interval_ = Clock::now();
+}
+
+// The steps' clocks (the progress line's and the run's) leave the evaluation's time out; the
+// closing table shows it apart.
+template <typename T> void Trainer<T>::evaluate(int64_t done) {
+  const int steps_done = backend_->mark();  // the steps' work finishes first, on its clock
+  backend_->elapsed_ms(steps_done, steps_done);
+  const Clock::time_point t = Clock::now();
+  {
+    NvtxRange range("validation");
+    val_loss_ = validation_loss(*model_, *held_out_, c_.train.eval_batches, *host_);
+  }
+  val_step_ = done, fresh_val_ = true;
+  const Clock::duration took = Clock::now() - t;
+  eval_s_ += std::chrono::duration<double>(took).count();
+  t0_ += took, t_interval_ += took;
 }
 
 // Every rank's data Rng and the exact masters and moments, written by rank 0. Collective.
@@ -274,7 +314,10 @@ template <typename T> int Trainer<T>::run() {
     const StepVerdict verdict = this->step(step, lr, gnorm);
     if (verdict.diverged()) return kExitDiverged;
     const bool last = step + 1 == steps_;
-    if ((step + 1) % c_.train.log_every == 0 || last) log(step, lr, gnorm);
+    const int64_t eval_every = c_.train.eval_every;
+    const bool eval = held_out_ && (last || (eval_every > 0 && (step + 1) % eval_every == 0));
+    if (eval) evaluate(step + 1);
+    if ((step + 1) % c_.train.log_every == 0 || last || eval) log(step, lr, gnorm);
     const int64_t every = c_.train.checkpoint_every;
     const bool due = last || (every > 0 && (step + 1) % every == 0);
     if (!c_.train.checkpoint_dir.empty() && (due || verdict.signaled >= 0)) checkpoint(step + 1);
@@ -291,6 +334,7 @@ template <typename T> int Trainer<T>::run() {
       return kExitPreempted;
     }
   }
+  if (held_out_ && val_step_ != steps_) evaluate(steps_);  // no step ran: as loaded
   report();
   return kExitOk;
 }
@@ -307,6 +351,10 @@ template <typename T> void Trainer<T>::report() {
          (long long)T_);
   printf("  final loss    %.4f (mean of the last interval, all ranks)\n", last_loss_);
   if (!std::isnan(floor)) printf("  loss floor    %.4f (entropy rate of the source)\n", floor);
+  if (val_step_ >= 0)
+    printf("  val loss      %.4f (after step %lld: %lld held-out windows, all ranks; %.1f s, not "
+           "in the time below)\n", val_loss_, (long long)val_step_,
+           (long long)(c_.train.eval_batches * B_), eval_s_);
   printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
   printf("  throughput    %s tokens/s\n",
          human_count(tokens_per_step_ * 1e3 / ms_per_step).c_str());
@@ -337,6 +385,7 @@ template <typename T> void Trainer<T>::report() {
   row_.set("exposed_ms_per_step", strf("%.3f", exposed_ms_ / run_steps));
   row_.set("optimizer_bytes_rank0",
            std::to_string(backend_->memory().current[size_t(MemTag::optimizer)]));
+  if (val_step_ >= 0) row_.set("val_loss", strf("%.17g", val_loss_));  // exact
   append_csv(cl_.csv_path, row_);
   printf("  csv row       appended to %s\n", cl_.csv_path.c_str());
 }

@@ -2,6 +2,7 @@
 // stated entropy rate is what its samples show.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -170,4 +171,80 @@ TEST_CASE("markov: the same seed gives the same chain, another seed another one"
   make_markov_source(50, 4, 2)->sample(r3, 1, 64, c.data(), t.data());
   CHECK(a == b);
   CHECK(a != c);
+}
+
+TEST_CASE("token file: held-out windows start evenly spaced, from the first token to the last window") {
+  lmt::test::TempDir dir;
+  std::vector<uint16_t> tokens(1000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t(i);
+  auto src = open_token_file(write_tokens(dir, tokens), 1000, 9);
+  std::vector<int32_t> in(9), tg(9);
+  auto start = [&](int64_t k, int64_t n) {
+    src->held_out(k, n, 9, in.data(), tg.data());
+    for (int t = 0; t < 9; ++t) {
+      CHECK(in[size_t(t)] == in[0] + t);  // contiguous, targets shifted by one
+      CHECK(tg[size_t(t)] == in[0] + t + 1);
+    }
+    return in[0];
+  };
+  CHECK(start(0, 1) == 0);
+  // 7 windows over starts 0 .. 990 (the last window ends at the last token): 990 k / 6.
+  for (int64_t k = 0; k < 7; ++k) CHECK(start(k, 7) == 990 * k / 6);
+  CHECK(start(12, 13) == 990);
+  // More windows than starts: they overlap, still in order and in bounds.
+  for (int64_t k = 0; k < 2000; ++k) CHECK(start(k, 2000) == int32_t(990 * k / 1999));
+}
+
+TEST_CASE("token file: errors name the key that gave the path (data.val_path for validation)") {
+  lmt::test::TempDir dir;
+  std::string path = write_tokens(dir, {1, 2, 3});
+  CHECK(error_of([&] { open_token_file(path, 100, 3, "data.val_path"); }) ==
+        "data.val_path = \"" + path + "\": 3 tokens, expected at least "
+        "model.context_length + 1 = 4");
+  CHECK(error_of([&] { open_token_file(path, 3, 2, "data.val_path"); })
+            .rfind("data.val_path = \"" + path + "\": token 3 at index 2", 0) == 0);
+  CHECK(error_of([&] { open_token_file(dir.path + "/none.bin", 3, 2, "data.val_path"); })
+            .rfind("data.val_path = \"" + dir.path + "/none.bin\": cannot open", 0) == 0);
+  CHECK(error_of([&] { open_token_file(path, 100, 3); }).rfind("data.path = ", 0) == 0);
+}
+
+TEST_CASE("markov: held-out windows are the chain's, the same every call, apart from every rank's "
+          "stream") {
+  const int64_t V = 16, K = 3, T = 4000, n = 100;
+  const uint64_t seed = lmt::test::rng()();
+  auto src = make_markov_source(V, K, seed);
+  const double H = *src->loss_floor();
+  std::map<std::pair<int, int>, double> pair;
+  std::map<int, double> first;
+  std::vector<int32_t> in(static_cast<size_t>(T)), tg(static_cast<size_t>(T));
+  std::vector<int32_t> again(static_cast<size_t>(T)), again_tg(static_cast<size_t>(T));
+  std::vector<std::vector<int32_t>> windows;
+  for (int64_t k = 0; k < n; ++k) {
+    src->held_out(k, n, T, in.data(), tg.data());
+    src->held_out(k, 7 * n, T, again.data(), again_tg.data());  // n does not matter
+    CHECK(again == in);
+    CHECK(again_tg == tg);
+    for (int64_t t = 0; t < T; ++t) {
+      if (t) CHECK(in[size_t(t)] == tg[size_t(t - 1)]);
+      pair[{in[size_t(t)], tg[size_t(t)]}] += 1;
+      first[in[size_t(t)]] += 1;
+    }
+    windows.push_back(in);
+  }
+  // The chain's entropy rate, as its training samples show it (the test above).
+  double est = 0;
+  for (auto& [k, c] : pair) est -= c / double(n * T) * std::log(c / first[k.first]);
+  CHECK(pair.size() <= size_t(V * K));
+  CHECK(est == doctest::Approx(H).epsilon(0.01));
+  // No window twice, none of them what rank 0..3 train on first.
+  std::sort(windows.begin(), windows.end());
+  CHECK(std::adjacent_find(windows.begin(), windows.end()) == windows.end());
+  for (int rank = 0; rank < 4; ++rank) {
+    Rng rng = data_rng(seed, rank);
+    src->sample(rng, 1, T, in.data(), tg.data());
+    CHECK(!std::binary_search(windows.begin(), windows.end(), in));
+  }
+  auto other = make_markov_source(V, K, seed + 1);
+  other->held_out(0, n, T, in.data(), tg.data());
+  CHECK(!std::binary_search(windows.begin(), windows.end(), in));
 }

@@ -1,0 +1,34 @@
+// Validation: the model's mean loss over held-out windows that are the same every time
+// (TokenSource::held_out), forward only, with the same bits on any number of ranks.
+//
+// The held-out set is `batches` batches of the model's B windows: batch j holds windows
+// j*B .. j*B+B-1 of batches*B. Rank r evaluates batches r, r + world, ... (Model::evaluate: the
+// batch's mean loss, the same wherever it runs: same tokens, shape and parameters) into slot j
+// of a vector that is zero elsewhere. Summing those vectors over the ranks is exact (one
+// nonzero per slot), and the slots' mean is taken in slot order: the world size changes which
+// rank computes a batch, never a bit of the result. A world larger than `batches` leaves ranks
+// idle; nothing is padded.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "comm.hpp"
+#include "data.hpp"
+#include "model.hpp"
+
+namespace lmt {
+
+// The slots of `rank` of `world`: batch j's mean loss where j % world == rank, 0 elsewhere.
+template <typename T>
+std::vector<double> held_out_losses(Model<T>& model, const TokenSource& source, int64_t batches,
+                                    int rank, int world);
+
+// The mean of the slots, summed in slot order.
+double held_out_mean(const std::vector<double>& losses);
+
+// held_out_losses of every rank of `host`, summed over them, and their mean. Collective.
+template <typename T>
+double validation_loss(Model<T>& model, const TokenSource& source, int64_t batches,
+                       Communicator& host);
+
+}  // namespace lmt
