@@ -2,7 +2,7 @@
 """Trains one model on one token file once per optimizer-state choice and draws the loss curves
 side by side: what storing AdamW's moments in bf16 (optim.state_dtype) costs in loss.
 
-    scripts/optimizer_state.py --data tokens.npy --config configs/models/small.toml \
+    scripts/optimizer_state.py --data train.npy --val val.npy --config configs/models/small.toml \
         --set model.vocab_size=50304 --steps 2000 [--np 1] [--metric auto|val|train]
     scripts/optimizer_state.py --quick          # tiny model, synthetic tokens, CPU: seconds
     scripts/optimizer_state.py --plot-only      # redraw from the logs of an earlier run
@@ -12,8 +12,9 @@ whitespace-free `key=value` pairs joined by commas, each key of the [optim] sect
 build/lmtrain with the same config, seed and data, its output kept in
 <out>/optimizer_state_<choice>.log and its row appended to <out>/optimizer_state.csv (--csv).
 The curves come from the progress lines (one every train.log_every steps): the validation loss
-where the lines carry one (VAL_LOSS below; --metric auto picks it when present), else the
-training loss (the mean over the interval, all ranks). Writes <out>/optimizer_state.png and
+(with --val, or on the synthetic source: --eval-batches held-out batches every --log-every
+steps; VAL_LOSS below reads it; --metric auto picks it when present), else the training loss
+(the mean over the interval, all ranks). Writes <out>/optimizer_state.png and
 <out>/optimizer_state.md (the command, the device line, and per choice the final loss, the time
 per step and rank 0's optimizer bytes from the CSV's last row of that choice).
 """
@@ -76,6 +77,9 @@ def main():
     ap.add_argument("--config", action="append", default=[], help="lmtrain --config (repeatable)")
     ap.add_argument("--set", action="append", default=[], help="lmtrain --set (repeatable)")
     ap.add_argument("--data", help="token file (data.source = file); none: the synthetic source")
+    ap.add_argument("--val", help="held-out token file (data.val_path) for the validation loss")
+    ap.add_argument("--eval-batches", type=int, default=10,
+                    help="held-out batches per validation (with --val or the synthetic source); 0: none")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--np", type=int, default=1, help="ranks (mpirun -np); 1: no mpirun")
@@ -100,6 +104,10 @@ def main():
     if a.data:
         common += ["--set", "data.source=file", "--set", f"data.path={a.data}"]
     common += ["--set", f"train.steps={a.steps}", "--set", f"train.log_every={a.log_every}"]
+    if a.val:
+        common += ["--set", f"data.val_path={a.val}"]
+    if a.eval_batches > 0 and (a.val or not a.data):
+        common += ["--set", f"train.eval_batches={a.eval_batches}", "--set", f"train.eval_every={a.log_every}"]
     common += [x for s in a.set for x in ("--set", s)]
     launcher = shlex.split(a.mpirun) + ["-np", str(a.np)] if a.np > 1 else []
 
@@ -134,13 +142,13 @@ def main():
     fig, (ax, dx) = plt.subplots(1, 2, figsize=(12, 4.5))
     base_choice = choices[0]
     base_steps, base_train, base_val = runs[base_choice]
-    base = base_val if use_val else base_train
+    ref = {s: v for s, v in zip(base_steps, base_val if use_val else base_train) if v is not None}
+    base_last = ref[max(ref)]
     for choice, (steps, train, val) in runs.items():
         y = val if use_val else train
         pts = [(s, v) for s, v in zip(steps, y) if v is not None]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], label=choice)
         if choice != base_choice:
-            ref = dict(zip(base_steps, base))
             diff = [(s, v - ref[s]) for s, v in pts if ref.get(s) is not None]
             dx.plot([p[0] for p in diff], [p[1] for p in diff], label=f"{choice} − {base_choice}")
     ax.set_xlabel("step"), ax.set_ylabel(what), ax.legend(), ax.grid(alpha=0.3)
@@ -161,13 +169,13 @@ def main():
         f.write(f"Command: `{shlex.join(['scripts/optimizer_state.py'] + sys.argv[1:])}`  \n")
         f.write(f"{device}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}  \n")
         f.write(f"Curves: {what}; plot: {os.path.basename(png)}\n\n")
-        f.write(f"| choice | final step | final {'validation' if use_val else 'training'} loss |"
+        f.write(f"| choice | last step | last {'validation' if use_val else 'training'} loss |"
                 f" difference from {base_choice} | ms per step | optimizer bytes (rank 0) |\n"
                 "|---|---|---|---|---|---|\n")
         for choice, (steps, train, val) in runs.items():
-            y = (val if use_val else train)[-1]
+            y = [v for v in (val if use_val else train) if v is not None][-1]
             ms, opt_bytes = csv_columns(csv_path, choice) or ("", "")
-            f.write(f"| {choice} | {steps[-1]} | {y:.4f} | {y - base[-1]:+.4f} | {ms} | {opt_bytes} |\n")
+            f.write(f"| {choice} | {steps[-1]} | {y:.4f} | {y - base_last:+.4f} | {ms} | {opt_bytes} |\n")
     print(open(md).read())
     print(f"written: {png}, {md}")
 
