@@ -60,7 +60,8 @@ std::string write_tokens(const TempDir& dir, const std::string& name, size_t n, 
 TEST_CASE("validation: the same loss to the last bit on 1, 2 and 4 ranks (synthetic and a file)") {
   // No step: every world size validates the same initial parameters. 7 batches: 4 and 3 on 2
   // ranks, 2, 2, 2 and 1 on 4. (Each rank summing its part before the all-reduce differs from
-  // one rank's sum in the last bits here, under fp64: this test sees it.)
+  // one rank's sum in the last bits here, under fp64: this test sees it.) On the CPU device: on a
+  // machine with one GPU, auto would put the one-rank run on it and the others on the CPU.
   TempDir dir;
   const std::string train = write_tokens(dir, "train.bin", 5000, 32);
   const std::string val = write_tokens(dir, "val.bin", 3000, 32);
@@ -71,7 +72,7 @@ TEST_CASE("validation: the same loss to the last bit on 1, 2 and 4 ranks (synthe
       const std::string csv = dir.file("ws_" + prec + std::to_string(data.size()) + ".csv");
       for (int np : {1, 2, 4}) {
         auto r = run(lmt::test::mpirun(np) + lmt::test::lmtrain() + kTiny + data +
-                     " --set model.precision=" + prec +
+                     " --set run.device=cpu --set model.precision=" + prec +
                      " --set train.steps=0 --set train.eval_batches=7 --csv " + csv);
         INFO(r.output);
         REQUIRE(r.code == 0);
