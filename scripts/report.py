@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model_names import model_name, model_shape, size_order  # noqa: E402
 import attention_table  # noqa: E402
+import batch_table  # noqa: E402
 import bench_table  # noqa: E402
 import gpt2_table  # noqa: E402
 
@@ -1021,6 +1022,55 @@ def b_gpt2_classifier(data):
     ms = sum(m for m, _, _, name in k["forward"] + k["backward"] if name.startswith("cross_entropy"))
     device, date, cmd = data.provenance(KGPT2)
     return f"{ms:.2f} ms ({device}, {date}, `{cmd}` → [{KGPT2}]({KGPT2}))"
+
+
+# ---- training a real model: micro-batches and AdamW's state -------------------------------------------
+
+def b_batch_xl(data):
+    rows = data.csv("batch_xl.csv")
+    return (table(batch_table.HEADER, batch_table.table_rows(rows))
+            + source(f"one {devices(rows)}", dates(rows), "scripts/bench_batch.sh", ["batch_xl.md", "batch_xl.csv"]))
+
+
+def batch_row(data, state, batch, accum):
+    rows = [r for r in data.csv("batch_xl.csv") if r["optim.state_dtype"] == state
+            and int(r["train.batch_size"]) == batch and int(r["train.grad_accum"]) == accum]
+    if not rows:
+        raise Missing(f"batch_xl.csv: no row of state {state}, {batch} x {accum}")
+    return rows[-1]
+
+
+def b_batch_best(data):
+    rows = data.csv("batch_xl.csv")
+    best = max(rows, key=lambda r: float(r["mfu"]))
+    return (f"{100 * float(best['mfu']):.1f}% at {best['train.batch_size']} x "
+            f"{best['train.grad_accum']} with {best['optim.state_dtype']} moments "
+            f"({f2(num(best, 'step_ms_median'))} ms a step)")
+
+
+def b_batch_accum(data):
+    one, four = batch_row(data, "fp32", 16, 1), batch_row(data, "fp32", 4, 4)
+    return (f"{f2(num(four, 'step_ms_median'))} ms as 4 micro-batches of 4 against "
+            f"{f2(num(one, 'step_ms_median'))} ms as one of 16")
+
+
+def b_adamw_bf16(data):
+    a, b = batch_row(data, "fp32", 4, 1), batch_row(data, "bf16", 4, 1)
+    return (f"{f2(num(b, 'optimizer_ms_median'))} ms against {f2(num(a, 'optimizer_ms_median'))} ms "
+            f"(xl, the step {f2(num(a, 'step_ms_median'))} → {f2(num(b, 'step_ms_median'))} ms)")
+
+
+def b_optimizer_state(data):
+    rows = data.csv("optimizer_state.csv")
+    latest = {r["optim.state_dtype"]: r for r in rows}
+    base = float(latest["fp32"]["val_loss"])
+    out = [[k, r["steps_run"], f"{float(r['val_loss']):.4f}", f"{float(r['val_loss']) - base:+.4f}",
+            f"{float(r['loss_floor']):.4f}", f"{float(r['ms_per_step']):.2f}",
+            f"{int(r['optimizer_bytes_rank0']) / 2**20:.0f}"] for k, r in sorted(latest.items(), key=lambda kv: kv[0] != "fp32")]
+    device, date, cmd = data.provenance("optimizer_state.csv")
+    return (table(["optim.state_dtype", "steps", "validation loss", "vs fp32", "entropy floor", "ms a step",
+                   "AdamW state MiB"], out)
+            + source(device, date, cmd, ["optimizer_state.md", "optimizer_state.csv", "optimizer_state.png"]))
 
 
 # ---------------------------------------------------------------------------------------------------------
