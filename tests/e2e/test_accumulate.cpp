@@ -8,6 +8,7 @@
 #include "../helpers.hpp"
 #include "checkpoint.hpp"
 #include "exit_codes.hpp"
+#include "gpu.hpp"
 #include "safetensors.hpp"
 
 using namespace lmt;
@@ -115,4 +116,34 @@ TEST_CASE("bench with grad_accum times every micro-batch of a step") {
   REQUIRE(r.code == 0);
   CHECK(r.output.find("batch 2 x context 16, 3 micro-batches a step") != std::string::npos);
   CHECK(r.output.find("(forward and backward: all 3 micro-batches)") != std::string::npos);
+}
+
+TEST_CASE("grad_accum on 2 GPUs over NCCL: every strategy, 3 micro-batches of 2 take the steps "
+          "of one batch of 6" * doctest::skip(gpu_count() < 2)) {
+  for (std::string strategy : {"naive", "flat", "overlap", "bucketed", "zero1"}) {
+    std::vector<std::vector<double>> losses, values;
+    for (const char* split : {" --set train.batch_size=2 --set train.grad_accum=3",
+                              " --set train.batch_size=6 --set train.grad_accum=1"}) {
+      TempDir dir;
+      auto r = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
+                   " --set run.device=cuda --set model.precision=fp32 --set train.steps=4"
+                   " --set train.log_every=1 --set optim.lr=1e-2 --set ddp.bucket_mb=0.001"
+                   " --set train.checkpoint_dir=" + dir.path + " --set ddp.strategy=" +
+                   strategy + split);
+      INFO(strategy, split, "\n", r.output);
+      REQUIRE(r.code == 0);
+      CHECK(r.output.find("device cuda, 2 rank(s)") != std::string::npos);
+      losses.push_back(progress_losses(r.output));
+      REQUIRE(losses.back().size() == 4);
+      Safetensors st = Safetensors::read(checkpoint_path(dir.path, 4));
+      values.emplace_back(st.data.size() / sizeof(float));
+      const float* f = reinterpret_cast<const float*>(st.data.data());
+      std::copy(f, f + values.back().size(), values.back().begin());
+    }
+    INFO(strategy);
+    // fp32 on the GPU: matmuls of other shapes sum in other orders.
+    CHECK(rel_err(values[0], values[1]) < 1e-5);
+    for (size_t i = 0; i < losses[0].size(); ++i)
+      CHECK(losses[0][i] == doctest::Approx(losses[1][i]).epsilon(1e-4));
+  }
 }
