@@ -113,7 +113,7 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision, with 
   constexpr int64_t M = LinearProblem::M, N = LinearProblem::N, K = LinearProblem::K;
   SUBCASE("forward and backward, per precision") {
     for (Precision p : kPolicies) {
-      INFO("precision " << int(p));
+      INFO("precision " << name_of(p));
       const LinearProblem r(p);
       float *gx = g.up(r.x), *gw = g.up(r.w), *gy = g.poisoned(M * N), *gdx = g.poisoned(M * K);
       float* gdw = g.poisoned(N * K);  // written, not added to: unwritten elements stay NaN
@@ -126,7 +126,7 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision, with 
   }
   SUBCASE("the residual in the epilogue, per precision") {
     for (Precision p : kPolicies) {
-      INFO("precision " << int(p));
+      INFO("precision " << name_of(p));
       const LinearProblem r(p);
       // Into another buffer (the residual is left as it was): y + res against the reference's sum.
       Vec res = as_float(randn<double>(M * N));
@@ -327,7 +327,7 @@ TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per pr
   auto gpu = make_cuda_backend();
   const int64_t B = 2, T = 37, H = 3, dh = 8, d = H * dh;
   for (Precision p : kPolicies) {
-    INFO("precision " << int(p));
+    INFO("precision " << name_of(p));
     Pair g{*gpu, {}};
     Vec qkv = as_float(randn<double>(B * T * 3 * d)), dout = as_float(randn<double>(B * T * d));
     std::vector<float> qf(qkv.begin(), qkv.end()), df(dout.begin(), dout.end());
@@ -514,7 +514,7 @@ TEST_CASE("gpu model: holding only some fp32 masters (zero1 under bf16), the los
   // AdamW then writes in the same pass as the masters of the shard.
   Config::Model m;
   m.d_model = 48, m.num_heads = 3, m.d_ff = 136, m.num_layers = 2, m.vocab_size = 97;
-  m.context_length = 29, m.precision = "bf16";
+  m.context_length = 29, m.precision = Precision::bf16;
   const int64_t B = 3, T = 29;
   auto in = lmt::test::rand_tokens(B * T, 97), tg = lmt::test::rand_tokens(B * T, 97);
   const uint64_t seed = lmt::test::rng()();
@@ -563,9 +563,9 @@ TEST_CASE("gpu model: forward and backward recorded as CUDA graphs (Model::recor
   const int64_t B = 3, T = 29;
   auto gpu = make_cuda_backend(), gpu2 = make_cuda_backend();  // a backend keeps one model's copy
   Config::Optim o;
-  for (const char* prec : {"fp32", "bf16"})
+  for (Precision prec : {Precision::fp32, Precision::bf16})
     for (const char* attention : {"naive", "flash"}) {
-      INFO(prec << " " << attention);
+      INFO(name_of(prec) << " " << attention);
       m.precision = prec, m.attention = attention;
       Model<float> launched(*gpu, m, B, T), replayed(*gpu2, m, B, T);
       const uint64_t seed = lmt::test::rng()();
@@ -601,19 +601,20 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
   SUBCASE("loss and every gradient against the fp64 CPU model, per precision and attention") {
     auto cpu = make_cpu_backend<double>();
     Config::Model m64 = m;
-    m64.precision = "fp64";
+    m64.precision = Precision::fp64;
     Model<double> ref(*cpu, m64, B, T);
     ref.init_params(seed);
     double ref_loss = loss_of(ref, in.data(), tg.data());
     ref.backward();
     std::vector<double> ref_grads = ref.grads_host();
     struct Tol {
-      const char* precision;
+      Precision precision;
       double loss, grads;  // relative, against fp64 without operand rounding
     };
-    for (auto [prec, t, tg_] : {Tol{"fp32", 1e-5, 1e-4}, Tol{"tf32", 5e-3, 2e-2}, Tol{"bf16", 3e-2, 8e-2}})
+    for (auto [prec, t, tg_] : {Tol{Precision::fp32, 1e-5, 1e-4}, Tol{Precision::tf32, 5e-3, 2e-2},
+                                Tol{Precision::bf16, 3e-2, 8e-2}})
     for (const char* attention : {"naive", "flash"}) {
-      INFO(prec << " " << attention);
+      INFO(name_of(prec) << " " << attention);
       m.precision = prec;
       m.attention = attention;
       Model<float> model(*gpu, m, B, T);
@@ -636,8 +637,8 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
     // both.
     auto cpu32 = make_cpu_backend<float>();
     for (Stored state : {Stored::full, Stored::bf16})
-    for (auto [prec, t] : {std::pair{"fp32", 1e-4}, {"bf16", 2e-3}}) {
-      INFO(prec << " training, moments " << state_dtype_name(state));
+    for (auto [prec, t] : {std::pair{Precision::fp32, 1e-4}, {Precision::bf16, 2e-3}}) {
+      INFO(name_of(prec) << " training, moments " << state_dtype_name(state));
       m.precision = prec;
       Model<float> a(*gpu, m, B, T), b(*cpu32, m, B, T);
       a.init_params(seed), b.init_params(seed);
