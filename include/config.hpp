@@ -4,16 +4,19 @@
 // remembers where its value came from (file:line or --set) so that an error can point at it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "choices.hpp"
+
 namespace lmt {
 
 struct Config {
   struct Run {
-    std::string mode = "train";   // train | bench | attention | plan | allreduce
+    Mode mode = Mode::train;      // train | bench | attention | plan | allreduce
     std::string device = "auto";  // auto | cpu | cuda
     int64_t seed = 0;
     int64_t graphs = 0;  // 1: forward and backward replayed as CUDA graphs (one GPU, one rank)
@@ -23,7 +26,7 @@ struct Config {
     int64_t d_model = 64, d_ff = 176, num_layers = 2, num_heads = 4, vocab_size = 256,
             context_length = 64;
     double rope_theta = 10000.0, norm_eps = 1e-5;
-    std::string precision = "bf16";  // fp64 | fp32 | tf32 | bf16
+    Precision precision = Precision::bf16;  // fp64 | fp32 | tf32 | bf16
     std::string attention = "flash"; // flash | naive
     int64_t head_dim() const { return d_model / num_heads; }
   } model;
@@ -58,7 +61,7 @@ struct Config {
     std::vector<std::string> dtypes{"bf16"}, masks{"causal"}, impls{"naive", "flash"};
   } attention;
   struct Ddp {
-    std::string strategy = "flat";  // naive | flat | overlap | bucketed | zero1
+    Strategy strategy = Strategy::flat;  // naive | flat | overlap | bucketed | zero1
     double bucket_mb = 25.0;
     int64_t comm_ctas = 0;  // NCCL's maxCTAs; 0: NCCL's choice
   } ddp;
@@ -78,16 +81,24 @@ struct Config {
   std::map<std::string, std::string> origin;  // "section.key" -> "file:line" or "--set"
 };
 
+// A key held as an enum (choices.hpp): its value is the index of its word in `choices`.
+struct ChoiceRef {
+  std::function<size_t()> get;
+  std::function<void(size_t)> set;
+};
+
 // One key of the config: a typed pointer into a Config plus what it means and allows.
 struct ConfigField {
   std::string section, key;
   // A list (TOML array) holds at least one element unless empty_ok; each is checked as the scalar
   // would be.
-  std::variant<int64_t*, double*, std::string*, std::vector<int64_t>*, std::vector<std::string>*>
+  std::variant<int64_t*, double*, std::string*, std::vector<int64_t>*, std::vector<std::string>*,
+               ChoiceRef>
       value;
   double min = 0, max = 0;               // numbers (and their lists): allowed range [min, max]
   bool min_open = false;                 // numbers: min itself excluded
-  std::vector<std::string> choices;      // strings (and their lists): allowed values (empty: any)
+  std::vector<std::string> choices;      // strings (and their lists): allowed values (empty: any);
+                                         // enums: their words in enum order
   std::string doc;
   bool empty_ok = false;                 // lists: [] allowed (it means what `doc` says)
   std::string name() const { return section + "." + key; }

@@ -9,11 +9,10 @@
 #include <cstdint>
 #include <string>
 
+#include "choices.hpp"  // Precision
+
 namespace lmt {
 
-// What the matmul operands are rounded to (the precision policy; accumulation stays T).
-enum class Precision { fp64, fp32, tf32, bf16 };
-Precision parse_precision(const std::string& name);
 // How a GPU backend computes attention (model.attention); the CPU has one reference for both.
 enum class AttentionImpl { naive, flash };
 AttentionImpl parse_attention(const std::string& name);

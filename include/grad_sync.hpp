@@ -76,7 +76,7 @@ class BucketedSync : public GradSync {
   size_t next_ = 0;  // first bucket not launched this step
 };
 
-std::unique_ptr<GradSync> make_grad_sync(const std::string& strategy, const GradBuffer& grads,
+std::unique_ptr<GradSync> make_grad_sync(Strategy strategy, const GradBuffer& grads,
                                          const ParamLayout& layout, double bucket_mb);
 
 }  // namespace lmt

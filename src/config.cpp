@@ -32,6 +32,11 @@ ConfigField str_field(const char* s, const char* k, std::string* v,
                       std::vector<std::string> choices, const char* doc) {
   return ConfigField{s, k, v, 0, 0, false, std::move(choices), doc};
 }
+template <class E>
+ConfigField enum_field(const char* s, const char* k, E* v, const char* doc) {
+  ChoiceRef r{[v] { return size_t(*v); }, [v](size_t i) { *v = E(i); }};
+  return ConfigField{s, k, std::move(r), 0, 0, false, choice_names<E>(), doc};
+}
 ConfigField ints_field(const char* s, const char* k, std::vector<int64_t>* v, double min,
                        double max, const char* doc, bool empty_ok = false) {
   return ConfigField{s, k, v, min, max, false, {}, doc, empty_ok};
@@ -135,6 +140,9 @@ void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::
     **p = x;
   } else if (auto* p = std::get_if<std::string*>(&f.value)) {
     **p = string(v);
+  } else if (auto* p = std::get_if<ChoiceRef>(&f.value)) {
+    const std::string s = string(v);
+    p->set(size_t(std::find(f.choices.begin(), f.choices.end(), s) - f.choices.begin()));
   } else if (auto* p = std::get_if<std::vector<int64_t>*>(&f.value)) {
     list(**p, integer);
   } else {
@@ -166,7 +174,7 @@ const ConfigField* find_field(const std::vector<ConfigField>& fields, const std:
 std::vector<ConfigField> config_fields(Config& c) {
   auto& r = c.run; auto& m = c.model; auto& t = c.train; auto& o = c.optim; auto& d = c.data;
   return {
-      str_field("run", "mode", &r.mode, {"train", "bench", "attention", "plan", "allreduce"},
+      enum_field("run", "mode", &r.mode,
                 "train; bench: time forward, forward+backward and the full step; attention: "
                 "naive vs flash attention over the [attention] grid; plan: memory and "
                 "communication per device, computed (no backend); allreduce: the all-reduce "
@@ -188,7 +196,7 @@ std::vector<ConfigField> config_fields(Config& c) {
       int_field("model", "context_length", &m.context_length, 1, "tokens per sequence (T)"),
       real_field("model", "rope_theta", &m.rope_theta, 0, true, kBig, "RoPE base"),
       real_field("model", "norm_eps", &m.norm_eps, 0, true, 1, "RMSNorm epsilon"),
-      str_field("model", "precision", &m.precision, {"fp64", "fp32", "tf32", "bf16"},
+      enum_field("model", "precision", &m.precision,
                 "matmul input rounding; master weights, grads and optimizer stay fp32 (fp64: all)"),
       str_field("model", "attention", &m.attention, {"flash", "naive"},
                 "GPU attention kernel; the CPU backend has one reference for both"),
@@ -235,7 +243,7 @@ std::vector<ConfigField> config_fields(Config& c) {
       str_field("data", "val_path", &d.val_path, {},
                 "held-out token file for validation (source = \"file\"; without it, no "
                 "validation; synthetic holds out a stream of its own and refuses it)"),
-      str_field("ddp", "strategy", &c.ddp.strategy, {"naive", "flat", "overlap", "bucketed", "zero1"},
+      enum_field("ddp", "strategy", &c.ddp.strategy,
                 "gradient synchronisation across ranks (grad_sync.hpp); zero1 also shards AdamW"),
       real_field("ddp", "bucket_mb", &c.ddp.bucket_mb, 0, true, kBig,
                  "smallest gradient bucket of bucketed and zero1, MiB (zero1.hpp: also its "
@@ -304,6 +312,7 @@ std::string ConfigField::to_string() const {
     return s;
   }
   if (auto* p = std::get_if<std::string*>(&value)) return toml_quoted(**p);
+  if (auto* p = std::get_if<ChoiceRef>(&value)) return toml_quoted(choices[p->get()]);
   std::string out;
   if (auto* p = std::get_if<std::vector<int64_t>*>(&value))
     for (int64_t x : **p) out += (out.empty() ? "" : ", ") + std::to_string(x);
@@ -404,7 +413,7 @@ void validate(const Config& c) {
                           at("train.checkpoint_every").c_str(),
                           (long long)c.train.checkpoint_every));
   // Tensor parallelism splits heads and the FFN's hidden width evenly (Megatron's layout).
-  if (c.run.mode == "plan" && c.plan.tp > 1) {
+  if (c.run.mode == Mode::plan && c.plan.tp > 1) {
     const std::string tp = at("plan.tp");
     if (c.plan.graph == "lmtrain" && m.num_heads % c.plan.tp != 0)
       throw UsageError(strf("%s: plan.tp = %lld does not divide model.num_heads = %lld (%s)",
@@ -490,7 +499,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   }
   for (auto& o : overrides) apply_override(cl.config, o);
   validate(cl.config);
-  if (!cl.trace_path.empty() && cl.config.run.mode != "bench")
+  if (!cl.trace_path.empty() && cl.config.run.mode != Mode::bench)
     throw UsageError(strf("--trace %s: only run.mode = \"bench\" writes a trace in this release",
                           cl.trace_path.c_str()));
   return cl;

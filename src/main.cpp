@@ -20,17 +20,17 @@ int main(int argc, char** argv) {
     } else {
       agree_on_config(rt, cl.config);
       set_comm_timeout(cl.config.run.comm_timeout_s);
-      const std::string& mode = cl.config.run.mode;
-      if (mode == "plan") {  // computed: no device to resolve
+      const Mode mode = cl.config.run.mode;
+      if (mode == Mode::plan) {  // computed: no device to resolve
         code = run_plan(cl, rt);
-      } else if (mode == "allreduce") {  // its backend decides the device
+      } else if (mode == Mode::allreduce) {  // its backend decides the device
         code = run_allreduce(cl, rt);
       } else {
         std::string device;
         agree(rt, [&] { device = resolve_device(cl.config, rt); });
-        code = mode == "bench"       ? run_bench(cl, rt, device)
-               : mode == "attention" ? run_attention(cl, rt, device)
-                                     : run_train(cl, rt, device);
+        code = mode == Mode::bench       ? run_bench(cl, rt, device)
+               : mode == Mode::attention ? run_attention(cl, rt, device)
+                                         : run_train(cl, rt, device);
       }
     }
   } catch (const JobExit& e) {

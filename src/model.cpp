@@ -15,7 +15,7 @@ namespace lmt {
 template <typename T>
 Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int64_t seq_len,
                 const Ranges& held)
-    : be(backend), cfg(c), B(batch), T_(seq_len), precision(parse_precision(c.precision)),
+    : be(backend), cfg(c), B(batch), T_(seq_len), precision(c.precision),
       attention(parse_attention(c.attention)), mm16(precision == Precision::bf16),
       layout(ParamLayout::build(c)),
       masters(held.empty() ? Ranges{{0, layout.total}} : merged(held)),

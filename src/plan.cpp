@@ -56,9 +56,9 @@ Plan make_plan(const Config& c) {
   // double), the moments 2 bytes under optim.state_dtype = "bf16"; lmtrain keeps activations in
   // it too and all-reduces gradients in it. ffn_only keeps the assignment's bf16 activations and
   // wire when the precision is bf16.
-  p.elem_bytes = m.precision == "fp64" ? 8 : 4;
+  p.elem_bytes = m.precision == Precision::fp64 ? 8 : 4;
   p.moment_bytes = c.optim.state_dtype == "bf16" ? 2 : p.elem_bytes;
-  p.act_bytes = ffn_only && m.precision == "bf16" ? 2 : p.elem_bytes;
+  p.act_bytes = ffn_only && m.precision == Precision::bf16 ? 2 : p.elem_bytes;
   p.comm_bytes = p.act_bytes;
   const uint64_t w = uint64_t(p.elem_bytes), a = uint64_t(p.act_bytes);
 
@@ -90,7 +90,7 @@ Plan make_plan(const Config& c) {
     acts = 3 * n * 4 + (L * (per_layer + probs) + rest) * a;
     // Backward's scratch: dx, dh (residual width), under bf16 dx's rounded copy dx16, datt,
     // dqkv (attention), dg, du.
-    const bool bf16 = m.precision == "bf16";
+    const bool bf16 = m.precision == Precision::bf16;
     scratch_elems = (bf16 ? 3 : 2) * piece(n * d) + piece(n * dl) + piece(3 * n * dl) +
                     piece(n * fl) + piece(2 * n * fl);
     p.attn_probs = L * probs * a;
@@ -145,7 +145,7 @@ Plan make_plan(const Config& c) {
   p.fsdp_gather = fs > 1 ? 2 * largest_group * uint64_t(p.comm_bytes) : 0;
   // ZeRO-1 under bf16 (zero1.hpp): parameters that are not matmul-only (the RMSNorm gains, the
   // embedding) go exact, all ranks' packed in workspace; the rest as bf16.
-  const bool zero_bf16 = pc.zero && !ffn_only && m.precision == "bf16";
+  const bool zero_bf16 = pc.zero && !ffn_only && m.precision == Precision::bf16;
   const uint64_t exact =
       zero_bf16 ? ceil_div((2 * L + 1) * d + Vl * d, fs) : 0;
   p.workspace = scratch_elems * w + p.fsdp_gather + exact * w;
@@ -157,7 +157,7 @@ Plan make_plan(const Config& c) {
   // weight, which the CPU backend too keeps then: the all-gather's source and, where the masters
   // are sharded, what its matmuls read, each matmul's weight widened into scratch of the largest's
   // size (W3 and W1 are one matmul's, 2 d_ff x d).
-  const uint64_t weights16 = m.precision == "bf16" ? p.param_count_device * 2 : 0;
+  const uint64_t weights16 = m.precision == Precision::bf16 ? p.param_count_device * 2 : 0;
   uint64_t masters_cuda = p.params, widened = 0;
   if (zero_bf16) {
     if (tp == 1 && fs == 1) {

@@ -28,7 +28,7 @@ namespace {
 Plan train_plan(const Config& c, int world) {
   Config k = c;
   k.plan.dp = world;
-  k.plan.zero = c.ddp.strategy == "zero1";
+  k.plan.zero = c.ddp.strategy == Strategy::zero1;
   k.plan.fsdp = k.plan.tp = 1;
   k.plan.graph = "lmtrain";
   k.plan.act_shard_fraction = 0;

@@ -134,7 +134,7 @@ void agree_on_config(const Runtime& rt, const Config& c) {
 std::string resolve_device(const Config& c, const Runtime& rt) {
   std::string why;  // why cuda cannot run this job, if it cannot
   if (gpu_count() == 0) why = "no GPU is visible (or this build has no CUDA)";
-  else if (c.model.precision == "fp64") why = "model.precision = \"fp64\" is CPU-only";
+  else if (c.model.precision == Precision::fp64) why = "model.precision = \"fp64\" is CPU-only";
   else if (rt.local_world > gpu_count())
     why = strf("%d ranks on this node but %d GPU(s) visible (one GPU per rank)", rt.local_world,
                gpu_count());

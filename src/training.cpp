@@ -53,11 +53,11 @@ std::unique_ptr<Optimizer<T>> make_optimizer(const Config& c, Backend<T>& be, Co
                                              Model<T>& model) {
   const Stored state = parse_state_dtype(c.optim.state_dtype);
   const uint64_t seed = uint64_t(c.run.seed);
-  if (c.ddp.strategy == "zero1") {
+  if (c.ddp.strategy == Strategy::zero1) {
     LMT_ASSERT(comm, "zero1 synchronises over a communicator, on one rank too");
     return std::make_unique<Zero1<T>>(be, GradBuffer{*comm, model.grads(), dtype_of<T>()},
-                                      model.layout, c.ddp.bucket_mb, c.model.precision == "bf16",
-                                      state, seed);
+                                      model.layout, c.ddp.bucket_mb,
+                                      c.model.precision == Precision::bf16, state, seed);
   }
   std::unique_ptr<GradSync> sync;
   if (comm)
@@ -69,14 +69,14 @@ std::unique_ptr<Optimizer<T>> make_optimizer(const Config& c, Backend<T>& be, Co
 template <typename T>
 Training<T> set_up_training(const Config& c, const Runtime& rt, Backend<T>& be) {
   Training<T> t;
-  const bool zero1 = c.ddp.strategy == "zero1";
+  const bool zero1 = c.ddp.strategy == Strategy::zero1;
   // Gradients and parameters go over the communicator of the backend's memory (NCCL on the
   // GPU); one rank has nothing to synchronise, unless zero1.
   if (rt.world > 1 || zero1) t.comm = make_communicator(be.name(), rt, be, c.ddp.comm_ctas);
   agree(rt, [&] {
     // zero1 under bf16: this rank holds the fp32 masters of its shard only (zero1.hpp).
     const Ranges masters = zero1 ? zero1_masters(ParamLayout::build(c.model), rt.world, rt.rank,
-                                                 c.model.precision == "bf16")
+                                                 c.model.precision == Precision::bf16)
                                  : Ranges{};
     t.model = std::make_unique<Model<T>>(be, c.model, c.train.batch_size, c.model.context_length,
                                          masters);

@@ -6,14 +6,6 @@
 
 namespace lmt {
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp64") return Precision::fp64;
-  if (name == "fp32") return Precision::fp32;
-  if (name == "tf32") return Precision::tf32;
-  if (name == "bf16") return Precision::bf16;
-  throw UsageError("unknown precision '" + name + "'");
-}
-
 AttentionImpl parse_attention(const std::string& name) {
   if (name == "naive") return AttentionImpl::naive;
   if (name == "flash") return AttentionImpl::flash;

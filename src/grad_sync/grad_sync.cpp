@@ -10,14 +10,16 @@ std::unique_ptr<GradSync> make_overlap_sync(const GradBuffer& g, const ParamLayo
 std::unique_ptr<GradSync> make_bucketed_sync(const GradBuffer& g, const ParamLayout& layout,
                                              double bucket_bytes);
 
-std::unique_ptr<GradSync> make_grad_sync(const std::string& strategy, const GradBuffer& grads,
+std::unique_ptr<GradSync> make_grad_sync(Strategy strategy, const GradBuffer& grads,
                                          const ParamLayout& layout, double bucket_mb) {
-  if (strategy == "naive") return make_naive_sync(grads, layout);
-  if (strategy == "flat") return make_flat_sync(grads, layout);
-  if (strategy == "overlap") return make_overlap_sync(grads, layout);
-  if (strategy == "bucketed") return make_bucketed_sync(grads, layout, bucket_mb * (1 << 20));
-  LMT_ASSERT(strategy != "zero1", "zero1 shards the optimizer too: construct Zero1 (zero1.hpp)");
-  throw UsageError("ddp.strategy = \"" + strategy + "\" is not implemented");
+  switch (strategy) {
+    case Strategy::naive: return make_naive_sync(grads, layout);
+    case Strategy::flat: return make_flat_sync(grads, layout);
+    case Strategy::overlap: return make_overlap_sync(grads, layout);
+    case Strategy::bucketed: return make_bucketed_sync(grads, layout, bucket_mb * (1 << 20));
+    case Strategy::zero1: break;
+  }
+  LMT_FATAL("ddp.strategy = zero1 shards the optimizer too: construct Zero1 (zero1.hpp)");
 }
 
 }  // namespace lmt

@@ -216,7 +216,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   if (rt.is_root()) {
     printf("== lmtrain bench: %s on %s, %s, batch %lld x context %lld%s, warm-up %lld, %lld "
            "timed%s ==\n", human_count(double(model.layout.total)).c_str(),
-           be.device_name().c_str(), c.model.precision.c_str(), (long long)B, (long long)T_,
+           be.device_name().c_str(), name_of(c.model.precision), (long long)B, (long long)T_,
            accum > 1 ? strf(", %lld micro-batches a step", (long long)accum).c_str() : "",
            (long long)W, (long long)S, model.replays() ? ", forward and backward as CUDA graphs" : "");
     printf("%-22s %9s %9s %9s %9s %9s\n", "ms", "mean", "std", "median", "min", "max");
@@ -233,7 +233,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     if (sync)
       printf("communication (%s, %d ranks): comm %.3f ms/step (mean; %s), "
              "exposed %.3f ms/step (median: %s waited for it), compute %.3f ms/step\n",
-             c.ddp.strategy.c_str(), rt.world, comm_ms,
+             name_of(c.ddp.strategy), rt.world, comm_ms,
              std::string(be.name()) == "cuda" ? "the NCCL stream's time in collectives"
                                               : "host time in MPI calls",
              summarize(exposed_ms).median,
@@ -290,7 +290,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
 
 int run_bench(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   check_graphs(cl.config, rt, device);
-  if (cl.config.model.precision == "fp64")
+  if (cl.config.model.precision == Precision::fp64)
     return bench<double>(cl, rt, make_backend<double>(device, rt));
   return bench<float>(cl, rt, make_backend<float>(device, rt));
 }

@@ -44,7 +44,7 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
 
   printf("== lmtrain plan: %s graph, %s parameters, precision %s, batch %lld x context %lld per "
          "rank ==\n", pc.graph.c_str(), human_count(double(p.param_count)).c_str(),
-         c.model.precision.c_str(), (long long)c.train.batch_size,
+         name_of(c.model.precision), (long long)c.train.batch_size,
          (long long)c.model.context_length);
   printf("layout: dp %lld (zero %lld) x fsdp %lld x tp %lld = %lld device(s); global batch %lld "
          "sequences; %s parameters on each device\n", (long long)pc.dp, (long long)pc.zero,
@@ -55,7 +55,7 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
          dtype(p.elem_bytes), dtype(p.moment_bytes), dtype(p.act_bytes), dtype(p.comm_bytes));
   printf("  %-13s %20s %15s\n", "per device", "bytes", "GB");
   line("params", double(p.params),
-       pc.zero && !ffn && c.model.precision == "bf16"
+       pc.zero && !ffn && c.model.precision == Precision::bf16
            ? "(ZeRO-1, bf16: the busiest rank's fp32 masters, and the bf16 copy of every weight)"
            : "");
   line("grads", double(p.grads));
@@ -84,13 +84,13 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
              human_bytes(double(p.bf16_scratch_saved)).c_str());
     if (p.logits_cuda)
       printf("  of which the logits, overwritten in place by their gradient (B x T x V, one "
-             "buffer%s): %s\n", c.model.precision == "bf16" ? ", bf16" : "",
+             "buffer%s): %s\n", c.model.precision == Precision::bf16 ? ", bf16" : "",
              human_bytes(double(p.logits_cuda)).c_str());
   }
   printf("\ncommunication per step per device (bytes sent, ring collectives)\n");
   if (pc.zero)
     line("dp (zero1)", p.comm_dp,
-         c.model.precision == "bf16" && !ffn
+         c.model.precision == Precision::bf16 && !ffn
              ? "(reduce-scatter of gradients + all-gather of parameters, matmul-only ones in bf16)"
              : "(reduce-scatter of gradients + all-gather of parameters, half each)");
   else
@@ -111,9 +111,9 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
            "attention's fp32 buffer and cuBLASLt's workspace); not predicted: the reductions' partial sums (8 KiB), "
            "cuBLAS's own workspace and the CUDA context\n",
            human_bytes(double(p.forward_cuda)).c_str(), human_bytes(double(p.total_cuda)).c_str(),
-           c.model.precision == "bf16" ? ", the weights' bf16 copy (tagged params)" : "",
+           c.model.precision == Precision::bf16 ? ", the weights' bf16 copy (tagged params)" : "",
            human_bytes(double(p.cuda_scratch)).c_str(),
-           c.model.precision == "bf16" && c.model.attention == "naive"
+           c.model.precision == Precision::bf16 && c.model.attention == "naive"
                ? "naive attention's bf16 scores, P and dS, "
                : "");
 

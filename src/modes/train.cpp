@@ -167,7 +167,7 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
     if (!mismatch_.empty()) fprintf(stderr, "lmtrain: warning: %s\n", mismatch_.c_str());
     fflush(stdout);
   }
-  if (c_.ddp.strategy == "zero1") {
+  if (c_.ddp.strategy == Strategy::zero1) {
     const double whole = double(model_->layout.total * sizeof(T));
     const double moments = 2.0 * double(model_->layout.total *
                                         state_elem_bytes<T>(parse_state_dtype(c_.optim.state_dtype)));
@@ -178,7 +178,7 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
                            human_count(double(model_->layout.total)).c_str(),
                            human_bytes(moments).c_str()));
     print_rank_memory(MemTag::params, "parameters", "after init",
-                      c_.model.precision == "bf16"
+                      c_.model.precision == Precision::bf16
                           ? strf("(fp32 masters of its shard and of the parameters read in fp32, "
                                  "and the bf16 copy of every weight; all in fp32: %s)",
                                  human_bytes(whole).c_str())
@@ -221,7 +221,7 @@ template <typename T> StepVerdict Trainer<T>::step(int64_t step, double lr, doub
   // Clipping reads the gradients on the host: fail, never hang.
   if (training_.comm) training_.comm->synchronize();
   NvtxRange range("optimizer");
-  const bool first = c_.ddp.strategy == "zero1" && step == first_step_;
+  const bool first = c_.ddp.strategy == Strategy::zero1 && step == first_step_;
   if (first) print_rank_memory(MemTag::optimizer, "optimizer state", "before step 1", "");
   const GradClip clip = optimizer_->clip(c_.optim.grad_clip);
   gnorm = clip.norm;
@@ -259,7 +259,7 @@ template <typename T> void Trainer<T>::log(int64_t step, double lr, double gnorm
     exposed_ms_ += exposed, comm_ms_ += busy;
     const double n = double(interval_steps_);
     timing = strf(" | compute %.1f, comm %.1f, exposed %.1f ms/step (%s)", ms - exposed / n,
-                  busy / n, exposed / n, c_.ddp.strategy.c_str());
+                  busy / n, exposed / n, name_of(c_.ddp.strategy));
   }
   if (rt_.is_root()) {
     printf("step %*lld/%lld | loss %.4f%s | lr %.2e | grad norm %.3f | %.1f ms/step | "
@@ -362,12 +362,12 @@ template <typename T> void Trainer<T>::report() {
     printf("  compute       %.2f ms/step (step time less exposed communication)\n",
            ms_per_step - exposed_ms_ / run_steps);
     printf("  comm          %.2f ms/step (%s: %s, rank 0)\n", comm_ms_ / run_steps,
-           c_.ddp.strategy.c_str(), device_ == "cuda" ? "the NCCL stream's time in collectives"
+           name_of(c_.ddp.strategy), device_ == "cuda" ? "the NCCL stream's time in collectives"
                                                       : "host time in MPI calls");
     printf("  exposed comm  %.2f ms/step (%s: %s waited for gradient sync%s, rank 0)\n",
-           exposed_ms_ / run_steps, c_.ddp.strategy.c_str(),
+           exposed_ms_ / run_steps, name_of(c_.ddp.strategy),
            device_ == "cuda" ? "the compute stream" : "the host",
-           c_.ddp.strategy == "zero1" ? " and the parameter all-gather" : "");
+           c_.ddp.strategy == Strategy::zero1 ? " and the parameter all-gather" : "");
   }
   if (cl_.csv_path.empty()) return;
   row_.set("world_size", std::to_string(rt_.world));
@@ -401,7 +401,7 @@ int train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
 int run_train(const CommandLine& cl, const Runtime& rt, const std::string& device) {
   check_graphs(cl.config, rt, device);
   install_stop_handlers();  // from here a stop signal ends the run after a step, checkpointed
-  if (cl.config.model.precision == "fp64") return train<double>(cl, rt, device);
+  if (cl.config.model.precision == Precision::fp64) return train<double>(cl, rt, device);
   return train<float>(cl, rt, device);
 }
 

@@ -28,16 +28,16 @@ TEST_CASE("gpu model: k micro-batches added (GradWrite::add) give the sum of the
   // whole-model test's tolerances say.
   auto cpu = make_cpu_backend<double>();
   Config::Model m64 = m;
-  m64.precision = "fp64";
+  m64.precision = Precision::fp64;
   Model<double> ref(*cpu, m64, k * b, T);
   ref.init_params(seed);
   ref.forward(in.data(), tg.data());
   ref.backward();
   const std::vector<double> union_grads = ref.grads_host();
   auto gpu = make_cuda_backend(), gpu2 = make_cuda_backend();  // a backend keeps one model's copy
-  for (auto [prec, tol] : {std::pair{"fp32", 1e-4}, {"bf16", 8e-2}})
+  for (auto [prec, tol] : {std::pair{Precision::fp32, 1e-4}, {Precision::bf16, 8e-2}})
     for (const char* attention : {"naive", "flash"}) {
-      INFO(std::string(prec) << " " << std::string(attention));
+      INFO(name_of(prec) << " " << std::string(attention));
       m.precision = prec, m.attention = attention;
       Model<float> model(*gpu, m, b, T), replayed(*gpu2, m, b, T);
       model.init_params(seed), replayed.init_params(seed);

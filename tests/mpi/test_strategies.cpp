@@ -64,7 +64,7 @@ Config::Model tiny() {
   Config::Model m;
   // 8046 parameters: 4 ranks do not divide them, so zero1's shards are uneven under -np 4.
   m.d_model = 18, m.num_heads = 3, m.d_ff = 40, m.num_layers = 2, m.vocab_size = 29;
-  m.context_length = 9, m.precision = "fp32";
+  m.context_length = 9, m.precision = Precision::fp32;
   m.attention = "naive";  // head dim 6: flash has no kernel for it
   return m;
 }
@@ -81,8 +81,8 @@ Config::Model tiny() {
 // ranks, where the parameter tolerance, even at 1e-4, passed them.)
 // state: how AdamW stores its moments (bf16: rounded stochastically, the same draws on every
 // rank and for every shard, so ranks stay identical).
-void check_strategy(const std::string& strategy, double bucket_mb, const std::string& device,
-                    const std::string& precision = "fp32", Stored state = Stored::full) {
+void check_strategy(Strategy strategy, double bucket_mb, const std::string& device,
+                    Precision precision = Precision::fp32, Stored state = Stored::full) {
   const Runtime rt = runtime_init(nullptr, nullptr);
   auto host = make_mpi_communicator(MPI_COMM_WORLD);
   const int R = host->size(), me = host->rank();
@@ -92,7 +92,7 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
   host->broadcast(&seed, 1, DType::f64, 0);  // eight bytes: any type of that size carries it
   Config::Model m = tiny();
   m.precision = precision;
-  const bool b16 = precision == "bf16", gpu = device == "cuda";
+  const bool b16 = precision == Precision::bf16, gpu = device == "cuda";
   const double param_tol = !b16 ? 1e-5 : gpu ? 2e-3 : 1e-3;
   const double norm_tol = !b16 ? 1e-5 : 1e-3;
   Config::Optim o;
@@ -103,7 +103,7 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
   o.grad_clip = 0.05;  // small enough to clip at every step: the global norm must be right
   auto source = make_markov_source(m.vocab_size, 3, seed);
 
-  const bool zero1 = strategy == "zero1";
+  const bool zero1 = strategy == Strategy::zero1;
   Model<float> ddp(*be, m, B, T,
                    zero1 ? zero1_masters(ParamLayout::build(m), R, me, b16) : Ranges{});
   ddp.init_params(seed);
@@ -200,20 +200,24 @@ void check_strategy(const std::string& strategy, double bucket_mb, const std::st
 }
 
 void check_every_strategy(const std::string& device) {
-  SUBCASE("naive") { check_strategy("naive", 25, device); }
-  SUBCASE("flat") { check_strategy("flat", 25, device); }
-  SUBCASE("overlap") { check_strategy("overlap", 25, device); }
-  SUBCASE("bucketed, several buckets") { check_strategy("bucketed", 0.01, device); }
-  SUBCASE("bucketed, one bucket") { check_strategy("bucketed", 1000, device); }
-  SUBCASE("zero1, a bucket per parameter") { check_strategy("zero1", 0, device); }
-  SUBCASE("zero1, one bucket") { check_strategy("zero1", 1000, device); }
+  SUBCASE("naive") { check_strategy(Strategy::naive, 25, device); }
+  SUBCASE("flat") { check_strategy(Strategy::flat, 25, device); }
+  SUBCASE("overlap") { check_strategy(Strategy::overlap, 25, device); }
+  SUBCASE("bucketed, several buckets") { check_strategy(Strategy::bucketed, 0.01, device); }
+  SUBCASE("bucketed, one bucket") { check_strategy(Strategy::bucketed, 1000, device); }
+  SUBCASE("zero1, a bucket per parameter") { check_strategy(Strategy::zero1, 0, device); }
+  SUBCASE("zero1, one bucket") { check_strategy(Strategy::zero1, 1000, device); }
   // bf16: on the GPU the weights' bf16 copy must follow AdamW and, under zero1, each all-gather.
-  SUBCASE("bucketed, bf16") { check_strategy("bucketed", 0.01, device, "bf16"); }
-  SUBCASE("zero1, a bucket per parameter, bf16") { check_strategy("zero1", 0, device, "bf16"); }
+  SUBCASE("bucketed, bf16") { check_strategy(Strategy::bucketed, 0.01, device, Precision::bf16); }
+  SUBCASE("zero1, a bucket per parameter, bf16") {
+    check_strategy(Strategy::zero1, 0, device, Precision::bf16);
+  }
   // bf16 moments: ranks (and zero1's shards) draw the same roundings.
-  SUBCASE("flat, bf16 moments") { check_strategy("flat", 25, device, "fp32", Stored::bf16); }
+  SUBCASE("flat, bf16 moments") {
+    check_strategy(Strategy::flat, 25, device, Precision::fp32, Stored::bf16);
+  }
   SUBCASE("zero1, a bucket per parameter, bf16 moments") {
-    check_strategy("zero1", 0, device, "fp32", Stored::bf16);
+    check_strategy(Strategy::zero1, 0, device, Precision::fp32, Stored::bf16);
   }
 }
 
@@ -229,10 +233,10 @@ TEST_CASE("zero1 under bf16: a rank holds the fp32 masters of its shard and of t
   auto host = make_mpi_communicator(MPI_COMM_WORLD);
   const int R = host->size(), me = host->rank();
   Config c;
-  c.run.mode = "plan", c.plan.dp = R, c.plan.zero = 1;
+  c.run.mode = Mode::plan, c.plan.dp = R, c.plan.zero = 1;
   Config::Model& m = c.model;  // 133k parameters: 131 pages in fp32, the embedding 16 of them
   m.d_model = 64, m.num_heads = 4, m.d_ff = 176, m.num_layers = 2, m.vocab_size = 256;
-  m.context_length = 16, m.precision = "bf16", m.attention = "naive";
+  m.context_length = 16, m.precision = Precision::bf16, m.attention = "naive";
   c.train.batch_size = 2;
   validate(c);
   auto be = make_backend<float>("cpu", rt);

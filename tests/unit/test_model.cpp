@@ -19,7 +19,7 @@ using lmt::test::loss_of;
 
 namespace {
 
-Config::Model small_model(const char* precision) {
+Config::Model small_model(Precision precision) {
   Config::Model m;
   m.d_model = 12, m.num_heads = 3, m.d_ff = 20, m.num_layers = 2, m.vocab_size = 11;
   m.context_length = 5;
@@ -41,7 +41,7 @@ template <typename T> void randomize(Model<T>& model) {
 }  // namespace
 
 TEST_CASE("model: every parameter's gradient matches finite differences (fp64)") {
-  Config::Model m = small_model("fp64");
+  Config::Model m = small_model(Precision::fp64);
   m.d_model = 8, m.num_heads = 2, m.d_ff = 12, m.vocab_size = 7;
   auto cpu = make_cpu_backend<double>();
   Model<double> model(*cpu, m, 2, 5);
@@ -71,7 +71,7 @@ TEST_CASE("model: every parameter's gradient matches finite differences (fp64)")
 TEST_CASE("model: backward writes every gradient, whatever the buffer held before") {
   // The weight gradients are written by their ops, not added to a zeroed buffer: a backward over
   // NaN in every element must give what a backward over zeros gives, bit for bit.
-  Config::Model m = small_model("fp64");
+  Config::Model m = small_model(Precision::fp64);
   auto cpu = make_cpu_backend<double>();
   Model<double> model(*cpu, m, 2, 5);
   randomize(model);
@@ -94,7 +94,7 @@ TEST_CASE("model: backward writes every gradient, whatever the buffer held befor
 TEST_CASE("model: one holding only some fp32 masters (zero1 under bf16) computes the loss and "
           "every gradient of one holding all, bit for bit") {
   // Its matmuls read the weights' bf16 copy, which set_params made from the same values.
-  Config::Model m = small_model("bf16");
+  Config::Model m = small_model(Precision::bf16);
   auto cpu = make_cpu_backend<float>();
   const uint64_t seed = lmt::test::rng()();
   auto in = lmt::test::rand_tokens(10, 11), tg = lmt::test::rand_tokens(10, 11);
@@ -116,7 +116,7 @@ TEST_CASE("model: one holding only some fp32 masters (zero1 under bf16) computes
 }
 
 TEST_CASE("model: gradient groups are reported in backward order and cover the flat buffer") {
-  Config::Model m = small_model("fp64");
+  Config::Model m = small_model(Precision::fp64);
   ParamLayout layout = ParamLayout::build(m);
   CHECK(layout.params.front().name == "lm_head.weight");
   CHECK(layout.params.back().name == "token_embeddings.weight");
@@ -141,7 +141,7 @@ TEST_CASE("model: gradient groups are reported in backward order and cover the f
   CHECK(rec.seen == std::vector<int>{0, 1, 2, 3, -1});
 }
 
-template <typename T> void compare_with_torch(const char* precision, double tol) {
+template <typename T> void compare_with_torch(Precision precision, double tol) {
   Config::Model m = small_model(precision);
   const int64_t B = 2, T_ = 5, steps = 3;
   auto cpu = make_cpu_backend<T>();
@@ -203,16 +203,16 @@ template <typename T> void compare_with_torch(const char* precision, double tol)
 }
 
 TEST_CASE("model: matches the PyTorch reference in fp64 (logits, loss, gradients, 3 AdamW steps)") {
-  compare_with_torch<double>("fp64", 1e-10);
+  compare_with_torch<double>(Precision::fp64, 1e-10);
 }
 
 TEST_CASE("model: matches the PyTorch reference in fp32") {
-  compare_with_torch<float>("fp32", 2e-5);
+  compare_with_torch<float>(Precision::fp32, 2e-5);
 }
 
 TEST_CASE("model: backward with GradWrite::add sums micro-batches' gradients into those of their "
           "union (fp64), every parameter") {
-  Config::Model m = small_model("fp64");
+  Config::Model m = small_model(Precision::fp64);
   auto cpu = make_cpu_backend<double>();
   const int64_t b = 2, k = 3, T = m.context_length, n = b * T;
   Model<double> micro(*cpu, m, b, T), whole(*cpu, m, k * b, T);

@@ -18,20 +18,20 @@ namespace {
 struct Shape {
   const char* name;
   int64_t d, heads, ff, layers, vocab, ctx, batch;
-  const char* precision;
+  Precision precision;
 };
 
 // The tiny model and odd shapes (prime vocabulary and context, one head, batch 1).
 const Shape kShapes[] = {
-    {"tiny", 64, 4, 176, 2, 256, 64, 8, "bf16"},
-    {"odd", 24, 2, 40, 3, 37, 7, 3, "fp32"},
-    {"one head, batch 1", 10, 1, 14, 1, 13, 11, 1, "tf32"},
-    {"fp64", 12, 3, 20, 2, 11, 5, 2, "fp64"},
+    {"tiny", 64, 4, 176, 2, 256, 64, 8, Precision::bf16},
+    {"odd", 24, 2, 40, 3, 37, 7, 3, Precision::fp32},
+    {"one head, batch 1", 10, 1, 14, 1, 13, 11, 1, Precision::tf32},
+    {"fp64", 12, 3, 20, 2, 11, 5, 2, Precision::fp64},
 };
 
 Config config_of(const Shape& s) {
   Config c;
-  c.run.mode = "plan";
+  c.run.mode = Mode::plan;
   c.model.d_model = s.d, c.model.num_heads = s.heads, c.model.d_ff = s.ff;
   c.model.num_layers = s.layers, c.model.vocab_size = s.vocab, c.model.context_length = s.ctx;
   c.model.precision = s.precision;
@@ -63,14 +63,14 @@ TEST_CASE("plan: bytes per tag equal what the CPU backend allocates for the mode
     SUBCASE(s.name) {
       Config c = config_of(s);
       validate(c);
-      if (std::string(s.precision) == "fp64") check_against_allocator<double>(c);
+      if (s.precision == Precision::fp64) check_against_allocator<double>(c);
       else check_against_allocator<float>(c);
     }
   }
 }
 
 TEST_CASE("plan: bf16 moments are 2 bytes each, as the allocator holds them") {
-  for (const char* precision : {"bf16", "fp64"}) {
+  for (Precision precision : {Precision::bf16, Precision::fp64}) {
     Config c = config_of(kShapes[1]);
     c.model.precision = precision;
     const uint64_t full = make_plan(c).optimizer;
@@ -78,8 +78,8 @@ TEST_CASE("plan: bf16 moments are 2 bytes each, as the allocator holds them") {
     validate(c);
     const Plan p = make_plan(c);
     CHECK(p.optimizer == 2 * 2 * p.param_count);
-    CHECK(p.optimizer * (std::string(precision) == "fp64" ? 4 : 2) == full);
-    if (std::string(precision) == "fp64") check_against_allocator<double>(c);
+    CHECK(p.optimizer * (precision == Precision::fp64 ? 4 : 2) == full);
+    if (precision == Precision::fp64) check_against_allocator<double>(c);
     else check_against_allocator<float>(c);
   }
 }
@@ -119,7 +119,7 @@ TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, u, g, h2, hf and the lo
         2 * (B * H * T * T + 2 * H * T * T) + 4 * (T * dh + 32 * d) + (32 << 20));
   CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace -
                             p.bf16_scratch_saved + p.cuda_scratch);
-  c.model.precision = "fp32";
+  c.model.precision = Precision::fp32;
   CHECK(make_plan(c).bf16_inputs_saved == 0);
   CHECK(make_plan(c).logits_cuda == n * V * 4);
 }
@@ -161,7 +161,7 @@ TEST_CASE("plan: fsdp shards params, grads and moments; zero1 the moments, and u
   // 2 d_ff x d here).
   // (bf16 adds backward's rounded copy of the residual gradient to the workspace too: n x d, a
   // piece of the arena, rounded up to 64 elements.)
-  c.plan.zero = 1, c.model.precision = "bf16";
+  c.plan.zero = 1, c.model.precision = Precision::bf16;
   const Plan zb = make_plan(c);
   uint64_t E = 0;
   for (const ParamView& v : ParamLayout::build(c.model).params) E += v.matmul ? 0 : v.numel;
@@ -204,7 +204,7 @@ TEST_CASE("plan: tp splits the attention and FFN weights and activations, not th
 
 TEST_CASE("plan: ffn_only is CS336 2.4's accounting (fp32 state, bf16 activations)") {
   Config c;
-  c.run.mode = "plan", c.plan.graph = "ffn_only", c.model.precision = "bf16";
+  c.run.mode = Mode::plan, c.plan.graph = "ffn_only", c.model.precision = Precision::bf16;
   c.model.d_model = 16384, c.model.d_ff = 53248, c.model.num_layers = 126, c.model.num_heads = 128;
   c.model.context_length = 512, c.train.batch_size = 4;
   const uint64_t d = 16384, f = 53248, L = 126, tokens = 4 * 512;

@@ -15,7 +15,7 @@ using namespace lmt;
 
 namespace {
 
-template <typename T> void check_validation(const char* precision, double tol) {
+template <typename T> void check_validation(Precision precision, double tol) {
   Config::Model m;
   m.d_model = 12, m.num_heads = 3, m.d_ff = 20, m.num_layers = 2, m.vocab_size = 11;
   m.context_length = 6;
@@ -49,7 +49,7 @@ template <typename T> void check_validation(const char* precision, double tol) {
   // The reference: every held-out window alone (batch 1) through an fp64 model holding the same
   // parameters, the mean of their losses in long double.
   Config::Model m64 = m;
-  m64.precision = "fp64";
+  m64.precision = Precision::fp64;
   auto cpu64 = make_cpu_backend<double>();
   Model<double> ref(*cpu64, m64, 1, T_);
   const std::vector<T> params = model.params_host();
@@ -68,10 +68,10 @@ template <typename T> void check_validation(const char* precision, double tol) {
 
 TEST_CASE("validation: the held-out loss has the same bits on 1 to 7 ranks and is every window's "
           "mean loss (fp64)") {
-  check_validation<double>("fp64", 1e-12);
+  check_validation<double>(Precision::fp64, 1e-12);
 }
 
 TEST_CASE("validation: the same under fp32 and bf16") {
-  check_validation<float>("fp32", 1e-5);
-  check_validation<float>("bf16", 2e-2);
+  check_validation<float>(Precision::fp32, 1e-5);
+  check_validation<float>(Precision::bf16, 2e-2);
 }
