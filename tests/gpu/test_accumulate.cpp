@@ -9,6 +9,7 @@
 #include "backend.hpp"
 #include "gpu.hpp"
 #include "../helpers.hpp"
+#include "small_model.hpp"
 #include "model.hpp"
 
 using namespace lmt;
@@ -18,9 +19,7 @@ using lmt::test::rel_err;
 TEST_CASE("gpu model: k micro-batches added (GradWrite::add) give the sum of their gradients and "
           "the union's; recorded as CUDA graphs, the same bits" *
           doctest::skip(gpu_count() == 0)) {
-  Config::Model m;
-  m.d_model = 48, m.num_heads = 3, m.d_ff = 136, m.num_layers = 2, m.vocab_size = 97;
-  m.context_length = 29;
+  Config::Model m = lmt::test::small_gpu_model();
   const int64_t b = 2, k = 3, T = 29, n = b * T;
   auto in = lmt::test::rand_tokens(size_t(k * n), 97), tg = lmt::test::rand_tokens(size_t(k * n), 97);
   const uint64_t seed = lmt::test::rng()();

@@ -11,6 +11,7 @@
 #include "comm.hpp"
 #include "gpu.hpp"
 #include "../helpers.hpp"
+#include "small_model.hpp"
 #include "model.hpp"
 #include "optimizer.hpp"
 #include "plan.hpp"
@@ -512,9 +513,8 @@ TEST_CASE("gpu model: holding only some fp32 masters (zero1 under bf16), the los
   // Its matmuls read the weights' bf16 copy, which set_params made on the host from the same
   // values that the whole model's copy is cast from on the GPU (both to nearest even), and which
   // AdamW then writes in the same pass as the masters of the shard.
-  Config::Model m;
-  m.d_model = 48, m.num_heads = 3, m.d_ff = 136, m.num_layers = 2, m.vocab_size = 97;
-  m.context_length = 29, m.precision = Precision::bf16;
+  Config::Model m = lmt::test::small_gpu_model();
+  m.precision = Precision::bf16;
   const int64_t B = 3, T = 29;
   auto in = lmt::test::rand_tokens(B * T, 97), tg = lmt::test::rand_tokens(B * T, 97);
   const uint64_t seed = lmt::test::rng()();
@@ -557,9 +557,7 @@ TEST_CASE("gpu model: holding only some fp32 masters (zero1 under bf16), the los
 TEST_CASE("gpu model: forward and backward recorded as CUDA graphs (Model::record) give the "
           "launched model's loss and gradients, bit for bit, through AdamW steps and new batches" *
           doctest::skip(gpu_count() == 0)) {
-  Config::Model m;
-  m.d_model = 48, m.num_heads = 3, m.d_ff = 136, m.num_layers = 2, m.vocab_size = 97;
-  m.context_length = 29;
+  Config::Model m = lmt::test::small_gpu_model();
   const int64_t B = 3, T = 29;
   auto gpu = make_cuda_backend(), gpu2 = make_cuda_backend();  // a backend keeps one model's copy
   Config::Optim o;
@@ -591,9 +589,7 @@ TEST_CASE("gpu model: forward and backward recorded as CUDA graphs (Model::recor
 
 TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training tracks the CPU" *
           doctest::skip(gpu_count() == 0)) {
-  Config::Model m;
-  m.d_model = 48, m.num_heads = 3, m.d_ff = 136, m.num_layers = 2, m.vocab_size = 97;
-  m.context_length = 29;
+  Config::Model m = lmt::test::small_gpu_model();
   const int64_t B = 3, T = 29;
   auto in = lmt::test::rand_tokens(B * T, 97), tg = lmt::test::rand_tokens(B * T, 97);
   auto gpu = make_cuda_backend();
