@@ -43,7 +43,7 @@ struct Config {
     int64_t warmup_steps = 10;
     std::string schedule = "cosine";  // constant | cosine
     double min_lr = 3e-4;
-    std::string state_dtype = "fp32";  // fp32 | bf16: how AdamW's m and v are stored
+    StateDtype state_dtype = StateDtype::fp32;  // how AdamW's m and v are stored
   } optim;
   struct Data {
     std::string source = "synthetic";  // synthetic | file

@@ -231,7 +231,7 @@ std::vector<ConfigField> config_fields(Config& c) {
       str_field("optim", "schedule", &o.schedule, {"constant", "cosine"},
                 "learning rate after warm-up"),
       real_field("optim", "min_lr", &o.min_lr, 0, false, kBig, "cosine schedule's final lr"),
-      str_field("optim", "state_dtype", &o.state_dtype, {"fp32", "bf16"},
+      enum_field("optim", "state_dtype", &o.state_dtype,
                 "AdamW's m and v: fp32 (fp64 under precision fp64), or bf16 (2 bytes each, updated "
                 "in fp32, stored with stochastic rounding)"),
       str_field("data", "source", &d.source, {"synthetic", "file"}, "where tokens come from"),

@@ -7,12 +7,15 @@
 namespace lmt {
 
 Stored parse_state_dtype(const std::string& name) {
-  if (name == "fp32") return Stored::full;
-  if (name == "bf16") return Stored::bf16;
+  const std::vector<std::string> words = choice_names<StateDtype>();
+  for (size_t i = 0; i < words.size(); ++i)
+    if (name == words[i]) return moments_stored(StateDtype(i));
   throw UsageError("unknown optim.state_dtype '" + name + "' (fp32 or bf16)");
 }
 
-const char* state_dtype_name(Stored s) { return s == Stored::bf16 ? "bf16" : "fp32"; }
+const char* state_dtype_name(Stored s) {
+  return name_of(s == Stored::bf16 ? StateDtype::bf16 : StateDtype::fp32);
+}
 
 GradClip grad_clip(double norm, double max_norm) {
   return {norm, max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0};

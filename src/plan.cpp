@@ -57,7 +57,7 @@ Plan make_plan(const Config& c) {
   // it too and all-reduces gradients in it. ffn_only keeps the assignment's bf16 activations and
   // wire when the precision is bf16.
   p.elem_bytes = m.precision == Precision::fp64 ? 8 : 4;
-  p.moment_bytes = c.optim.state_dtype == "bf16" ? 2 : p.elem_bytes;
+  p.moment_bytes = c.optim.state_dtype == StateDtype::bf16 ? 2 : p.elem_bytes;
   p.act_bytes = ffn_only && m.precision == Precision::bf16 ? 2 : p.elem_bytes;
   p.comm_bytes = p.act_bytes;
   const uint64_t w = uint64_t(p.elem_bytes), a = uint64_t(p.act_bytes);

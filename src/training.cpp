@@ -51,7 +51,7 @@ template <typename T> class Replicated : public Optimizer<T> {
 template <typename T>
 std::unique_ptr<Optimizer<T>> make_optimizer(const Config& c, Backend<T>& be, Communicator* comm,
                                              Model<T>& model) {
-  const Stored state = parse_state_dtype(c.optim.state_dtype);
+  const Stored state = moments_stored(c.optim.state_dtype);
   const uint64_t seed = uint64_t(c.run.seed);
   if (c.ddp.strategy == Strategy::zero1) {
     LMT_ASSERT(comm, "zero1 synchronises over a communicator, on one rank too");

@@ -121,7 +121,7 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
     if (!cl_.csv_path.empty() && rt_.is_root()) check_csv(cl_.csv_path, row_.header);
     if (!c_.train.resume.empty()) {
       OptimizerState<T> state;
-      state.stored = parse_state_dtype(c_.optim.state_dtype);  // what the file must hold
+      state.stored = moments_stored(c_.optim.state_dtype);  // what the file must hold
       const Resumed resumed = load_checkpoint(c_.train.resume, *model_, state, rt_.world, rngs);
       first_step_ = resumed.step, run_id_ = resumed.run_id;
       mismatch_ = resume_mismatch(c_, resumed);
@@ -170,7 +170,7 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
   if (c_.ddp.strategy == Strategy::zero1) {
     const double whole = double(model_->layout.total * sizeof(T));
     const double moments = 2.0 * double(model_->layout.total *
-                                        state_elem_bytes<T>(parse_state_dtype(c_.optim.state_dtype)));
+                                        state_elem_bytes<T>(moments_stored(c_.optim.state_dtype)));
     const ParamGroup shard = optimizer_->shard();
     print_rank_memory(MemTag::optimizer, "optimizer state", "after init",
                       strf("(AdamW moments of %zu..%zu elements of %s on rank 0; unsharded: %s)",

@@ -42,7 +42,7 @@ Config config_of(const Shape& s) {
 template <typename T> void check_against_allocator(const Config& c) {
   auto be = make_cpu_backend<T>();
   Model<T> model(*be, c.model, c.train.batch_size, c.model.context_length);
-  AdamW<T> opt(*be, model.layout.total, parse_state_dtype(c.optim.state_dtype));
+  AdamW<T> opt(*be, model.layout.total, moments_stored(c.optim.state_dtype));
   const Plan p = make_plan(c);
   const MemoryStats& mem = be->memory();
   auto at = [&](MemTag t) { return uint64_t(mem.current[size_t(t)]); };
@@ -74,7 +74,7 @@ TEST_CASE("plan: bf16 moments are 2 bytes each, as the allocator holds them") {
     Config c = config_of(kShapes[1]);
     c.model.precision = precision;
     const uint64_t full = make_plan(c).optimizer;
-    c.optim.state_dtype = "bf16";
+    c.optim.state_dtype = StateDtype::bf16;
     validate(c);
     const Plan p = make_plan(c);
     CHECK(p.optimizer == 2 * 2 * p.param_count);
