@@ -36,7 +36,7 @@ TEST_CASE("gpu model: k micro-batches added (GradWrite::add) give the sum of the
   auto gpu = make_cuda_backend(), gpu2 = make_cuda_backend();  // a backend keeps one model's copy
   for (auto [prec, tol] : {std::pair{Precision::fp32, 1e-4}, {Precision::bf16, 8e-2}})
     for (const char* attention : {"naive", "flash"}) {
-      INFO(name_of(prec) << " " << std::string(attention));
+      INFO(std::string(name_of(prec)) << " " << std::string(attention));
       m.precision = prec, m.attention = attention;
       Model<float> model(*gpu, m, b, T), replayed(*gpu2, m, b, T);
       model.init_params(seed), replayed.init_params(seed);

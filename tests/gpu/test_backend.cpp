@@ -563,7 +563,7 @@ TEST_CASE("gpu model: forward and backward recorded as CUDA graphs (Model::recor
   Config::Optim o;
   for (Precision prec : {Precision::fp32, Precision::bf16})
     for (const char* attention : {"naive", "flash"}) {
-      INFO(name_of(prec) << " " << attention);
+      INFO(std::string(name_of(prec)) << " " << std::string(attention));
       m.precision = prec, m.attention = attention;
       Model<float> launched(*gpu, m, B, T), replayed(*gpu2, m, B, T);
       const uint64_t seed = lmt::test::rng()();
@@ -610,7 +610,7 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
     for (auto [prec, t, tg_] : {Tol{Precision::fp32, 1e-5, 1e-4}, Tol{Precision::tf32, 5e-3, 2e-2},
                                 Tol{Precision::bf16, 3e-2, 8e-2}})
     for (const char* attention : {"naive", "flash"}) {
-      INFO(name_of(prec) << " " << attention);
+      INFO(std::string(name_of(prec)) << " " << std::string(attention));
       m.precision = prec;
       m.attention = attention;
       Model<float> model(*gpu, m, B, T);
@@ -634,7 +634,8 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
     auto cpu32 = make_cpu_backend<float>();
     for (Stored state : {Stored::full, Stored::bf16})
     for (auto [prec, t] : {std::pair{Precision::fp32, 1e-4}, {Precision::bf16, 2e-3}}) {
-      INFO(name_of(prec) << " training, moments " << state_dtype_name(state));
+      INFO(std::string(name_of(prec)) << " training, moments "
+                                      << std::string(state_dtype_name(state)));
       m.precision = prec;
       Model<float> a(*gpu, m, B, T), b(*cpu32, m, B, T);
       a.init_params(seed), b.init_params(seed);
