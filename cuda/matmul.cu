@@ -7,22 +7,18 @@
 // D = alpha op(A) op(B) + beta C, beta 1 where C is given (laid out as D: the epilogue adds it,
 // so the residual adds of the model cost no pass of their own; or D itself, D += op(A) op(B): the
 // weight gradients of gradient accumulation's later micro-batches), else 0.
-// Each problem's algorithm is chosen on its first call and kept with its descriptors, so a later
-// call costs one map lookup on the host. The choice: cuBLASLt's heuristic offers up to
-// kCandidates algorithms in its order of preference; those that sum each output in the same
-// order as its first choice (the same algorithm id, split-K count and reduction scheme: they
-// differ only in tiles, stages, swizzling and clusters) are run on the call's own operands (D is
-// never also C, so running it again leaves its result as it was) and timed (the median of
-// kTuneReps runs after one more), and the fastest is kept among those whose D is bit for bit the
-// first choice's (a hash of D's bytes compared): results never depend on the timing, so runs
-// stay reproducible. A call that adds into D itself is not tuned (each run would add again): it
-// takes the first choice. Bits equal on one call's operands alone do not prove that: a candidate
-// that splits K otherwise can agree there and not on the next call's, and a second backend,
-// timing differently, would then compute other bits (seen on tiny shapes).
+// Each problem's plan (descriptors and algorithm) is made on its first call and kept, so a later
+// call costs one map lookup on the host. The algorithm is cuBLASLt's heuristic's first choice,
+// which depends only on the problem, the pointers' alignments, the workspace and the GPU: never
+// on a timing, so two backends, two runs, or a run and its resumption compute the same bits.
+// (Timing the heuristic's other candidates and keeping the fastest would buy about 5 % of xl's
+// matmul time on an H100, dev/gemm_candidates.sh; but those candidates differ from the first in
+// tile, kernel variant or cluster, which may change the order in which an output is summed, and
+// on a tiny model's shapes one that agreed bit for bit on its first call's operands disagreed
+// on later ones: the tuned choice then differed between processes and between backends.)
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <string>
 
 #include "common.cuh"
@@ -72,35 +68,6 @@ cublasLtMatrixLayout_t layout(cudaDataType t, int64_t rows, int64_t cols, int64_
   return l;
 }
 
-// hash += a mix of each 2-byte word (D may be a bf16 matrix at any element) with its index:
-// the sum is order-free, so the atomics give one value, and a changed or moved word changes it.
-__global__ void hash_kernel(const uint16_t* x, int64_t n, unsigned long long* hash) {
-  unsigned long long h = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    unsigned long long z = (uint64_t(x[i]) << 48 | uint64_t(i)) + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    h += z ^ (z >> 31);
-  }
-  atomicAdd(hash, h);
-}
-
-// What decides the order in which an algorithm sums each output (the file's comment).
-std::array<int64_t, 3> summation_order(const cublasLtMatmulAlgo_t& algo) {
-  std::array<int64_t, 3> out{};
-  const cublasLtMatmulAlgoConfigAttributes_t attrs[] = {CUBLASLT_ALGO_CONFIG_ID,
-                                                        CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                                        CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME};
-  for (size_t i = 0; i < out.size(); ++i) {
-    uint32_t v = 0;  // int32 or uint32 by the attribute: 4 bytes either way
-    size_t written = 0;
-    LT_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, attrs[i], &v, sizeof v, &written));
-    out[i] = v;
-  }
-  return out;
-}
-
 }  // namespace
 
 void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s) {
@@ -115,11 +82,8 @@ void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s) {
 }
 
 Gemm::Gemm(cudaStream_t s, void* workspace, size_t workspace_bytes)
-    : stream_(s), workspace_(workspace), workspace_bytes_(workspace_bytes - kHashBytes),
-      hash_(reinterpret_cast<unsigned long long*>(static_cast<char*>(workspace) +
-                                                  workspace_bytes_)) {
+    : stream_(s), workspace_(workspace), workspace_bytes_(workspace_bytes) {
   LT_CHECK(cublasLtCreate(&lt_));
-  for (auto& e : events_) CUDA_CHECK(cudaEventCreate(&e));
 }
 
 Gemm::~Gemm() {
@@ -129,51 +93,7 @@ Gemm::~Gemm() {
     cublasLtMatrixLayoutDestroy(p.d);
     cublasLtMatmulDescDestroy(p.op);
   }
-  for (auto e : events_) cudaEventDestroy(e);
   cublasLtDestroy(lt_);
-}
-
-uint64_t Gemm::hash_of(const void* D, size_t bytes) {
-  CUDA_CHECK(cudaMemsetAsync(hash_, 0, sizeof *hash_, stream_));
-  hash_kernel<<<256, 256, 0, stream_>>>(static_cast<const uint16_t*>(D), int64_t(bytes / 2), hash_);
-  CUDA_LAUNCH_CHECK();
-  unsigned long long h = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&h, hash_, sizeof h, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  return h;
-}
-
-cublasStatus_t Gemm::matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const Call& c) {
-  return cublasLtMatmul(lt_, p.op, &c.alpha, c.B, p.a, c.A, p.b, &c.beta, c.C, p.d, c.D, p.d,
-                        &algo, workspace_, workspace_bytes_, stream_);
-}
-
-// The fastest of the n candidates that sum as the first does and whose D is the first's, bit for
-// bit (the file's comment).
-cublasLtMatmulAlgo_t Gemm::tune(const Plan& p, const cublasLtMatmulHeuristicResult_t* cand,
-                                int n, const Call& c, size_t d_bytes) {
-  LT_CHECK(matmul(p, cand[0].algo, c));
-  const uint64_t reference = hash_of(c.D, d_bytes);
-  const auto order = summation_order(cand[0].algo);
-  cublasLtMatmulAlgo_t best = cand[0].algo;
-  float best_ms = 0;
-  for (int i = 0; i < n; ++i) {
-    if (summation_order(cand[i].algo) != order ||
-        matmul(p, cand[i].algo, c) != CUBLAS_STATUS_SUCCESS || hash_of(c.D, d_bytes) != reference)
-      continue;
-    for (size_t k = 0; k < kTuneReps; ++k) {
-      CUDA_CHECK(cudaEventRecord(events_[k], stream_));
-      LT_CHECK(matmul(p, cand[i].algo, c));
-    }
-    CUDA_CHECK(cudaEventRecord(events_[kTuneReps], stream_));
-    CUDA_CHECK(cudaEventSynchronize(events_[kTuneReps]));
-    std::array<float, kTuneReps> ms;
-    for (size_t k = 0; k < kTuneReps; ++k)
-      CUDA_CHECK(cudaEventElapsedTime(&ms[k], events_[k], events_[k + 1]));
-    std::nth_element(ms.begin(), ms.begin() + kTuneReps / 2, ms.end());
-    if (i == 0 || ms[kTuneReps / 2] < best_ms) best = cand[i].algo, best_ms = ms[kTuneReps / 2];
-  }
-  return best;
 }
 
 void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha,
@@ -182,12 +102,11 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                       Operands ops, bool d_bf16, const void* C) {
   LMT_ASSERT(!d_bf16 || ops == Operands::bf16, "a bf16 D takes bf16 operands");
   LMT_ASSERT(!C || !d_bf16, "an addend C is fp32, as D");
-  const Call call{A, B, C ? C : D, D, alpha, C ? 1.0f : 0.0f};
-  const int64_t align_a = alignment(A), align_b = alignment(B), align_c = alignment(call.C),
+  const void* addend = C ? C : D;
+  const int64_t align_a = alignment(A), align_b = alignment(B), align_c = alignment(addend),
                 align_d = alignment(D);
-  const Key key{transA, transB, M, N, K, lda, ldb, ldd, strideA, strideB, strideD, batch,
-                int64_t(ops), d_bf16, C ? (C == D ? 2 : 1) : 0, align_a, align_b, align_c,
-                align_d};
+  const Key key{transA,  transB,  M,     N,      K,       lda,     ldb,     ldd,     strideA,
+                strideB, strideD, batch, int64_t(ops), d_bf16, align_a, align_b, align_c, align_d};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     const cudaDataType in = ops == Operands::bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -216,19 +135,21 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       const uint32_t b = uint32_t(bytes);
       LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &b, sizeof b));
     }
-    std::array<cublasLtMatmulHeuristicResult_t, kCandidates> cand{};
+    cublasLtMatmulHeuristicResult_t first{};
     int found = 0;
-    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.d, p.d, pref, int(kCandidates),
-                                            cand.data(), &found));
+    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.d, p.d, pref, 1, &first,
+                                            &found));
     cublasLtMatmulPreferenceDestroy(pref);
     if (found == 0)
       LMT_FATAL(strf("cuBLASLt has no algorithm for a %lld x %lld x %lld matmul",
                      (long long)M, (long long)N, (long long)K));
-    const size_t d_bytes = size_t((batch - 1) * strideD + (M - 1) * ldd + N) * (d_bf16 ? 2 : 4);
-    p.algo = found > 1 && C != D ? tune(p, cand.data(), found, call, d_bytes) : cand[0].algo;
+    p.algo = first.algo;
     it = plans_.emplace(key, p).first;
   }
-  LT_CHECK(matmul(it->second, it->second.algo, call));
+  const Plan& p = it->second;
+  const float beta = C ? 1.0f : 0.0f;
+  LT_CHECK(cublasLtMatmul(lt_, p.op, &alpha, B, p.a, A, p.b, &beta, addend, p.d, D, p.d, &p.algo,
+                          workspace_, workspace_bytes_, stream_));
 }
 
 }  // namespace lmt::cuda

@@ -63,16 +63,16 @@ constexpr int kSumPartials = 1024;  // blocks of the first pass: partials holds 
 // What matmul operands are: fp32 (fp32 arithmetic), fp32 read by TF32 tensor cores, or bf16.
 enum class Operands { fp32, tf32, bf16 };
 
-// Row-major D[M,N] = alpha op(A) op(B) (+ C), batched with strides, through cuBLASLt with
-// fp32 accumulation, on one stream with one workspace; each problem's algorithm is chosen on its
-// first call (timed among cuBLASLt's candidates, results bit for bit its first choice's:
-// cuda/matmul.cu) and kept. A and B are float* or, for Operands::bf16, __nv_bfloat16*; D is
-// float*, or __nv_bfloat16* (rounded from the fp32 result) with d_bf16, for bf16 operands only.
-// C, if given, is an fp32 buffer laid out as D (the epilogue adds it: D = alpha op(A) op(B) + C
-// without a pass of its own), or D itself (D += alpha op(A) op(B); such a call is not tuned).
+// Row-major D[M,N] = alpha op(A) op(B) (+ C), batched with strides, through cuBLASLt with fp32
+// accumulation, on one stream with one workspace; each problem's algorithm, cuBLASLt's heuristic's
+// first choice (never a timing: cuda/matmul.cu), is chosen on its first call and kept. A and B are
+// float* or, for Operands::bf16, __nv_bfloat16*; D is float*, or __nv_bfloat16* (rounded from the
+// fp32 result) with d_bf16, for bf16 operands only. C, if given, is an fp32 buffer laid out as D
+// (the epilogue adds it: D = alpha op(A) op(B) + C without a pass of its own), or D itself (D +=
+// alpha op(A) op(B)).
 class Gemm {
  public:
-  // workspace: kWorkspaceBytes, the algorithms' scratch and the tuning's hash.
+  // workspace: kWorkspaceBytes, the algorithms' scratch.
   Gemm(cudaStream_t s, void* workspace, size_t workspace_bytes);
   ~Gemm();
   Gemm(const Gemm&) = delete;
@@ -85,33 +85,18 @@ class Gemm {
   static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
  private:
-  // The heuristic's offers tried: asked for 16, it offered 8 for each of xl's shapes (H100).
-  static constexpr size_t kCandidates = 8;
-  static constexpr size_t kTuneReps = 5;
-  static constexpr size_t kHashBytes = 256;  // the workspace's tail, kept aligned
   struct Plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;  // cuBLASLt's A (our B), its B (our A), and C = D
     cublasLtMatmulAlgo_t algo;
   };
-  struct Call {
-    const void *A, *B, *C;
-    void* D;
-    float alpha, beta;
-  };
-  cublasStatus_t matmul(const Plan& p, const cublasLtMatmulAlgo_t& algo, const Call& c);
-  cublasLtMatmulAlgo_t tune(const Plan& p, const cublasLtMatmulHeuristicResult_t* cand, int n,
-                            const Call& c, size_t d_bytes);
-  uint64_t hash_of(const void* D, size_t bytes);  // waits for the stream
-  // transA, transB, M, N, K, lda, ldb, ldd, strides, batch, operands, d_bf16, whether C is
-  // added (and whether it is D), the pointers' alignments: what the chosen algorithm depends on.
-  using Key = std::array<int64_t, 19>;
+  // transA, transB, M, N, K, lda, ldb, ldd, strides, batch, operands, d_bf16, the pointers'
+  // alignments: what the plan depends on (whether C is added is beta, given at each call).
+  using Key = std::array<int64_t, 18>;
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_;
   void* workspace_;
   size_t workspace_bytes_;
-  unsigned long long* hash_;
-  std::array<cudaEvent_t, kTuneReps + 1> events_{};
   std::map<Key, Plan> plans_;
 };
 // y[0..n) = x rounded to bf16 (nearest even).

@@ -1024,6 +1024,18 @@ def b_gpt2_classifier(data):
     return f"{ms:.2f} ms ({device}, {date}, `{cmd}` → [{KGPT2}]({KGPT2}))"
 
 
+def b_gpt2_profiled_step(data):
+    """The profile's 16 x 1024 bench step (without graphs) beside the table's, made apart."""
+    k = kernels(data, KGPT2)
+    rows = [r for r in data.csv("gpt2_lmtrain.csv") if int(r["train.batch_size"]) == 16
+            and int(r["model.context_length"]) == 1024 and r["run.graphs"] == "0"]
+    if not rows:
+        raise Missing("gpt2_lmtrain.csv: no 16 x 1024 row without graphs")
+    device, date, cmd = data.provenance(KGPT2)
+    return (f"{k['step_median']:.2f} ms a step ({device}, {date}, `{cmd}` → [{KGPT2}]({KGPT2})), "
+            f"against the table's {float(rows[-1]['step_ms_median']):.2f} ms")
+
+
 # ---- training a real model: micro-batches and AdamW's state -------------------------------------------
 
 def b_batch_xl(data):
