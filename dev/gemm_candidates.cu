@@ -6,7 +6,10 @@
 //   gemm_candidates d_model d_ff vocab tokens layers
 // Each candidate: 2 runs, then the median of 5 batches of 20 back-to-back runs (as in a step);
 // its D compared bit for bit with the heuristic's first choice's ('=' same, 'D' differs, 'x' it
-// failed to run).
+// failed to run). After the table, every candidate of every matmul on a line of its own: its time,
+// the heuristic's waves count and its configuration attributes (cuBLASLt's
+// CUBLASLT_ALGO_CONFIG_*), the material for choosing among candidates by a rule that no timing
+// enters (cuda/matmul.cu takes the first).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -44,6 +47,31 @@ __global__ void fill(__nv_bfloat16* p, long n, unsigned seed) {
     h ^= h >> 13, h *= 0x5bd1e995u, h ^= h >> 15;
     p[i] = __float2bfloat16(float(h & 0xffff) / 65536.0f - 0.5f);
   }
+}
+
+// "id 66 tile 0 stages 0 ..." : the algorithm's configuration attributes, each read at the size
+// cuBLASLt reports for it.
+std::string config_of(const cublasLtMatmulAlgo_t& algo) {
+  const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> attrs[] = {
+      {CUBLASLT_ALGO_CONFIG_ID, "id"},
+      {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
+      {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
+      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
+      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, "reduction"},
+      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
+      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"},
+      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
+      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
+  std::string out;
+  for (auto [attr, name] : attrs) {
+    size_t bytes = 0;
+    unsigned long long v = 0;  // little-endian: a 2- or 4-byte value fills the low bytes
+    CHECK_LT(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &bytes));
+    check(bytes <= sizeof v, "an attribute's size", __LINE__);
+    CHECK_LT(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, bytes, &bytes));
+    out += std::string(out.empty() ? "" : " ") + name + " " + std::to_string(v);
+  }
+  return out;
 }
 
 cublasLtMatrixLayout_t layout(cudaDataType t, long rows, long cols, long ld) {
@@ -103,6 +131,7 @@ int main(int argc, char** argv) {
   std::printf("%-12s %6s %6s %6s %9s %9s %7s %9s  %s\n", "matmul", "M", "N", "K", "first us",
               "best us", "TFLOP/s", "per step", "candidates");
   double step_first = 0, step_best = 0;
+  std::string listing;  // every candidate, printed after the table
   for (const Shape& s : shapes) {
     // cuBLASLt is column-major: row-major D = op(A) op(B) is its D^T = op(B)^T op(A)^T.
     cublasLtMatmulDesc_t op;
@@ -147,12 +176,18 @@ int main(int argc, char** argv) {
       }
       if (!ok) {
         marks += 'x';
+        listing += std::string(s.name) + " #" + std::to_string(i) + " x " +
+                   config_of(cand[i].algo) + "\n";
         continue;
       }
       CHECK_CUDA(cudaMemcpy(i == 0 ? first_d.data() : this_d.data(), D, d_bytes,
                             cudaMemcpyDeviceToHost));
       marks += i == 0 || std::memcmp(first_d.data(), this_d.data(), d_bytes) == 0 ? '=' : 'D';
       std::nth_element(us.begin(), us.begin() + 2, us.end());
+      char line[96];
+      std::snprintf(line, sizeof line, " #%d %c %.1f us waves %.2f ", i, marks.back(), us[2],
+                    cand[i].wavesCount);
+      listing += s.name + std::string(line) + config_of(cand[i].algo) + "\n";
       if (i == 0) first_us = best_us = us[2];
       if (first_us > 0) best_us = std::min(best_us, double(us[2]));
     }
@@ -166,5 +201,7 @@ int main(int argc, char** argv) {
   }
   std::printf("a step's matmuls (forward + backward): %.2f ms with the heuristic's first choices, "
               "%.2f ms with the fastest candidates\n", step_first / 1e3, step_best / 1e3);
+  std::printf("\n# every candidate: matmul #index, bits against #0, median time, the heuristic's "
+              "waves count, configuration\n%s", listing.c_str());
   return 0;
 }
