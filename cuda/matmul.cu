@@ -14,8 +14,8 @@
 // (Timing the heuristic's other candidates and keeping the fastest would buy about 5 % of xl's
 // matmul time on an H100, dev/gemm_candidates.sh; but those candidates differ from the first in
 // tile, kernel variant or cluster, which may change the order in which an output is summed, and
-// on a tiny model's shapes one that agreed bit for bit on its first call's operands disagreed
-// on later ones: the tuned choice then differed between processes and between backends.)
+// on a tiny model's shapes two backends in one process, tuned apart, computed different bits
+// although each choice had matched the first's bits on its first call's operands.)
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -105,7 +105,7 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
   const void* addend = C ? C : D;
   const int64_t align_a = alignment(A), align_b = alignment(B), align_c = alignment(addend),
                 align_d = alignment(D);
-  const Key key{transA,  transB,  M,     N,      K,       lda,     ldb,     ldd,     strideA,
+  const Key key{transA,  transB,  M,     N,     K,      lda,    ldb,     ldd,     strideA,
                 strideB, strideD, batch, int64_t(ops), d_bf16, align_a, align_b, align_c, align_d};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
