@@ -2,13 +2,15 @@
 // y stored in fp32, or rounded to bf16 when only bf16 matmuls read it.
 // Backward, s = sum_j g_j dy_j x_j:  dx_i += r g_i dy_i - x_i r^3 s / d;  dg_i = sum_rows dy_i x_i r;
 // the updated dx also rounded to bf16 where the next matmul reads it so (no cast pass of its own).
-// Forward and dx: one block per row, four values a load where d is a multiple of 4 (Vec4: rows
-// then 16-byte aligned, the launcher checks the pointers), else one. dg in two passes,
-// deterministic (fixed partition and order, no atomics): the rows are cut into kRmsnormDgChunks
-// chunks, a 32 x 8 block sums one chunk's rows for 32 columns, or 32 groups of four under Vec4
-// (each row lane every 8th row, then the lanes in order) into scratch; then each column adds its
-// chunks' sums in order. (One block per 32 columns over all rows left xl's 1600 columns 50
-// blocks: a third of the GPU.)
+// Forward: one block per row, four values a load where d is a multiple of 4 (Vec4: rows then
+// 16-byte aligned, the launcher checks the pointers), else one. Backward in one pass over x and
+// dy, deterministic (fixed partition and order, no atomics): the rows are cut into at most
+// kRmsnormDgChunks blocks of consecutive rows, each block's threads across one row at a time
+// (up to 256, one load each: fewer for a short row), each thread adding its columns' dy x r into
+// shared memory, then the block's sums into its row of scratch; then each column adds the
+// blocks' rows in order. (dg in a pass of its own would read x and dy a second time.)
+#include <algorithm>
+
 #include "common.cuh"
 #include "cuda_kernels.hpp"
 
@@ -16,6 +18,7 @@ namespace lmt::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kSumCols = 8, kSumLanes = 32;  // a dg sum block: columns x row lanes
 
 // Element i of a row, and its vector of four under Vec4 (a float4 of four consecutive values).
 template <bool Vec4> __device__ inline float4 at4(const float* p, int64_t i) {
@@ -50,60 +53,58 @@ __global__ void rmsnorm_fwd_kernel(const float* x, const float* g, Out* y, float
     put4<Vec4>(yr, i, mul(mul(at4<Vec4>(xr, i), rr), at4<Vec4>(g, i)));
 }
 
+// Rows [b * per, (b + 1) * per) of block b, one after another, the block's threads across a row:
+// dx, and the sum of dy x r over the block's rows in d floats of shared memory (a thread owns the
+// same columns in every row), written at the end to the block's row of partials.
 template <bool Vec4>
-__global__ void rmsnorm_dx_kernel(const float* x, const float* g, const float* rstd,
-                                  const float* dy, float* dx, __nv_bfloat16* dx16, int64_t d) {
+__global__ void rmsnorm_bwd_kernel(const float* x, const float* g, const float* rstd,
+                                   const float* dy, float* dx, __nv_bfloat16* dx16,
+                                   float* partials, int64_t rows, int64_t per, int64_t d) {
+  extern __shared__ float4 acc4[];  // d floats
+  float* acc = reinterpret_cast<float*>(acc4);
   __shared__ float scratch[32];
-  const int64_t row = int64_t(blockIdx.x) * d, n = Vec4 ? d / 4 : d;
-  const float *xr = x + row, *dyr = dy + row;
-  float s = 0;
+  const int64_t n = Vec4 ? d / 4 : d;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    s += sum4(mul(mul(at4<Vec4>(g, i), at4<Vec4>(dyr, i)), at4<Vec4>(xr, i)));
-  s = block_reduce<false>(s, scratch);
-  const float r = rstd[blockIdx.x], c = r * r * r * s / float(d);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float4 gi = at4<Vec4>(g, i), dyi = at4<Vec4>(dyr, i), xi = at4<Vec4>(xr, i);
-    float4 v = at4<Vec4>(dx + row, i);
-    v.x += r * gi.x * dyi.x - xi.x * c, v.y += r * gi.y * dyi.y - xi.y * c;
-    v.z += r * gi.z * dyi.z - xi.z * c, v.w += r * gi.w * dyi.w - xi.w * c;
-    put4<Vec4>(dx + row, i, v);
-    if (dx16) put4<Vec4>(dx16 + row, i, v);
-  }
-}
-
-constexpr int kDgLanes = 8;  // row lanes of a dg block
-
-// Under Vec4 a thread's column i is four columns 4i..4i+3 (one load4 a row).
-template <bool Vec4>
-__global__ void rmsnorm_dg_chunk_kernel(const float* x, const float* rstd, const float* dy,
-                                        float* chunk_sums, int64_t rows, int64_t d) {
-  __shared__ float4 part[kDgLanes][33];
-  const int64_t i = blockIdx.x * 32 + threadIdx.x, cols = Vec4 ? d / 4 : d;
-  const int64_t per = (rows + kRmsnormDgChunks - 1) / kRmsnormDgChunks;
-  const int64_t begin = blockIdx.y * per, end = begin + per < rows ? begin + per : rows;
-  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (i < cols)
-    for (int64_t r = begin + threadIdx.y; r < end; r += kDgLanes) {
-      const float4 v = mul(at4<Vec4>(dy + r * d, i), at4<Vec4>(x + r * d, i));
-      const float rr = rstd[r];
-      acc.x += v.x * rr, acc.y += v.y * rr, acc.z += v.z * rr, acc.w += v.w * rr;
+    put4<Vec4>(acc, i, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
+  const int64_t begin = blockIdx.x * per, end = begin + per < rows ? begin + per : rows;
+  for (int64_t row = begin; row < end; ++row) {
+    const float *xr = x + row * d, *dyr = dy + row * d;
+    float s = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+      s += sum4(mul(mul(at4<Vec4>(g, i), at4<Vec4>(dyr, i)), at4<Vec4>(xr, i)));
+    s = block_reduce<false>(s, scratch);
+    const float r = rstd[row], c = r * r * r * s / float(d);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float4 gi = at4<Vec4>(g, i), dyi = at4<Vec4>(dyr, i), xi = at4<Vec4>(xr, i);
+      float4 v = at4<Vec4>(dx + row * d, i);
+      v.x += r * gi.x * dyi.x - xi.x * c, v.y += r * gi.y * dyi.y - xi.y * c;
+      v.z += r * gi.z * dyi.z - xi.z * c, v.w += r * gi.w * dyi.w - xi.w * c;
+      put4<Vec4>(dx + row * d, i, v);
+      if (dx16) put4<Vec4>(dx16 + row * d, i, v);
+      float4 a = at4<Vec4>(acc, i);
+      a.x += dyi.x * xi.x * r, a.y += dyi.y * xi.y * r, a.z += dyi.z * xi.z * r,
+          a.w += dyi.w * xi.w * r;
+      put4<Vec4>(acc, i, a);
     }
-  part[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y != 0 || i >= cols) return;
-  float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int k = 0; k < kDgLanes; ++k) {
-    const float4 p = part[k][threadIdx.x];
-    total.x += p.x, total.y += p.y, total.z += p.z, total.w += p.w;
   }
-  put4<Vec4>(chunk_sums + blockIdx.y * d, i, total);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    put4<Vec4>(partials + blockIdx.x * d, i, at4<Vec4>(acc, i));
 }
 
-__global__ void rmsnorm_dg_sum_kernel(const float* chunk_sums, float* dg, int64_t d, bool add) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= d) return;
+// dg[i] (+)= the sum over the blocks' partials in order: a block per kSumCols columns (narrow,
+// so that the partials' kRmsnormDgChunks rows spread over many SMs), row lane k adding partials
+// k, k + kSumLanes, ..., then lane 0 the lanes' sums in order.
+__global__ void rmsnorm_dg_sum_kernel(const float* partials, int64_t nparts, float* dg,
+                                      int64_t d, bool add) {
+  __shared__ float part[kSumLanes][kSumCols + 1];
+  const int64_t i = blockIdx.x * kSumCols + threadIdx.x;
   float total = 0;
-  for (int c = 0; c < kRmsnormDgChunks; ++c) total += chunk_sums[c * d + i];
+  if (i < d)
+    for (int64_t k = threadIdx.y; k < nparts; k += kSumLanes) total += partials[k * d + i];
+  part[threadIdx.y][threadIdx.x] = total;
+  __syncthreads();
+  if (threadIdx.y != 0 || i >= d) return;
+  for (int k = 1; k < kSumLanes; ++k) total += part[k][threadIdx.x];
   dg[i] = add ? dg[i] + total : total;
 }
 
@@ -141,18 +142,22 @@ void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float*
                  void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d, bool add_dg,
                  cudaStream_t s) {
   auto* dx16 = static_cast<__nv_bfloat16*>(dx_bf16);
-  if (vec4_rows(d, {x, g, dy, dx, dx16}))
-    rmsnorm_dx_kernel<true><<<unsigned(rows), kThreads, 0, s>>>(x, g, rstd, dy, dx, dx16, d);
-  else
-    rmsnorm_dx_kernel<false><<<unsigned(rows), kThreads, 0, s>>>(x, g, rstd, dy, dx, dx16, d);
-  CUDA_LAUNCH_CHECK();
-  const bool vec4 = vec4_rows(d, {x, dy, scratch});
-  const dim3 grid(unsigned(blocks_for(vec4 ? d / 4 : d, 32)), kRmsnormDgChunks);
-  const dim3 block(32, kDgLanes);
-  if (vec4) rmsnorm_dg_chunk_kernel<true><<<grid, block, 0, s>>>(x, rstd, dy, scratch, rows, d);
-  else rmsnorm_dg_chunk_kernel<false><<<grid, block, 0, s>>>(x, rstd, dy, scratch, rows, d);
-  CUDA_LAUNCH_CHECK();
-  rmsnorm_dg_sum_kernel<<<blocks_for(d, 256), 256, 0, s>>>(scratch, dg, d, add_dg);
+  const int64_t blocks = std::min<int64_t>(kRmsnormDgChunks, rows);
+  const int64_t per = (rows + blocks - 1) / blocks;
+  const size_t smem = size_t(d) * sizeof(float);
+  auto launch = [&](auto kernel, int64_t n) {  // n: a row's loads; a thread each, up to kThreads
+    if (smem > 48 * 1024)  // past the default: opt in (up to the device's limit, else it fails)
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(smem)));
+    const int threads = int(std::min<int64_t>(kThreads, (n + 31) / 32 * 32));
+    kernel<<<unsigned(blocks), threads, smem, s>>>(x, g, rstd, dy, dx, dx16, scratch, rows, per,
+                                                   d);
+    CUDA_LAUNCH_CHECK();
+  };
+  if (vec4_rows(d, {x, g, dy, dx, dx16, scratch})) launch(rmsnorm_bwd_kernel<true>, d / 4);
+  else launch(rmsnorm_bwd_kernel<false>, d);
+  rmsnorm_dg_sum_kernel<<<unsigned(blocks_for(d, kSumCols)), dim3(kSumCols, kSumLanes), 0, s>>>(
+      scratch, blocks, dg, d, add_dg);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -42,6 +42,9 @@ namespace lmt {
 // What the GPU maps sparse memory in (cuMemGetAllocationGranularity's minimum, 2 MiB on the
 // A100, H100 and H200; the GPU tests check it): ZeRO-1's sharded masters are held in these.
 inline constexpr uint64_t kCudaGranule = uint64_t(2) << 20;
+// The CUDA RMSNorm backward's blocks at most (cuda/rmsnorm.cu): its scratch holds this many rows
+// of d partial sums of dg.
+inline constexpr int kRmsnormDgChunks = 1024;
 
 struct Plan {
   int64_t devices = 1, global_batch = 0;  // sequences per step across all devices

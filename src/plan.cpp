@@ -105,13 +105,13 @@ Plan make_plan(const Config& c) {
     // Backward's dg, du (SwiGLU's output and input gradients), datt, dqkv and dx16
     // likewise, in its workspace.
     // Its fp32 scratch, the largest request: RMSNorm backward's partial sums of dg
-    // (kRmsnormDgChunks = 32 rows of d); flash backward's D; naive's scores and, in backward,
+    // (kRmsnormDgChunks rows of d); flash backward's D; naive's scores and, in backward,
     // one sequence's dS and P (in bf16 under bf16, below).
     const bool naive = m.attention == "naive";
     const uint64_t naive_fp32 = std::max(B * Hl * T * T, 2 * piece(Hl * T * T));
     // And cuBLASLt's workspace (cuda::Gemm::kWorkspaceBytes, 32 MiB).
     p.cuda_scratch = 4 * (T * uint64_t(m.head_dim()) +
-                          std::max(32 * d, !naive ? B * Hl * T
+                          std::max(kRmsnormDgChunks * d, !naive ? B * Hl * T
                                            : bf16 ? 0
                                                   : naive_fp32)) +
                      (uint64_t(32) << 20);

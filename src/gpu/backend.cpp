@@ -180,7 +180,7 @@ class CudaBackend : public Backend<float> {
   void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
                    float* dg, int64_t rows, int64_t d, float* dx_bf16, GradWrite gw) override {
     cuda::rmsnorm_bwd(x, g, rstd, dy, dx, dx_bf16, dg,
-                      workspace(size_t(cuda::kRmsnormDgChunks * d)), rows, d,
+                      workspace(size_t(kRmsnormDgChunks * d)), rows, d,
                       gw == GradWrite::add, stream_);
   }
   void rope(View<float> x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride,

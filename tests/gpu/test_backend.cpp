@@ -172,9 +172,11 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
   auto gpu = make_cuda_backend();
   Pair g{*gpu, {}};
   SUBCASE("rmsnorm forward and backward") {
-    // dg sums rows in 32 chunks: fewer rows than chunks, and many rows a chunk; d a multiple of 4
-    // (four values a load, several loads a thread) and not.
-    for (auto [rows, d] : {std::pair<int64_t, int64_t>{33, 77}, {1001, 45}, {57, 1036}}) {
+    // The backward's blocks take consecutive rows, at most kRmsnormDgChunks blocks: a row a
+    // block, and many rows a block; d a multiple of 4 (four values a load, a load a thread or
+    // several) and not, and a row of sums past 48 KiB of shared memory.
+    for (auto [rows, d] : {std::pair<int64_t, int64_t>{33, 77}, {1001, 45}, {57, 1036},
+                           {5003, 36}, {3, 12292}, {5, 12301}}) {
       INFO(rows << " rows");
       Vec x = as_float(randn<double>(rows * d)), w = as_float(randn<double>(d));
       Vec dy = as_float(randn<double>(rows * d)), dg0 = as_float(randn<double>(d));

@@ -114,9 +114,9 @@ TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, u, g, h2, hf and the lo
   CHECK(p.forward_cuda == p.params + p.param_count * 2 + p.activations_cuda);
   // The backend's scratch: the scores of the batch, P and dS of one sequence in bf16 (the
   // logits' gradient needs no bf16 copy: cross-entropy writes it so); the RoPE table (T x dh)
-  // and RMSNorm backward's partial sums (32 x d) in fp32; cuBLASLt's workspace, 32 MiB.
+  // and RMSNorm backward's partial sums (kRmsnormDgChunks x d) in fp32; cuBLASLt's workspace, 32 MiB.
   CHECK(p.cuda_scratch ==
-        2 * (B * H * T * T + 2 * H * T * T) + 4 * (T * dh + 32 * d) + (32 << 20));
+        2 * (B * H * T * T + 2 * H * T * T) + 4 * (T * dh + kRmsnormDgChunks * d) + (32 << 20));
   CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace -
                             p.bf16_scratch_saved + p.cuda_scratch);
   c.model.precision = Precision::fp32;
