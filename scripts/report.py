@@ -27,6 +27,7 @@ from model_names import model_name, model_shape, size_order  # noqa: E402
 import attention_table  # noqa: E402
 import batch_table  # noqa: E402
 import bench_table  # noqa: E402
+import ddp_table  # noqa: E402
 import gpt2_table  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -829,9 +830,12 @@ DDP_CMD = "scripts/sweep_ddp.sh"
 
 
 def ddp(data):
-    rows = data.csv("ddp.csv")
-    one = data.csv("ddp_1rank.csv")[-1]
-    return rows, one
+    """The rows of one micro-batch per step (the sweep's grad_accum points are in ddp.md only)."""
+    single = lambda rows: [r for r in rows if ddp_table.accum(r) == 1]
+    rows, one = single(data.csv("ddp.csv")), single(data.csv("ddp_1rank.csv"))
+    if not one:
+        raise Missing("ddp_1rank.csv: no row of grad_accum 1")
+    return rows, one[-1]
 
 
 def ddp_row(data, strategy, bucket=None):

@@ -2,7 +2,7 @@
 """scripts/sweep.py and scripts/plot.py on the CPU with the tiny model: rows appended once, points
 already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
 on, bad points refused before any run; the quick sweep scripts end to end (the DDP one on 2
-ranks), and the all-reduce sweep on 2 and 4 ranks; scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
+ranks, with grad_accum 2 too), and the all-reduce sweep on 2 and 4 ranks; scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
 scripts/mixed_precision.py writes its tables; scripts/memory_timeline.py draws bench --trace's
 memory counter (and a PyTorch timeline CSV) and prints their peaks; and torch_reference.py's
 FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward and gradients, and
@@ -220,19 +220,28 @@ class Sweep(unittest.TestCase):
                            text=True, env=env, cwd=REPO)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         many, one = rows(env["CSV"]), rows(os.path.join(self.dir, "ddp_1rank.csv"))
+        strategies = ["naive", "flat", "overlap", "bucketed", "zero1"]
         self.assertEqual([x["ddp.strategy"] for x in many],
-                         ["naive", "flat", "overlap"] + ["bucketed", "zero1"] * 3)
-        self.assertEqual([x["ddp.bucket_mb"] for x in many[3:]],
-                         ["0.01", "0.01", "0.1", "0.1", "100.0", "100.0"])
-        self.assertEqual([x["ddp.comm_ctas"] for x in many], ["0"] * 7 + ["2"] * 2)
-        self.assertEqual([x["world_size"] for x in many + one], ["2"] * 9 + ["1"])
+                         ["naive", "flat", "overlap"] + ["bucketed", "zero1"] * 3 + strategies)
+        self.assertEqual([x["ddp.bucket_mb"] for x in many if x["ddp.strategy"] in ("bucketed", "zero1")],
+                         ["0.01", "0.01", "0.1", "0.1", "100.0", "100.0", "0.01", "0.01"])
+        self.assertEqual([x["ddp.comm_ctas"] for x in many], ["0"] * 7 + ["2"] * 2 + ["0"] * 5)
+        # grad_accum 2: every strategy, bucketed and zero1 at the first bucket size, one rank too
+        self.assertEqual([x["train.grad_accum"] for x in many], ["1"] * 9 + ["2"] * 5)
+        self.assertEqual([x["train.grad_accum"] for x in one], ["1", "2"])
+        self.assertEqual([x["world_size"] for x in many + one], ["2"] * 14 + ["1"] * 2)
         opt = {x["ddp.strategy"]: int(x["optimizer_bytes"]) for x in many}
         self.assertEqual(opt["flat"], int(one[0]["optimizer_bytes"]))
         self.assertLess(opt["zero1"], opt["flat"] * 0.6)  # half the moments, one shard's worth
         with open(os.path.join(self.dir, "ddp.md")) as f:
             table = f.read()
-        self.assertEqual(table.count("\n| "), 10, table)  # the header and the nine points
-        self.assertEqual(table.count(" | auto | "), 7, table)
+        self.assertEqual(table.count("\n| "), 15, table)  # the header and the fourteen points
+        self.assertEqual(table.count(" | auto | "), 12, table)
+        self.assertIn("(grad_accum 1), ", table)  # one-rank steps of both, for the scaling
+        self.assertIn(" ms (grad_accum 2);", table)
+        for s in strategies:
+            scaled = rf"^\| {s} \| 2 \| .*% \| [0-9.]+% \| [0-9.]+ \|$"  # against one rank's grad_accum 2
+            self.assertEqual(len(re.findall(scaled, table, re.M)), 1, (s, table))
 
 
 class AllreduceSweep(unittest.TestCase):
