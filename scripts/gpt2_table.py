@@ -22,20 +22,24 @@ NOTE = ("configs/models/gpt2-small.toml (d_model 768, 12 layers, 12 heads, d_ff 
         "one full step.")
 
 
+def latest(ours):
+    """(batch, context, graphs) -> the newest lmtrain row."""
+    return {(int(r["train.batch_size"]), int(r["model.context_length"]), r["run.graphs"]): r
+            for r in ours}
+
+
 def table_rows(ours, torch_rows):
     """One row of HEADER's cells per batch shape, largest context and batch first."""
-    latest = {}  # (batch, context, graphs) -> the newest lmtrain row
-    for r in ours:
-        latest[(int(r["train.batch_size"]), int(r["model.context_length"]), r["run.graphs"])] = r
+    latest_rows = latest(ours)
     torch = {}
     for r in torch_rows:
         mode = "compile" if r["compile"] in ("True", "1", "true") else "eager"
         torch.setdefault((int(r["batch_size"]), int(r["context_length"]), mode), []).append(r)
     out = []
-    for (b, t, graphs), o in sorted(latest.items(), key=lambda kv: (-kv[0][1], -kv[0][0])):
-        if graphs != "1" or (b, t, "0") not in latest:
+    for (b, t, graphs), o in sorted(latest_rows.items(), key=lambda kv: (-kv[0][1], -kv[0][0])):
+        if graphs != "1" or (b, t, "0") not in latest_rows:
             continue
-        ms, ms0 = float(o["step_ms_median"]), float(latest[(b, t, "0")]["step_ms_median"])
+        ms, ms0 = float(o["step_ms_median"]), float(latest_rows[(b, t, "0")]["step_ms_median"])
         th = {m: beside(o, torch.get((b, t, m), [])) for m in ("eager", "compile")}
         step = lambda m: f"{float(th[m]['step_ms_median']):.2f}" if th[m] else "n/a"
         vs = f"{float(th['compile']['step_ms_median']) / ms:.2f}x" if th["compile"] else "n/a"

@@ -829,12 +829,14 @@ def b_mpi_vs_nccl(data):
 DDP_CMD = "scripts/sweep_ddp.sh"
 
 
-def ddp(data):
-    """The rows of one micro-batch per step (the sweep's grad_accum points are in ddp.md only)."""
-    single = lambda rows: [r for r in rows if ddp_table.accum(r) == 1]
-    rows, one = single(data.csv("ddp.csv")), single(data.csv("ddp_1rank.csv"))
+def ddp(data, accum=1, ctas=0):
+    """The rows of `accum` micro-batches per step with NCCL's own thread blocks (ddp.comm_ctas 0,
+    or `ctas`), and the newest one-rank row of the same accum."""
+    pick = lambda rows: [r for r in rows if ddp_table.accum(r) == accum]
+    rows = [r for r in pick(data.csv("ddp.csv")) if int(r.get("ddp.comm_ctas") or 0) == ctas]
+    one = pick(data.csv("ddp_1rank.csv"))
     if not one:
-        raise Missing("ddp_1rank.csv: no row of grad_accum 1")
+        raise Missing(f"ddp_1rank.csv: no row of grad_accum {accum}")
     return rows, one[-1]
 
 
@@ -859,6 +861,38 @@ def b_ddp_table(data):
                     f"{num(r, 'optimizer_bytes') / MIB:,.1f}"])
     return (table(["strategy", "bucket MB", "step ms", "comm ms", "exposed ms", "scaling vs 1 GPU",
                    "optimizer MiB / rank"], out)
+            + source(f"2 × {devices(rows)} over NCCL", dates(rows + [one]), DDP_CMD,
+                     ["ddp.csv", "ddp_1rank.csv", "ddp.md"]))
+
+
+def b_ddp_ctas(data):
+    """Bucketed and ZeRO-1 at one bucket size with NCCL's thread blocks capped, beside uncapped."""
+    parts = []
+    for strategy in ("bucketed", "zero1"):
+        capped = {c: r for c in (8, 16) for r in ddp(data, ctas=c)[0] if r["ddp.strategy"] == strategy}
+        if not capped:
+            raise Missing(f"ddp.csv: no {strategy} row with ddp.comm_ctas")
+        bucket = float(next(iter(capped.values()))["ddp.bucket_mb"])
+        auto = ddp_row(data, strategy, bucket)
+        runs = [("NCCL's choice", auto)] + [(f"{c} CTAs", r) for c, r in sorted(capped.items())]
+        parts.append(f"{strategy} at {bucket:g} MB: " + ", ".join(
+            f"{label} {f2(num(r, 'step_ms_median'))} ms (exposed {num(r, 'exposed_ms'):.1f})"
+            for label, r in runs))
+    return "; ".join(parts)
+
+
+def b_ddp_accum(data):
+    rows, one = ddp(data, accum=4)
+    if not rows:
+        raise Missing("ddp.csv: no grad_accum 4 row")
+    base = num(one, "step_ms_median")
+    order = {"naive": 0, "flat": 1, "overlap": 2, "bucketed": 3, "zero1": 4}
+    out = [["1 GPU", "–", f2(base), "–", "–", "–"]]
+    for r in sorted(rows, key=lambda r: order.get(r["ddp.strategy"], 9)):
+        bucket = f"{float(r['ddp.bucket_mb']):g}" if r["ddp.strategy"] in ("bucketed", "zero1") else "–"
+        out.append([r["ddp.strategy"], bucket, f2(num(r, "step_ms_median")), f2(num(r, "comm_ms")),
+                    f2(num(r, "exposed_ms")), f"{100 * base / num(r, 'step_ms_median'):.1f}%"])
+    return (table(["strategy", "bucket MB", "step ms", "comm ms", "exposed ms", "scaling vs 1 GPU"], out)
             + source(f"2 × {devices(rows)} over NCCL", dates(rows + [one]), DDP_CMD,
                      ["ddp.csv", "ddp_1rank.csv", "ddp.md"]))
 
@@ -910,12 +944,17 @@ def b_bucketed(data):
 
 
 def b_zero1(data):
-    z, one = ddp_row(data, "zero1"), ddp(data)[1]
-    best = min((r for r in ddp(data)[0] if r["ddp.strategy"] == "bucketed"), key=lambda r: num(r, "step_ms_median"))
+    rows, one = ddp(data)
+    fastest = lambda strategy: min((r for r in rows if r["ddp.strategy"] == strategy),
+                                   key=lambda r: num(r, "step_ms_median"))
+    z, best = fastest("zero1"), fastest("bucketed")
+    ratio = num(z, "step_ms_median") / num(best, "step_ms_median") - 1
     return (f"{num(z, 'optimizer_bytes') / MIB:,.1f} MiB of optimizer state per rank against "
-            f"{num(one, 'optimizer_bytes') / MIB:,.1f}; a step of {f2(num(z, 'step_ms_median'))} ms with "
-            f"{f2(num(z, 'exposed_ms'))} ms exposed, {100 * (num(z, 'step_ms_median') / num(best, 'step_ms_median') - 1):.1f}% "
-            f"slower than the best bucketed run")
+            f"{num(one, 'optimizer_bytes') / MIB:,.1f}; at its best bucket size "
+            f"({float(z['ddp.bucket_mb']):g} MB) a step of {f2(num(z, 'step_ms_median'))} ms with "
+            f"{f2(num(z, 'exposed_ms'))} ms exposed, {100 * abs(ratio):.1f}% "
+            f"{'slower' if ratio > 0 else 'faster'} than the best bucketed run "
+            f"({float(best['ddp.bucket_mb']):g} MB, {f2(num(best, 'step_ms_median'))} ms)")
 
 
 def bucket_model(data):
@@ -1016,8 +1055,9 @@ KGPT2 = "kernels_gpt2-small_bf16_flash.txt"
 
 def b_gpt2_table(data):
     ours, torch = data.csv("gpt2_lmtrain.csv"), data.csv("gpt2_torch.csv")
+    shown = list(gpt2_table.latest(ours).values())
     return (table(gpt2_table.HEADER, gpt2_table.table_rows(ours, torch))
-            + source(f"one {devices(ours)}", dates(ours), "scripts/bench_gpt2.sh",
+            + source(f"one {devices(shown)}", dates(shown), "scripts/bench_gpt2.sh",
                      ["gpt2.md", "gpt2_lmtrain.csv", "gpt2_torch.csv"]))
 
 
@@ -1026,18 +1066,6 @@ def b_gpt2_classifier(data):
     ms = sum(m for m, _, _, name in k["forward"] + k["backward"] if name.startswith("cross_entropy"))
     device, date, cmd = data.provenance(KGPT2)
     return f"{ms:.2f} ms ({device}, {date}, `{cmd}` → [{KGPT2}]({KGPT2}))"
-
-
-def b_gpt2_profiled_step(data):
-    """The profile's 16 x 1024 bench step (without graphs) beside the table's, made apart."""
-    k = kernels(data, KGPT2)
-    rows = [r for r in data.csv("gpt2_lmtrain.csv") if int(r["train.batch_size"]) == 16
-            and int(r["model.context_length"]) == 1024 and r["run.graphs"] == "0"]
-    if not rows:
-        raise Missing("gpt2_lmtrain.csv: no 16 x 1024 row without graphs")
-    device, date, cmd = data.provenance(KGPT2)
-    return (f"{k['step_median']:.2f} ms a step ({device}, {date}, `{cmd}` → [{KGPT2}]({KGPT2})), "
-            f"against the table's {float(rows[-1]['step_ms_median']):.2f} ms")
 
 
 # ---- training a real model: micro-batches and AdamW's state -------------------------------------------
