@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
   const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
   auto step = [&](int64_t i, auto mask) {
     const int buf =
-        next_query_tile<BR, DH, THREADS, false>(sQ, sdO, sL, sD, Q, G, p, bh, i, first, tiles);
+        next_query_tile<BR, DH, THREADS>(sQ, sdO, sL, sD, Q, G, p, bh, i, first, tiles);
     const bf16 *q_t = sQ + buf * BR * LD, *g_t = sdO + buf * BR * LD;
     const float *l_t = sL + buf * BR, *d_t = sD + buf * BR;
     const int64_t q0 = i * BR;

@@ -4,7 +4,8 @@
 // blocks own queries, each output row written once: no atomics, deterministic), each warpgroup
 // owning 64 rows. Operands from shared memory are read K-major (the left factor and the tile whose
 // rows are the output's columns: K, Q, V, dO for S, S^T, dP, dP^T) or MN-major (the streamed tile
-// as stored, for dV += P^T dO, dK += dS^T Q, dQ += dS K), P and dS from registers.
+// as stored, for dV += P^T dO, dK += dS^T Q, dQ += dS K), P and dS from registers. Both kernels
+// are warp-specialized (tma.cuh): a producer warpgroup feeds the consumers through TMA.
 #include <type_traits>
 
 #include "../common.cuh"
@@ -16,84 +17,137 @@
 namespace lmt::cuda::attn {
 namespace {
 
-// Block: kGroups warpgroups, 64 * kGroups keys of one (batch, head); query tiles of kTile rows
-// (Q, dO, and their L and D) stream through shared memory, double-buffered.
-template <int DH>
-__global__ void __launch_bounds__(Sm90DkdvTraits<DH>::kGroups * 128, 1)
-    flash_dkdv_sm90_kernel(const Params p) {
-#ifdef LMT_SM90_DEVICE_CODE
-  constexpr int BR = Sm90DkdvTraits<DH>::kTile, BC = 64 * Sm90DkdvTraits<DH>::kGroups;
-  constexpr int THREADS = BC * 2;
-  bf16* sK = smem_1024();
-  bf16* sV = sK + BC * DH;
-  bf16* sQ = sV + BC * DH;                                // 2 buffers of BR rows
-  bf16* sdO = sQ + 2 * BR * DH;                           // 2 buffers of BR rows
-  float* sL = reinterpret_cast<float*>(sdO + 2 * BR * DH);  // 2 x BR
-  float* sD = sL + 2 * BR;                                  // 2 x BR
-
-  const int group = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
-  const bf16* Q = head<bf16>(p.q, b, h, DH, p.qkv_batch);
-  const bf16* G = head<bf16>(p.dout, b, h, DH, p.o_batch);
-  const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
-
-  load_tile<BC, DH, THREADS, true>(sK, head<bf16>(p.k, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
-  load_tile<BC, DH, THREADS, true>(sV, head<bf16>(p.v, b, h, DH, p.qkv_batch), k0, p.T, p.qkv_row);
-  load_tile<BR, DH, THREADS, true>(sQ, Q, first * BR, p.T, p.qkv_row);
-  load_tile<BR, DH, THREADS, true>(sdO, G, first * BR, p.T, p.o_row);
-  cp_async_commit();
-  load_stats<BR>(sL, sD, p, bh, first * BR);
-
-  float dk[1][DH / 8][4], dv[1][DH / 8][4];
-  zero(dk);
-  zero(dv);
-  const int64_t group_k0 = k0 + 64 * group, warp_k0 = group_k0 + 16 * warp, key = warp_k0 + lane / 4;
-
-  // As in flash_sm80_bwd.cu: query tiles at the diagonal are masked, the later ones not.
-  const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
-  auto step = [&](int64_t i, auto mask) {
-    const int buf =
-        next_query_tile<BR, DH, THREADS, true>(sQ, sdO, sL, sD, Q, G, p, bh, i, first, tiles);
-    const bf16 *q_t = sQ + buf * BR * DH, *g_t = sdO + buf * BR * DH;
-    const int64_t q0 = i * BR;
-    // A warpgroup whose keys all lie after this tile's last query gets nothing from it.
-    if (!p.causal || group_k0 <= q0 + BR - 1) {
-      // Each step's elementwise work runs beside the tensor cores' next matmul: P^T beside dP^T,
-      // dS^T beside dV += P^T dO.
-      float s[1][BR / 8][4], ds[1][BR / 8][4];  // S^T, dP^T: keys x queries
-      uint32_t pa[BR / 16][4], dsa[BR / 16][4];
-      wgmma_fence();
-      wgmma_abt<BR, DH, BC>(s[0], sK, 64 * group, q_t);
-      wgmma_commit();
-      wgmma_abt<BR, DH, BC>(ds[0], sV, 64 * group, g_t);
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_regs(s[0]);
-      if constexpr (decltype(mask)::value)
-        mask_tile<true, 1, BR>(s, int(warp_k0), int(q0), int(p.T), true, lane);
-      probs<1, BR>(s, p.scale_log2, by_col(sL + buf * BR, lane));
-      to_a<BR>(pa, s[0]);
-      wgmma_fence();
-      wgmma_pb<DH, BR>(dv[0], pa, g_t);  // dV += P^T dO
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_regs(ds[0]);
-      dscores<1, BR>(ds, s, by_col(sD + buf * BR, lane));
-      to_a<BR>(dsa, ds[0]);
-      wgmma_fence();
-      wgmma_pb<DH, BR>(dk[0], dsa, q_t);  // dK += dS^T Q (scaled at the end)
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(dv[0]);
-      fence_regs(dk[0]);
-    }
-    __syncthreads();  // every warp is done with `buf` before the next iteration refills it
+// Warpgroup 0 produces (TMA: the block's K and V once, then Q_i and dO_i for i = first ..
+// tiles - 1 through kStages buffers each), warpgroups 1 .. kGroups consume (tma.cuh): each owns 64
+// of the block's 64 * kGroups keys, and loads its own copy of each query tile's L and D (a value or
+// two a thread, the next tile's while it computes this one's), so that no barrier spans the block.
+template <int DH> struct TmaDkdv {
+  using T = Sm90DkdvTraits<DH>;
+  static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = 2;
+  using KRing = Ring<1, BC, DH>;
+  using QRing = Ring<kStages, BR, DH>;
+  // The rings, then each consumer's L and D, two tiles of each.
+  struct Smem : SmemRings<KRing, KRing, QRing, QRing> {
+    static constexpr size_t kStatsFloats = size_t(kGroups) * 2 * 2 * BR;
+    static constexpr size_t kBytes = SmemRings<KRing, KRing, QRing, QRing>::kBytes + 4 * kStatsFloats;
   };
-  int64_t i = first;
-  for (; i < masked_end; ++i) step(i, std::true_type{});
-  for (; i < tiles; ++i) step(i, std::false_type{});
+};
 
-  store_dkdv<1, DH>(p, b, h, key, dk, dv, lane);
+template <int DH>
+__global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
+    dkdv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
+                    const __grid_constant__ CUtensorMap do_map,
+                    const __grid_constant__ CUtensorMap k_map,
+                    const __grid_constant__ CUtensorMap v_map) {
+#ifdef LMT_SM90_DEVICE_CODE
+  using F = TmaDkdv<DH>;
+  constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
+  typename F::Smem smem;
+  const auto K = smem.template next<typename F::KRing>(), V = smem.template next<typename F::KRing>();
+  const auto Q = smem.template next<typename F::QRing>(), dO = smem.template next<typename F::QRing>();
+  float* stats = smem.template rest<float>();
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
+  const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
+  if (threadIdx.x == 0) {
+    K.init(1), V.init(1), Q.init(4 * G), dO.init(4 * G);
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  auto produce = [&] {
+    K.fill(0, k_map, k0, b, h);
+    V.fill(0, v_map, k0, b, h);
+    for (int64_t i = first; i < tiles; ++i)
+      Q.fill(i - first, q_map, i * BR, b, h), dO.fill(i - first, do_map, i * BR, b, h);
+  };
+  auto consume = [&](int group) {
+    const int me = threadIdx.x % 128, warp = me / 32, lane = threadIdx.x % 32;
+    const bool signal = lane == 0;  // one arrival per warp frees a buffer
+    const int64_t group_k0 = k0 + 64 * group, warp_k0 = group_k0 + 16 * warp,
+                  key = warp_k0 + lane / 4;
+    float* sL = stats + group * 4 * BR;  // L of tiles in buffers 0, 1, then D of them
+    float* sD = sL + 2 * BR;
+    const int barrier = kFirstGroupBarrier + group;
+    // This thread's share of tile i's L and D (load_stats' values), kept in registers until
+    // stored for the next tile.
+    constexpr int kMine = (BR + 127) / 128;
+    float L[kMine], D[kMine];
+    auto fetch = [&](int64_t i) {
+#pragma unroll
+      for (int k = 0; k < kMine; ++k) {
+        const int64_t t = i * BR + me + 128 * k;
+        const bool in = me + 128 * k < BR && t < p.T;
+        L[k] = in ? p.lse[bh * p.T + t] * kLog2e : INFINITY;
+        D[k] = in ? p.D[bh * p.T + t] : 0.0f;
+      }
+    };
+    auto put = [&](int buf) {
+#pragma unroll
+      for (int k = 0; k < kMine; ++k)
+        if (me + 128 * k < BR) sL[buf * BR + me + 128 * k] = L[k], sD[buf * BR + me + 128 * k] = D[k];
+      bar_sync(barrier, 128);
+    };
+    fetch(first);
+    put(0);
+    K.wait(0);
+    V.wait(0);
+    const bf16 *sK = K.tile(0), *sV = V.tile(0);
+
+    float dk[1][DH / 8][4], dv[1][DH / 8][4];
+    zero(dk);
+    zero(dv);
+    // Query tiles at the diagonal are masked, the later ones not (as flash_sm80_bwd.cu).
+    const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
+    auto step = [&](int64_t i, auto mask) {
+      const int64_t n = i - first;
+      const int buf = int(n & 1);
+      if (i + 1 < tiles) fetch(i + 1);
+      Q.wait(n);
+      dO.wait(n);
+      const bf16 *q_t = Q.tile(n), *g_t = dO.tile(n);
+      const int64_t q0 = i * BR;
+      // A warpgroup whose keys all lie after this tile's last query gets nothing from it.
+      if (!p.causal || group_k0 <= q0 + BR - 1) {
+        // P^T is taken beside the tensor cores' dP^T; dS^T and both operands are ready before
+        // dV and dK's matmuls, so that S^T and dP^T in fp32 are dead by then (the registers
+        // of a consumer hold them, or the two accumulators and both operands, not all at once).
+        float s[1][BR / 8][4], ds[1][BR / 8][4];  // S^T, dP^T: keys x queries
+        uint32_t pa[BR / 16][4], dsa[BR / 16][4];
+        wgmma_fence();
+        wgmma_abt<BR, DH, BC>(s[0], sK, 64 * group, q_t);
+        wgmma_commit();
+        wgmma_abt<BR, DH, BC>(ds[0], sV, 64 * group, g_t);
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs(s[0]);
+        if constexpr (decltype(mask)::value)
+          mask_tile<true, 1, BR>(s, int(warp_k0), int(q0), int(p.T), true, lane);
+        probs<1, BR>(s, p.scale_log2, by_col(sL + buf * BR, lane));
+        wgmma_wait<0>();
+        fence_regs(ds[0]);
+        dscores<1, BR>(ds, s, by_col(sD + buf * BR, lane));
+        to_a<BR>(pa, s[0]);
+        to_a<BR>(dsa, ds[0]);
+        wgmma_fence();
+        wgmma_pb<DH, BR>(dv[0], pa, g_t);   // dV += P^T dO
+        wgmma_pb<DH, BR>(dk[0], dsa, q_t);  // dK += dS^T Q (scaled at the end)
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_regs(dv[0]);
+        fence_regs(dk[0]);
+      }
+      Q.release(n, signal);
+      dO.release(n, signal);
+      // The other buffer's statistics were last read for tile i - 1, before the previous put's
+      // barrier: every thread of the warpgroup has passed it.
+      if (i + 1 < tiles) put(buf ^ 1);
+    };
+    int64_t i = first;
+    for (; i < masked_end; ++i) step(i, std::true_type{});
+    for (; i < tiles; ++i) step(i, std::false_type{});
+    store_dkdv<1, DH>(p, b, h, key, dk, dv, lane);
+  };
+  specialize<G>(produce, consume);
 #else
   __trap();  // launched only where sm90() holds
 #endif
@@ -217,12 +271,11 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
 }
 
 template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
-  {
-    constexpr int BR = Sm90DkdvTraits<DH>::kTile, BC = 64 * Sm90DkdvTraits<DH>::kGroups;
-    constexpr size_t smem =
-        size_t(2 * BC + 4 * BR) * DH * sizeof(bf16) + 4 * BR * sizeof(float) + kSmemAlignSlack;
-    launch_tiles<flash_dkdv_sm90_kernel<DH>>(p, B, BC, BC * 2, smem, stream);
-  }
+  using K = TmaDkdv<DH>;
+  launch_specialized<dkdv_tma_kernel<DH>, K>(p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR),
+                                              o_map(p, B, DH, p.dout, K::BR),
+                                              qkv_map(p, B, DH, p.k, K::BC),
+                                              qkv_map(p, B, DH, p.v, K::BC));
   using F = TmaDq<DH>;
   launch_specialized<dq_tma_kernel<DH>, F>(p, B, F::BR, stream, qkv_map(p, B, DH, p.q, F::BR),
                                            o_map(p, B, DH, p.dout, F::BR),

@@ -156,68 +156,47 @@ __device__ __forceinline__ void copy_chunk(bf16* dst, const bf16* g, int64_t t, 
   cp_async_16(dst, t < T ? g + t * row_stride + c : g, t < T);
 }
 
-// Shared-memory tiles for wgmma (wgmma.cuh) instead: ROWS rows of DH bf16 as DH / 64 panels of
-// ROWS x 64, each panel row 128 bytes whose eight 16-byte chunks are permuted by XOR with
-// (row % 8), the "128-byte swizzle" (every group of 8 rows, 1024 bytes, starts 1024-byte aligned).
-// Element offset of (row r, column c):
-template <int ROWS> __device__ __forceinline__ int swizzled(int r, int c) {
-  return (c / 64) * ROWS * 64 + r * 64 + (((c / 8) % 8) ^ (r % 8)) * 8 + c % 8;
-}
-template <int ROWS, int DH, bool Swizzled> constexpr int kTileElems = Swizzled ? ROWS * DH : ROWS * kLd<DH>;
-
-// Orders this thread's earlier generic-proxy writes to shared memory (st.shared, cp.async once
-// waited for) before reads by the async proxy (wgmma, sm_90); a barrier must follow before
-// another thread's wgmma reads them.
-__device__ __forceinline__ void fence_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// Rows row0 .. row0 + ROWS - 1 of one head into a bf16 tile, padded or swizzled (copy_chunk per
-// 16 bytes).
-template <int ROWS, int DH, int THREADS, bool Swizzled = false>
+// Rows row0 .. row0 + ROWS - 1 of one head into a padded bf16 tile (copy_chunk per 16 bytes).
+template <int ROWS, int DH, int THREADS>
 __device__ __forceinline__ void load_tile(bf16* tile, const bf16* g, int64_t row0, int64_t T,
                                           int64_t row_stride) {
   constexpr int kChunks = DH / 8;  // 8 elements = 16 bytes of bf16
   for (int i = threadIdx.x; i < ROWS * kChunks; i += THREADS) {
     const int r = i / kChunks, c = (i % kChunks) * 8;
-    copy_chunk(tile + (Swizzled ? swizzled<ROWS>(r, c) : r * kLd<DH> + c), g, row0 + r, T,
-               row_stride, c);
+    copy_chunk(tile + r * kLd<DH> + c, g, row0 + r, T, row_stride, c);
   }
 }
 
 // Double-buffered streaming of a pair of tiles (ROWS rows each of A and B, e.g. keys and values;
-// buffer b at sA + b * kTileElems, likewise sB), tile j in buffer `buf`: starts copying tile j + 1
-// into the other buffer if there is a next tile (then calls more(other buffer) for loads that go
-// along with it), then waits until tile j is in shared memory for the whole block (and, swizzled,
-// visible to wgmma). The buffer being refilled must be free: every caller's loop body ends in a
-// barrier after its last read.
-template <int ROWS, int DH, int THREADS, bool Swizzled, typename More>
+// buffer b at sA + b * ROWS * kLd<DH>, likewise sB), tile j in buffer `buf`: starts copying tile
+// j + 1 into the other buffer if there is a next tile (then calls more(other buffer) for loads
+// that go along with it), then waits until tile j is in shared memory for the whole block. The
+// buffer being refilled must be free: every caller's loop body ends in a barrier after its last
+// read.
+template <int ROWS, int DH, int THREADS, typename More>
 __device__ __forceinline__ void next_tile_pair(bf16* sA, bf16* sB, const bf16* A, const bf16* B,
                                                int64_t stride_a, int64_t stride_b, int64_t j,
                                                int buf, int64_t tiles, int64_t T, More&& more) {
-  constexpr int kStride = kTileElems<ROWS, DH, Swizzled>;
+  constexpr int kStride = ROWS * kLd<DH>;
   if (j + 1 < tiles) {
-    load_tile<ROWS, DH, THREADS, Swizzled>(sA + (buf ^ 1) * kStride, A, (j + 1) * ROWS, T,
-                                           stride_a);
-    load_tile<ROWS, DH, THREADS, Swizzled>(sB + (buf ^ 1) * kStride, B, (j + 1) * ROWS, T,
-                                           stride_b);
+    load_tile<ROWS, DH, THREADS>(sA + (buf ^ 1) * kStride, A, (j + 1) * ROWS, T, stride_a);
+    load_tile<ROWS, DH, THREADS>(sB + (buf ^ 1) * kStride, B, (j + 1) * ROWS, T, stride_b);
     cp_async_commit();
     more(buf ^ 1);
     cp_async_wait<1>();
   } else {
     cp_async_wait<0>();
   }
-  if constexpr (Swizzled) fence_async_smem();
   __syncthreads();
 }
 // Key and value tiles of BC rows, tile j in buffer j % 2, which this returns.
-template <int BC, int DH, int THREADS, bool Swizzled = false>
+template <int BC, int DH, int THREADS>
 __device__ __forceinline__ int next_kv_tile(bf16* sK, bf16* sV, const bf16* K, const bf16* V,
                                             int64_t j, int64_t tiles, int64_t T,
                                             int64_t row_stride) {
   const int buf = int(j & 1);
-  next_tile_pair<BC, DH, THREADS, Swizzled>(sK, sV, K, V, row_stride, row_stride, j, buf, tiles,
-                                            T, [](int) {});
+  next_tile_pair<BC, DH, THREADS>(sK, sV, K, V, row_stride, row_stride, j, buf, tiles, T,
+                                  [](int) {});
   return buf;
 }
 

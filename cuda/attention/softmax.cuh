@@ -122,13 +122,13 @@ __device__ __forceinline__ void load_stats(float* sL, float* sD, const Params& p
 
 // The dK/dV kernels' streaming of query tiles: Q, dO (next_tile_pair) and their L and D, tile i
 // in buffer (i - first) % 2, which this returns once tile i is in shared memory.
-template <int BR, int DH, int THREADS, bool Swizzled>
+template <int BR, int DH, int THREADS>
 __device__ __forceinline__ int next_query_tile(bf16* sQ, bf16* sdO, float* sL, float* sD,
                                                const bf16* Q, const bf16* G, const Params& p,
                                                int64_t bh, int64_t i, int64_t first,
                                                int64_t tiles) {
   const int buf = int((i - first) & 1);
-  next_tile_pair<BR, DH, THREADS, Swizzled>(
+  next_tile_pair<BR, DH, THREADS>(
       sQ, sdO, Q, G, p.qkv_row, p.o_row, i, buf, tiles, p.T,
       [&](int nxt) { load_stats<BR>(sL + nxt * BR, sD + nxt * BR, p, bh, (i + 1) * BR); });
   return buf;

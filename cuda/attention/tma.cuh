@@ -61,9 +61,12 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* map, int c0, 
 // Named barriers: ids 0 .. kNamedBarriers - 1, 0 being __syncthreads'. `threads` arrivals complete
 // one; sync waits for it, arrive does not. The ids this code uses are NamedBarrier's.
 constexpr int kNamedBarriers = 16;
+constexpr int kMaxConsumers = 4;
 enum NamedBarrier : int {
   kFirstTurnBarrier = 1,  // Turns: consumer c's turn is kFirstTurnBarrier + c
+  kFirstGroupBarrier = kFirstTurnBarrier + kMaxConsumers,  // consumer c's own 128 threads
 };
+static_assert(kFirstGroupBarrier + kMaxConsumers <= kNamedBarriers);
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -113,6 +116,8 @@ template <typename... Rs> struct SmemRings {
     tiles += R::kTileBytes, bars += R::kBarriers * sizeof(uint64_t);
     return r;
   }
+  // What follows the last ring's barriers (a kernel that adds bytes of its own to kBytes).
+  template <typename E> __device__ E* rest() const { return reinterpret_cast<E*>(bars); }
 };
 
 // Ping-pong among GROUPS consumers (ON): they take turns to issue their matmuls, in a ring. Named
@@ -120,7 +125,7 @@ template <typename... Rs> struct SmemRings {
 // consumer's 128 arrive). Every consumer takes the same number of turns; begin() makes the first
 // consumer 0's, end() takes the last consumer's last pass.
 template <int GROUPS, bool ON> struct Turns {
-  static_assert(kFirstTurnBarrier + GROUPS <= kNamedBarriers, "a turn barrier per consumer");
+  static_assert(GROUPS <= kMaxConsumers, "a turn barrier per consumer");
   static constexpr int kThreads = 2 * 128;  // the waiting consumer's and the passing one's
   int me;
   __device__ void take() const {

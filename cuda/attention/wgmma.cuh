@@ -1,7 +1,9 @@
 // Hopper (sm_90a) building blocks for the FlashAttention kernels of flash_sm90_*.cu: warpgroup
 // matrix multiplies (wgmma.mma_async, bf16 operands, fp32 accumulators) reading B, and A where it
-// is not in registers, from shared memory through 64-bit matrix descriptors of the 128-byte
-// swizzled tiles that mma.cuh's load_tile<..., Swizzled = true> fills.
+// is not in registers, from shared memory through 64-bit matrix descriptors of 128-byte swizzled
+// tiles, as TMA fills them (tma.cuh): ROWS rows of DH bf16 as DH / 64 panels of ROWS x 64, each
+// panel row 128 bytes whose eight 16-byte chunks are permuted by XOR with (row % 8) (every group
+// of 8 rows, 1024 bytes, starts 1024-byte aligned).
 //
 // A warpgroup is 4 consecutive warps (128 threads, the first warp index a multiple of 4); one
 // wgmma computes a 64 x N tile, warp w of the group holding rows 16 w .. 16 w + 15. Per warp the
@@ -9,10 +11,9 @@
 // operand in registers has its A layout: the S -> P -> next-matmul hand-over of mma.cuh carries
 // over unchanged (PTX ISA, "wgmma.mma_async": register fragments, shared memory layouts).
 //
-// Swizzled tiles (mma.cuh: DH / 64 panels of ROWS x 64 columns, rows of 128 bytes) serve both
-// ways a matmul reads them: K-major (rows are M or N, the contiguous dimension is K, as K
-// for S = Q K^T) and MN-major (rows are K, as V for O = P V). The swizzle keeps both the loader's
-// 16-byte stores and the tensor cores' reads free of bank conflicts.
+// Swizzled tiles serve both ways a matmul reads them: K-major (rows are M or N, the contiguous
+// dimension is K, as K for S = Q K^T) and MN-major (rows are K, as V for O = P V). The swizzle
+// keeps both the loader's 16-byte stores and the tensor cores' reads free of bank conflicts.
 #pragma once
 #include <cuda_bf16.h>
 

@@ -196,6 +196,8 @@ TEST_CASE("flash attention: O, L, dQ, dK, dV match fp64 for odd lengths, every h
       check_problem(2, 1, 3, dh, causal, true);
       check_problem(2, 17, 3, dh, causal, false);
       check_problem(1, 127, 2, dh, causal, true);
+      check_problem(1, 65, 2, dh, causal, false);  // a Hopper tile (64 or 128 rows) and one more
+      check_problem(1, 129, 2, dh, causal, true);
       check_problem(1, 1000, 2, dh, causal, false);
     }
 }
