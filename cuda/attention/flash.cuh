@@ -33,7 +33,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // and 128; the smaller head dims and 80 take d 64's entry. A tuning build replaces one kernel's
 // entry at every head dim: EXTRA_NVCCFLAGS="-DLMT_FLASH_DQ_WARPS=w -DLMT_FLASH_DQ_MTILES=m
 // -DLMT_FLASH_DQ_TILE=t" (likewise FWD, DKDV; SM90_FWD_GROUPS / _TILE / _STAGES / _PINGPONG,
-// SM90_DKDV_GROUPS / _TILE, SM90_DQ_GROUPS / _TILE / _PINGPONG): that is how
+// SM90_DKDV_GROUPS / _TILE / _STAGES, SM90_DQ_GROUPS / _TILE / _PINGPONG): that is how
 // dev/tune_flash.py tries candidates (one macro per number: nvcc splits a -D value at commas).
 
 // The mma.sync kernels (flash_sm80_*.cu): warps per block, row tiles of 16 per warp (each warp
@@ -92,8 +92,8 @@ constexpr Sm90Tiles sm90_dkdv_tiles([[maybe_unused]] int dh) {
 #ifdef LMT_FLASH_SM90_DKDV_GROUPS  // a tuning build
   return {LMT_FLASH_SM90_DKDV_GROUPS, LMT_FLASH_SM90_DKDV_TILE};
 #else
-  return dh >= 128 ? Sm90Tiles{2, 64}    // fastest of four, 2% ahead of (1, 64)
-                   : Sm90Tiles{2, 128};  // fastest of four, 4% ahead of (3, 64)
+  return dh >= 128 ? Sm90Tiles{2, 64}    // fastest of four, 15% ahead of (1, 64); more spill
+                   : Sm90Tiles{2, 128};  // fastest of four, 6% ahead of (3, 64)
 #endif
 }
 constexpr Sm90Tiles sm90_dq_tiles([[maybe_unused]] int dh) {
@@ -119,7 +119,13 @@ template <int DH> struct Sm90FwdTraits : Sm90Traits<sm90_fwd_tiles(DH)> {
   static constexpr bool kPingPong = true;  // consumers take turns at the tensor cores: 7% faster
 #endif
 };
-template <int DH> using Sm90DkdvTraits = Sm90Traits<sm90_dkdv_tiles(DH)>;
+template <int DH> struct Sm90DkdvTraits : Sm90Traits<sm90_dkdv_tiles(DH)> {
+#ifdef LMT_FLASH_SM90_DKDV_STAGES
+  static constexpr int kStages = LMT_FLASH_SM90_DKDV_STAGES;
+#else
+  static constexpr int kStages = 2;  // Q and dO buffers each; three were no faster
+#endif
+};
 template <int DH> struct Sm90DqTraits : Sm90Traits<sm90_dq_tiles(DH)> {
 #ifdef LMT_FLASH_SM90_DQ_PINGPONG
   static constexpr bool kPingPong = LMT_FLASH_SM90_DQ_PINGPONG;

@@ -23,7 +23,7 @@ namespace {
 // two a thread, the next tile's while it computes this one's), so that no barrier spans the block.
 template <int DH> struct TmaDkdv {
   using T = Sm90DkdvTraits<DH>;
-  static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = 2;
+  static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = T::kStages;
   using KRing = Ring<1, BC, DH>;
   using QRing = Ring<kStages, BR, DH>;
   // The rings, then each consumer's L and D, two tiles of each.
