@@ -21,8 +21,8 @@ void embedding_bwd(const int32_t* tokens, const int32_t* order, const float* dou
 // y is float*, or __nv_bfloat16* with y_bf16 (rounded to nearest even).
 void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rstd, int64_t rows,
                  int64_t d, double eps, cudaStream_t s);
-// scratch: kRmsnormDgChunks (plan.hpp) * d floats (dg's partial sums). dx_bf16: null, or __nv_bfloat16*
-// that receives the updated dx rounded. add_dg: dg += the sum (else dg = it).
+// scratch: kRmsnormDgChunks (plan.hpp) * d floats (dg's partial sums). dx_bf16: null, or
+// __nv_bfloat16* that receives the updated dx rounded. add_dg: dg += the sum (else dg = it).
 void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
                  void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d, bool add_dg,
                  cudaStream_t s);
