@@ -97,7 +97,11 @@ def main(argv):
         if col not in rows[0]:
             die(f"{a.csv}: no column {col}")
 
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        die(f"this Python ({sys.executable}) has no matplotlib: install python3-matplotlib, or "
+            f"run the script with PYTHON set to one that has it; {a.csv} is complete, no plot drawn")
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 

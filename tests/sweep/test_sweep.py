@@ -177,6 +177,22 @@ class Sweep(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("no column model.ctx", r.stderr)
 
+    def test_plot_without_matplotlib_says_so_in_one_line(self):
+        with open(self.csv, "w") as f:
+            f.write("x,y\n1,5\n2,4\n")
+        fake = os.path.join(self.dir, "fake")  # a matplotlib that fails to import, first on the path
+        os.makedirs(os.path.join(fake, "matplotlib"))
+        with open(os.path.join(fake, "matplotlib", "__init__.py"), "w") as f:
+            f.write("raise ImportError('not here')\n")
+        png = os.path.join(self.dir, "p.png")
+        r = subprocess.run([PY, os.path.join(REPO, "scripts/plot.py"), self.csv, "--x", "x",
+                            "--y", "y", "--out", png], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=fake))
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn("has no matplotlib", r.stderr)
+        self.assertFalse(os.path.exists(png))
+
     def test_plot_draws_a_point_measured_again_from_its_latest_row_not_as_failed(self):
         with open(self.csv, "w") as f:  # x 1 measured twice on the line, then x 2
             f.write("x,y,s\n1,5,a\n1,3,a\n2,4,a\n1,7,b\n")
