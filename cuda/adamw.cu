@@ -3,7 +3,8 @@
 // by gradient clipping's factor:
 //   g *= grad_scale;  p *= 1 - lr wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-// With bf16 moments (optim.state_dtype = "bf16") each element runs adamw_bf16.hpp's code, which
+// With bf16 moments (optim.state_dtype = "bf16"), and for weights that have no fp32 master but
+// their bf16 copy (optim.master_weights = false), each element runs adamw_bf16.hpp's code, which
 // the CPU reference runs too: the same bits, stochastic rounding included; four elements a
 // thread where the buffers are aligned for vector loads.
 // And the deterministic sum used for the loss and the global gradient norm: a fixed grid of
@@ -32,42 +33,95 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, __nv_
   if (p16) p16[i] = __float2bfloat16_rn(pi);
 }
 
-// Four consecutive elements a thread (fewer in the last), loaded and stored as 16-byte (p, g)
-// and 8-byte (m, v, p16) vectors where Vec says every array is aligned for them (more bytes in
-// flight per thread for a kernel bound by memory traffic), else element by element.
+// Elements [at, at + 4) of x (fp32, or 2-byte bf16 bits) in registers and back, as one 16-byte
+// or 8-byte vector where `vec` says they are all there and aligned for it, else those below n
+// one at a time.
+__device__ inline void load_part(const float* x, float* r, size_t at, size_t n, bool vec) {
+  if (vec) {
+    const float4 q = *reinterpret_cast<const float4*>(x + at);
+    r[0] = q.x, r[1] = q.y, r[2] = q.z, r[3] = q.w;
+    return;
+  }
+  for (int j = 0; j < 4 && at + j < n; ++j) r[j] = x[at + j];
+}
+__device__ inline void load_part(const uint16_t* x, uint16_t* r, size_t at, size_t n, bool vec) {
+  if (vec) {
+    const uint2 q = *reinterpret_cast<const uint2*>(x + at);
+    r[0] = uint16_t(q.x), r[1] = uint16_t(q.x >> 16), r[2] = uint16_t(q.y), r[3] = uint16_t(q.y >> 16);
+    return;
+  }
+  for (int j = 0; j < 4 && at + j < n; ++j) r[j] = x[at + j];
+}
+__device__ inline void store_part(float* x, const float* r, size_t at, size_t n, bool vec) {
+  if (vec) {
+    *reinterpret_cast<float4*>(x + at) = make_float4(r[0], r[1], r[2], r[3]);
+    return;
+  }
+  for (int j = 0; j < 4 && at + j < n; ++j) x[at + j] = r[j];
+}
+__device__ inline void store_part(uint16_t* x, const uint16_t* r, size_t at, size_t n, bool vec) {
+  if (vec) {
+    *reinterpret_cast<uint2*>(x + at) =
+        make_uint2(r[0] | uint32_t(r[1]) << 16, r[2] | uint32_t(r[3]) << 16);
+    return;
+  }
+  for (int j = 0; j < 4 && at + j < n; ++j) x[at + j] = r[j];
+}
+
+// Four consecutive elements a thread (fewer in the last), loaded and stored as vectors where Vec
+// says every array is aligned for them (more bytes in flight per thread for a kernel bound by
+// memory traffic), else element by element. p16: null, or the weights' bf16 copy of p's part.
 template <bool Vec>
 __global__ void adamw_bf16_kernel(float* p, const float* g, uint16_t* m, uint16_t* v,
-                                  __nv_bfloat16* p16, size_t n, uint64_t index,
+                                  uint16_t* p16, size_t n, uint64_t index,
                                   AdamWBf16Scalars<float> k) {
   const size_t at = 4 * (blockIdx.x * size_t(blockDim.x) + threadIdx.x);
   if (at >= n) return;
   const bool vec = Vec && at + 4 <= n;
   float ps[4], gs[4];
-  uint16_t ms[4], vs[4];
-  if (vec) {
-    const float4 pq = *reinterpret_cast<const float4*>(p + at), gq = *reinterpret_cast<const float4*>(g + at);
-    const uint2 mq = *reinterpret_cast<const uint2*>(m + at), vq = *reinterpret_cast<const uint2*>(v + at);
-    ps[0] = pq.x, ps[1] = pq.y, ps[2] = pq.z, ps[3] = pq.w;
-    gs[0] = gq.x, gs[1] = gq.y, gs[2] = gq.z, gs[3] = gq.w;
-    for (int j = 0; j < 4; ++j)
-      ms[j] = uint16_t((j < 2 ? mq.x : mq.y) >> (16 * (j % 2))),
-      vs[j] = uint16_t((j < 2 ? vq.x : vq.y) >> (16 * (j % 2)));
-  }
+  uint16_t ms[4], vs[4], rounded[4];
+  load_part(p, ps, at, n, vec), load_part(g, gs, at, n, vec);
+  load_part(m, ms, at, n, vec), load_part(v, vs, at, n, vec);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     if (at + j >= n) break;
-    if (!vec) ps[j] = p[at + j], gs[j] = g[at + j], ms[j] = m[at + j], vs[j] = v[at + j];
     ps[j] = adamw_bf16_element(ps[j], gs[j], ms[j], vs[j], index + at + j, k);
-    if (vec) continue;
-    p[at + j] = ps[j], m[at + j] = ms[j], v[at + j] = vs[j];
-    if (p16) p16[at + j] = __float2bfloat16_rn(ps[j]);
+    rounded[j] = __bfloat16_as_ushort(__float2bfloat16_rn(ps[j]));
   }
-  if (!vec) return;
-  const float4 pq = make_float4(ps[0], ps[1], ps[2], ps[3]);
-  *reinterpret_cast<float4*>(p + at) = pq;
-  *reinterpret_cast<uint2*>(m + at) = make_uint2(ms[0] | uint32_t(ms[1]) << 16, ms[2] | uint32_t(ms[3]) << 16);
-  *reinterpret_cast<uint2*>(v + at) = make_uint2(vs[0] | uint32_t(vs[1]) << 16, vs[2] | uint32_t(vs[3]) << 16);
-  if (p16) store4(p16 + at, pq);
+  store_part(p, ps, at, n, vec), store_part(m, ms, at, n, vec), store_part(v, vs, at, n, vec);
+  if (p16) store_part(p16, rounded, at, n, vec);
+}
+
+// The same for weights held only as bf16 (w), with moments M: float or bf16 bits.
+template <typename M, bool Vec>
+__global__ void adamw_bf16_weights_kernel(uint16_t* w, const float* g, M* m, M* v, size_t n,
+                                          uint64_t index, AdamWBf16Scalars<float> k) {
+  const size_t at = 4 * (blockIdx.x * size_t(blockDim.x) + threadIdx.x);
+  if (at >= n) return;
+  const bool vec = Vec && at + 4 <= n;
+  uint16_t ws[4];
+  float gs[4];
+  M ms[4], vs[4];
+  load_part(w, ws, at, n, vec), load_part(g, gs, at, n, vec);
+  load_part(m, ms, at, n, vec), load_part(v, vs, at, n, vec);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if (at + j >= n) break;
+    adamw_bf16_weight_element(ws[j], gs[j], ms[j], vs[j], index + at + j, k);
+  }
+  store_part(w, ws, at, n, vec), store_part(m, ms, at, n, vec), store_part(v, vs, at, n, vec);
+}
+
+template <typename M>
+void launch_bf16_weights(uint16_t* w, const float* g, M* m, M* v, size_t n, uint64_t index,
+                         const AdamWStep& s, cudaStream_t stream) {
+  const AdamWBf16Scalars<float> k = adamw_bf16_scalars<float>(s);
+  const bool vec = aligned_for(w, 8) && aligned_for(g, 16) && aligned_for(m, 4 * sizeof(M)) &&
+                   aligned_for(v, 4 * sizeof(M));
+  const int blocks = blocks_for(int64_t((n + 3) / 4), 256);
+  if (vec) adamw_bf16_weights_kernel<M, true><<<blocks, 256, 0, stream>>>(w, g, m, v, n, index, k);
+  else adamw_bf16_weights_kernel<M, false><<<blocks, 256, 0, stream>>>(w, g, m, v, n, index, k);
+  CUDA_LAUNCH_CHECK();
 }
 
 __device__ double block_sum_double(double v, double* scratch) {
@@ -113,7 +167,7 @@ void adamw(float* p, const float* g, float* m, float* v, void* p_bf16, size_t n,
 void adamw_bf16(float* p, const float* g, uint16_t* m, uint16_t* v, void* p_bf16, size_t n,
                 uint64_t index, const AdamWStep& s, cudaStream_t stream) {
   const AdamWBf16Scalars<float> k = adamw_bf16_scalars<float>(s);
-  auto* p16 = static_cast<__nv_bfloat16*>(p_bf16);
+  auto* p16 = static_cast<uint16_t*>(p_bf16);
   // Vectors where every array allows them (a whole buffer does; a ZeRO-1 piece may start
   // anywhere): the same element code, so the same bits, either way.
   const bool vec = aligned_for(p, 16) && aligned_for(g, 16) && aligned_for(m, 8) &&
@@ -122,6 +176,15 @@ void adamw_bf16(float* p, const float* g, uint16_t* m, uint16_t* v, void* p_bf16
   if (vec) adamw_bf16_kernel<true><<<blocks, 256, 0, stream>>>(p, g, m, v, p16, n, index, k);
   else adamw_bf16_kernel<false><<<blocks, 256, 0, stream>>>(p, g, m, v, p16, n, index, k);
   CUDA_LAUNCH_CHECK();
+}
+
+void adamw_bf16_weights(uint16_t* w, const float* g, float* m, float* v, size_t n, uint64_t index,
+                        const AdamWStep& s, cudaStream_t stream) {
+  launch_bf16_weights(w, g, m, v, n, index, s, stream);
+}
+void adamw_bf16_weights(uint16_t* w, const float* g, uint16_t* m, uint16_t* v, size_t n,
+                        uint64_t index, const AdamWStep& s, cudaStream_t stream) {
+  launch_bf16_weights(w, g, m, v, n, index, s, stream);
 }
 
 void sum(const float* x, size_t n, bool squares, double* partials, double* out,

@@ -1,21 +1,27 @@
-// AdamW with its moments stored in bf16 (optim.state_dtype = "bf16"), one element at a time: the
-// code that both the CPU reference (cpu::adamw_bf16) and the CUDA kernel (cuda/adamw.cu) run, so
-// that for the same inputs they write the same bits.
+// AdamW's element code where something it stores is bf16, one element at a time: the code that
+// both the CPU reference (cpu::adamw_bf16, cpu::adamw_bf16_weights) and the CUDA kernels
+// (cuda/adamw.cu) run, so that for the same inputs they write the same bits. Two cases:
+//   bf16 moments   (optim.state_dtype = "bf16"): m and v read from bf16 (exact in T), updated in
+//                  T registers as optimizer.hpp's rule says, the parameter moved with the
+//                  unrounded values, m and v written back rounded stochastically
+//   bf16 weights   (optim.master_weights = false): a weight with no fp32 master is read from its
+//                  bf16 value, updated in T registers by the same rule, and written back rounded
+//                  stochastically; its moments are stored as T or as bf16 (as above)
+// Stochastic rounding: x goes to one of its two bf16 neighbours, up with probability equal to
+// the distance from the lower one over their gap, so that the stored value is x on average. The
+// random bits come from a counter-based hash of (run.seed, AdamW's step t, the element's index in
+// the flat parameter buffer): no generator state to store, the same bits on every backend, every
+// rank, every ZeRO-1 sharding and after a resume (docs/design.md says why stochastic rounding,
+// and why not round-to-nearest). Of the hash's 64 bits m takes 0-15, v 16-31 and the weight
+// 32-47: three independent draws.
 //
-// m and v are read from bf16 (exact in fp32), updated in T registers as optimizer.hpp's rule
-// says, and written back with stochastic rounding: x is rounded to one of its two bf16
-// neighbours, up with probability equal to the distance from the lower one over their gap, so
-// that the stored value is x on average. The random bits come from a counter-based hash of
-// (run.seed, AdamW's step t, the element's index in the flat parameter buffer): no generator
-// state to store, the same bits on every backend, every rank, every ZeRO-1 sharding and after a
-// resume (docs/design.md says why stochastic rounding, and why not round-to-nearest).
-//
-// The parameter update reads the fp32 m and v before they are rounded. Every operation is one
-// IEEE-rounded op, the multiply-adds explicit fmas (no compiler contraction can reorder them).
+// Every operation is one IEEE-rounded op, the multiply-adds explicit fmas (no compiler
+// contraction can reorder them).
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu_ops.hpp"
 
@@ -97,22 +103,56 @@ template <typename T> AdamWBf16Scalars<T> adamw_bf16_scalars(const AdamWStep& s)
           T(s.eps),         rounding_key(s.seed, s.t)};
 }
 
-// Element `index` (of the flat buffer): p, and m, v as bf16 bits, updated in place.
-//   g *= grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2  (in T, from bf16)
+// The update of one element in T registers: m and v as read, updated in place (unrounded); the
+// new p returned.
+//   g *= grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p = p (1 - lr wd) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
-//   m, v stored rounded stochastically (bits 0-15 of rounding_bits for m, 16-31 for v)
+template <typename T>
+LMT_HD inline T adamw_rule(T p, T g, T& m, T& v, const AdamWBf16Scalars<T>& k) {
+  const T gi = mul_rn(g, k.grad_scale);
+  m = fma_rn(k.b1, m, mul_rn(k.one_minus_b1, gi));
+  v = fma_rn(k.b2, v, mul_rn(mul_rn(k.one_minus_b2, gi), gi));
+  const T denom = add_rn(div_rn(sqrt_rn(v), k.bc2_sqrt), k.eps);
+  const T update = div_rn(mul_rn(k.step_size, m), denom);
+  return fma_rn(p, k.decay, -update);
+}
+
+// A moment as stored (M: T itself, or uint16_t bf16 bits) in T, and stored back from T: as it
+// is, or rounded stochastically by the 16 random bits r.
+template <typename T, typename M> LMT_HD inline T load_moment(M x) {
+  if constexpr (std::is_same_v<M, uint16_t>) return T(bf16_to_float(x));
+  else return x;
+}
+template <typename T, typename M> LMT_HD inline M store_moment(T x, uint32_t r) {
+  if constexpr (std::is_same_v<M, uint16_t>) return round_bf16_stochastic(float(x), r);
+  else return x;
+}
+
+// Element `index` (of the flat buffer) with bf16 moments: p, and m, v as bf16 bits, updated in
+// place (m rounded by bits 0-15 of rounding_bits, v by bits 16-31).
 template <typename T>
 LMT_HD inline T adamw_bf16_element(T p, T g, uint16_t& m, uint16_t& v, uint64_t index,
                                    const AdamWBf16Scalars<T>& k) {
-  const T gi = mul_rn(g, k.grad_scale);
-  const T mi = fma_rn(k.b1, T(bf16_to_float(m)), mul_rn(k.one_minus_b1, gi));
-  const T vi = fma_rn(k.b2, T(bf16_to_float(v)), mul_rn(mul_rn(k.one_minus_b2, gi), gi));
-  const T denom = add_rn(div_rn(sqrt_rn(vi), k.bc2_sqrt), k.eps);
-  const T update = div_rn(mul_rn(k.step_size, mi), denom);
+  T mi = load_moment<T>(m), vi = load_moment<T>(v);
+  p = adamw_rule(p, g, mi, vi, k);
   const uint64_t r = rounding_bits(k.key, index);
-  m = round_bf16_stochastic(float(mi), uint32_t(r));
-  v = round_bf16_stochastic(float(vi), uint32_t(r >> 16));
-  return fma_rn(p, k.decay, -update);
+  m = store_moment<T, uint16_t>(mi, uint32_t(r));
+  v = store_moment<T, uint16_t>(vi, uint32_t(r >> 16));
+  return p;
+}
+
+// Element `index` of a weight without an fp32 master: w its bf16 bits, m and v as stored (M: T,
+// or bf16 bits), all updated in place; w rounded by bits 32-47 of rounding_bits (and bf16
+// moments as above).
+template <typename T, typename M>
+LMT_HD inline void adamw_bf16_weight_element(uint16_t& w, T g, M& m, M& v, uint64_t index,
+                                             const AdamWBf16Scalars<T>& k) {
+  T mi = load_moment<T>(m), vi = load_moment<T>(v);
+  const T p = adamw_rule(T(bf16_to_float(w)), g, mi, vi, k);
+  const uint64_t r = rounding_bits(k.key, index);
+  m = store_moment<T, M>(mi, uint32_t(r));
+  v = store_moment<T, M>(vi, uint32_t(r >> 16));
+  w = round_bf16_stochastic(float(p), uint32_t(r >> 32));
 }
 
 }  // namespace lmt

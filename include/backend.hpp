@@ -29,6 +29,13 @@ Ranges merged(Ranges r);
 // bytes (from offset 0, which the allocation aligns), merged.
 Ranges granules(const Ranges& bytes, size_t granule);
 size_t covered(const Ranges& r);  // the sum of the ranges' lengths
+// [begin, end) cut where the ranges `in` (sorted, disjoint) begin or end: its runs in order,
+// each inside them or outside them all.
+struct Run {
+  size_t begin, end;
+  bool inside;
+};
+std::vector<Run> runs(size_t begin, size_t end, const Ranges& in);
 inline bool is_whole(const Ranges& r, size_t n) { return r == Ranges{{0, n}}; }  // [0, n), all
 inline Ranges in_bytes(Ranges elems, size_t elem_bytes) {  // element ranges as byte ranges
   for (auto& [b, e] : elems) b *= elem_bytes, e *= elem_bytes;
@@ -113,23 +120,21 @@ template <typename T> class Backend {
   // that a part was written outside, by a collective or copy_bytes, and refreshes that part in
   // stream order).
   // `backed`: the element ranges of them that are memory. Where that is not all of them (ZeRO-1's
-  // sharded masters under bf16, zero1.hpp) the matmuls read every weight from the bf16 copy,
-  // which is then kept whole from here on and never made from the fp32 weights wholesale (that
-  // would read what is not there): its writers are whoever writes the weights, each its own part
-  // (the model's set_params from host values, AdamW with weights_to_bf16, a collective into the
-  // copy itself, weights_written).
+  // sharded masters under bf16, zero1.hpp; weights without masters, optim.master_weights =
+  // false) the matmuls read every weight from the bf16 copy, which is then kept whole from here
+  // on and never made from the fp32 weights wholesale (that would read what is not there): its
+  // writers are whoever writes the weights, each its own part (the model's set_params from host
+  // values, AdamW, a collective into the copy itself, weights_written).
   virtual void set_weights(const T* params, size_t n, const Ranges& backed) {
     (void)params, (void)n, (void)backed;
   }
   virtual void forget_weights(const T* params) { (void)params; }  // before they are freed
   virtual void weights_written(const T* p, size_t n) { (void)p, (void)n; }
-  // ZeRO-1 under bf16 all-gathers the weights as their bf16 copy (zero1.hpp). weights_bf16() is
-  // that copy of all the set_weights() weights, 2-byte elements in the same order (the GPU's own,
-  // made current if it is not; the CPU backend, whose matmuls round fp32 themselves where the
-  // weights are whole, keeps one for this alone); weights_to_bf16(p, n) makes [p, p + n)'s part
-  // current (nothing to do where AdamW wrote it).
+  // weights_bf16(): that copy of all the set_weights() weights, 2-byte elements in the same order,
+  // made current if it is not (the GPU's own; the CPU backend, whose matmuls round fp32 themselves
+  // where the weights are whole, keeps one only once asked, for ZeRO-1's bf16 all-gather). Where
+  // it exists AdamW writes its part in the same pass as the fp32 weights, so it stays current.
   virtual void* weights_bf16() = 0;
-  virtual void weights_to_bf16(const T* p, size_t n) = 0;
 
   // Ops, as in cpu_ops.hpp.
   //
@@ -198,6 +203,14 @@ template <typename T> class Backend {
   // element i being element index + i of the flat buffer: cpu::adamw_bf16, bit for bit.
   virtual void adamw_bf16(T* p, const T* g, uint16_t* m, uint16_t* v, size_t n, uint64_t index,
                           const AdamWStep& s) = 0;
+  // Weights that have no fp32 master (optim.master_weights = false): w, n values of the weights'
+  // bf16 copy (weights_bf16()), updated in place with stochastic rounding, their moments stored
+  // in T or in bf16; element i is element index + i of the flat buffer:
+  // cpu::adamw_bf16_weights, bit for bit.
+  virtual void adamw_bf16_weights(uint16_t* w, const T* g, T* m, T* v, size_t n, uint64_t index,
+                                  const AdamWStep& s) = 0;
+  virtual void adamw_bf16_weights(uint16_t* w, const T* g, uint16_t* m, uint16_t* v, size_t n,
+                                  uint64_t index, const AdamWStep& s) = 0;
 
   // Timing: mark() records a point in the backend's work (a CUDA event, or the host clock on
   // the CPU); elapsed_ms waits for the later mark and returns the time between the two.

@@ -1,10 +1,12 @@
 // Checkpoints: everything a run needs to continue bit for bit, in one safetensors file.
 //
-// Tensors (PyTorch-loadable): every parameter under its own name, its AdamW moments as
-// "optim.m.<name>" and "optim.v.<name>" (F32, or F64 under precision = "fp64"; BF16 under
-// optim.state_dtype = "bf16").
+// Tensors (PyTorch-loadable): every parameter under its own name (F32, or F64 under precision =
+// "fp64"; BF16 for the matmul weights under optim.master_weights = false, which have no other
+// values), its AdamW moments as "optim.m.<name>" and "optim.v.<name>" (F32 or F64 likewise; BF16
+// under optim.state_dtype = "bf16").
 // Metadata: format, step, world_size, adam_t, optim.state_dtype ("fp32" or "bf16"; a file
-// without it is fp32), rng.<rank> (each rank's data Rng, four hex words),
+// without it is fp32), optim.master_weights ("true" or "false"; a file without it is true),
+// rng.<rank> (each rank's data Rng, four hex words),
 // run_id (drawn when a run starts fresh, kept by its resumes), seed and data (what the data
 // streams came from: data_identity), batch_size and grad_accum, the resolved config as TOML, and
 // checksum: FNV-1a 64 of
@@ -25,7 +27,7 @@ namespace lmt {
 using RngState = std::array<uint64_t, 4>;
 
 // params: every parameter of the model of `layout` (its masters, gathered where they are
-// sharded: Optimizer::gather_params).
+// sharded, or its bf16 values where it has none: Optimizer::gather_params).
 template <typename T>
 void save_checkpoint(const std::string& path, const Config& c, const ParamLayout& layout,
                      const std::vector<T>& params, const OptimizerState<T>& opt, int64_t step,
@@ -41,13 +43,14 @@ struct Resumed {
 };
 
 // Loads the parameters into model and the optimizer state into opt; fills this world's Rng
-// states. opt.stored says how this run stores the moments: a checkpoint of another
-// optim.state_dtype is refused (no conversion). Throws UsageError (naming the file) for a torn,
-// truncated or corrupted file (its header included), or one written for another model shape,
-// precision, optimizer state dtype or world size.
+// states. opt.stored and master_weights say how this run stores the moments and the weights: a
+// checkpoint of another optim.state_dtype or optim.master_weights is refused (no conversion).
+// Throws UsageError (naming the file) for a torn, truncated or corrupted file (its header
+// included), or one written for another model shape, precision, optimizer state dtype, master
+// weights or world size.
 template <typename T>
 Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
-                        int world, std::vector<RngState>& rngs);
+                        bool master_weights, int world, std::vector<RngState>& rngs);
 
 // The run a checkpoint belongs to (its header's run_id; empty for a file of another format).
 // Reads the header only. UsageError for a file that is not a safetensors file.

@@ -44,6 +44,7 @@ struct Config {
     std::string schedule = "cosine";  // constant | cosine
     double min_lr = 3e-4;
     StateDtype state_dtype = StateDtype::fp32;  // how AdamW's m and v are stored
+    bool master_weights = true;  // fp32 masters of the weights (false: bf16 weights, bf16 only)
   } optim;
   struct Data {
     std::string source = "synthetic";  // synthetic | file
@@ -93,7 +94,7 @@ struct ConfigField {
   // A list (TOML array) holds at least one element unless empty_ok; each is checked as the scalar
   // would be.
   std::variant<int64_t*, double*, std::string*, std::vector<int64_t>*, std::vector<std::string>*,
-               ChoiceRef>
+               ChoiceRef, bool*>
       value;
   double min = 0, max = 0;               // numbers (and their lists): allowed range [min, max]
   bool min_open = false;                 // numbers: min itself excluded

@@ -29,7 +29,7 @@ struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
   int64_t t;                // 1-based step count, for bias correction
   double grad_scale = 1.0;  // g is read as g * grad_scale (gradient clipping's factor)
-  uint64_t seed = 0;        // bf16 moments: the stochastic rounding's seed (adamw_bf16.hpp)
+  uint64_t seed = 0;        // the stochastic rounding's seed (bf16 moments or weights: adamw_bf16.hpp)
 };
 
 namespace cpu {
@@ -99,6 +99,12 @@ template <typename T> void adamw(T* p, const T* g, T* m, T* v, size_t n, const A
 template <typename T>
 void adamw_bf16(T* p, const T* g, uint16_t* m, uint16_t* v, size_t n, uint64_t index,
                 const AdamWStep& s);
+// A step of weights that have no fp32 master (optim.master_weights = false): w, n bf16 values
+// (their bits), updated in T and stored rounded stochastically; m and v stored as M (T, or
+// uint16_t: bf16), as adamw_bf16.hpp computes and rounds them.
+template <typename T, typename M>
+void adamw_bf16_weights(uint16_t* w, const T* g, M* m, M* v, size_t n, uint64_t index,
+                        const AdamWStep& s);
 
 }  // namespace cpu
 }  // namespace lmt

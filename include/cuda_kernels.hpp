@@ -56,6 +56,13 @@ void adamw(float* p, const float* g, float* m, float* v, void* p_bf16, size_t n,
 // index: element 0's place in the flat buffer.
 void adamw_bf16(float* p, const float* g, uint16_t* m, uint16_t* v, void* p_bf16, size_t n,
                 uint64_t index, const AdamWStep& step, cudaStream_t s);
+// AdamW of weights held only as bf16 (w: n bf16 values of the weights' copy, no fp32 master;
+// adamw_bf16.hpp: cpu::adamw_bf16_weights's bits), moments m, v in fp32 or bf16; index: element
+// 0's place in the flat buffer.
+void adamw_bf16_weights(uint16_t* w, const float* g, float* m, float* v, size_t n, uint64_t index,
+                        const AdamWStep& step, cudaStream_t s);
+void adamw_bf16_weights(uint16_t* w, const float* g, uint16_t* m, uint16_t* v, size_t n,
+                        uint64_t index, const AdamWStep& step, cudaStream_t s);
 // Deterministic sums (fixed partition, fixed order) of x or x^2 into *out (device, double).
 void sum(const float* x, size_t n, bool squares, double* partials, double* out, cudaStream_t s);
 constexpr int kSumPartials = 1024;  // blocks of the first pass: partials holds this many

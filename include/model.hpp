@@ -17,9 +17,10 @@ namespace lmt {
 template <typename T> class Model {
  public:
   // masters: the element ranges of the flat parameter buffer that this rank holds in memory
-  // (ZeRO-1's sharded masters under bf16: zero1_masters); empty: all of it. Outside them the
-  // parameters exist only as the weights' bf16 copy (Backend::set_weights), which is all that
-  // forward and backward read of those.
+  // (zero1_masters: ZeRO-1's sharded masters under bf16, or with optim.master_weights = false
+  // the parameters read in fp32 only); empty: all of it. Outside them the parameters exist only
+  // as the weights' bf16 copy (Backend::set_weights), which is all that forward and backward
+  // read of those.
   Model(Backend<T>& be, const Config::Model& cfg, int64_t batch, int64_t seq_len,
         const Ranges& masters = {});
   ~Model() { be.forget_weights(params_.data()); }
@@ -60,11 +61,12 @@ template <typename T> class Model {
   T* params() const { return params_.data(); }  // layout.total elements, backend memory
   T* grads() const { return grads_.data(); }
   bool sharded() const { return !is_whole(masters, layout.total); }  // masters are not all
-  // All the parameters; not where they are sharded (ZeRO-1's gather_params has them whole).
-  std::vector<T> params_host() const {
-    LMT_ASSERT(!sharded(), "this rank holds only some of the parameters (Zero1::gather_params)");
-    return to_host(params_.data(), layout.total);
-  }
+  // Parameters [begin, end) as this rank holds them: the masters, and elsewhere the weights' bf16
+  // copy, which is the parameter itself where there is no master (optim.master_weights = false)
+  // but under ZeRO-1 the rounding of a master another rank holds (Optimizer::gather_params
+  // brings those).
+  std::vector<T> params_host(size_t begin, size_t end) const;
+  std::vector<T> params_host() const { return params_host(0, layout.total); }
   std::vector<T> grads_host() const { return to_host(grads_.data(), layout.total); }
   // The logits of the last evaluate() (forward() leaves their gradient in their place).
   std::vector<T> logits_host() const;

@@ -4,6 +4,7 @@
 //   p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,12 +40,17 @@ template <typename T> struct AdamW {
 
   // n: the elements of the range step() updates (the flat buffer, or a ZeRO-1 shard of it),
   // `first` its first element's place in the flat buffer, and seed (run.seed) with it what
-  // bf16 moments' stochastic rounding draws for each element at each step.
+  // stochastic rounding draws for each element at each step. masters: the Model's (element
+  // ranges of the flat buffer that have fp32 weights; empty: all); the range's other elements
+  // are weights held only as their bf16 copy (optim.master_weights = false), which AdamW updates
+  // there (Backend::adamw_bf16_weights).
   AdamW(Backend<T>& be, size_t n, Stored state = Stored::full, uint64_t seed = 0,
-        size_t first = 0)
+        size_t first = 0, const Ranges& masters = {})
       : stored(state), m_(be, n * state_elem_bytes<T>(state), MemTag::optimizer),
         v_(be, n * state_elem_bytes<T>(state), MemTag::optimizer), n_(n), seed_(seed),
-        first_(first), be_(be) {}
+        first_(first),
+        parts_(runs(first, first + n, masters.empty() ? Ranges{{first, first + n}} : masters)),
+        be_(be) {}
   size_t size() const { return n_; }
   // grad_scale: clip_grad_norm's factor, applied as the gradients are read.
   void step(T* params, const T* grads, double lr, const Config::Optim& o, double grad_scale = 1) {
@@ -56,12 +62,12 @@ template <typename T> struct AdamW {
     return AdamWStep{lr, o.beta1, o.beta2, o.eps, o.weight_decay, ++t, grad_scale, seed_};
   }
   void update(T* params, const T* grads, size_t from, size_t n, const AdamWStep& s) {
-    if (!n) return;
-    if (stored == Stored::bf16)
-      be_.adamw_bf16(params + from, grads + from, moment16(m_) + from, moment16(v_) + from, n,
-                     first_ + from, s);
-    else
-      be_.adamw(params + from, grads + from, moment(m_) + from, moment(v_) + from, n, s);
+    for (const Run& p : parts_) {  // [from, from + n) cut where masters begin or end
+      const size_t a = std::max(from, p.begin - first_), b = std::min(from + n, p.end - first_);
+      if (a >= b) continue;
+      if (p.inside) update_masters(params, grads, a, b - a, s);
+      else update_bf16_weights(grads, a, b - a, s);
+    }
   }
   // Host copies of the moments this AdamW holds, and its steps.
   OptimizerState<T> state() const {
@@ -80,6 +86,23 @@ template <typename T> struct AdamW {
   }
 
  private:
+  void update_masters(T* params, const T* grads, size_t from, size_t n, const AdamWStep& s) {
+    if (stored == Stored::bf16)
+      be_.adamw_bf16(params + from, grads + from, moment16(m_) + from, moment16(v_) + from, n,
+                     first_ + from, s);
+    else
+      be_.adamw(params + from, grads + from, moment(m_) + from, moment(v_) + from, n, s);
+  }
+  // The weights' bf16 copy, element first_ + from on: the parameters themselves there.
+  void update_bf16_weights(const T* grads, size_t from, size_t n, const AdamWStep& s) {
+    uint16_t* w = static_cast<uint16_t*>(be_.weights_bf16()) + first_ + from;
+    if (stored == Stored::bf16)
+      be_.adamw_bf16_weights(w, grads + from, moment16(m_) + from, moment16(v_) + from, n,
+                             first_ + from, s);
+    else
+      be_.adamw_bf16_weights(w, grads + from, moment(m_) + from, moment(v_) + from, n,
+                             first_ + from, s);
+  }
   static T* moment(const BackendArray<T, char>& a) { return reinterpret_cast<T*>(a.data()); }
   static uint16_t* moment16(const BackendArray<T, char>& a) {
     return reinterpret_cast<uint16_t*>(a.data());
@@ -88,6 +111,7 @@ template <typename T> struct AdamW {
   size_t n_;
   uint64_t seed_;
   size_t first_;
+  std::vector<Run> parts_;  // its flat-buffer range, cut where masters begin or end
   Backend<T>& be_;
 };
 
@@ -102,7 +126,8 @@ GradClip grad_clip(double norm, double max_norm);
 template <typename T>
 GradClip clip_grad_norm(Backend<T>& be, const T* grads, size_t n, double max_norm);
 
-class GradSync;  // grad_sync.hpp
+class GradSync;                     // grad_sync.hpp
+template <typename T> class Model;  // model.hpp
 
 // AdamW as a training step uses it, with the gradient synchronisation it needs: clip, step, and
 // the state for checkpoints. Its kinds, replicated and ZeRO-1, are training.hpp's.
@@ -118,9 +143,10 @@ template <typename T> class Optimizer {
   // The elements of the flat buffer whose moments this rank holds.
   virtual ParamGroup shard() const = 0;
   // Checkpoints, collective over `host` (an MPI communicator of the same ranks in the same
-  // order): rank 0 gets the whole state, and every parameter exact; the others nothing.
+  // order): rank 0 gets the whole state, and every parameter of `model` exact (its master, or
+  // where it has none its bf16 value); the others nothing.
   virtual OptimizerState<T> gather_state(MPI_Comm host) = 0;
-  virtual std::vector<T> gather_params(const T* params, MPI_Comm host) = 0;
+  virtual std::vector<T> gather_params(const Model<T>& model, MPI_Comm host) = 0;
   // Resume: this rank's part of a whole-buffer state.
   virtual void set_state(const OptimizerState<T>& whole) = 0;
 };

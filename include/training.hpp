@@ -3,8 +3,9 @@
 //   replicated  every rank holds all of AdamW's state and updates every parameter, after
 //               ddp.strategy's GradSync (naive, flat, overlap, bucketed: grad_sync.hpp) has
 //               all-reduced the gradients; on one rank nothing is synchronised
-//   zero1       each rank holds its shard of the state (and under bf16 of the fp32 masters) and
-//               updates its shard, then the parameters are all-gathered (zero1.hpp)
+//   zero1       each rank holds its shard of the state (and under bf16 of the fp32 masters, if
+//               any: optim.master_weights) and updates its shard, then the parameters are
+//               all-gathered (zero1.hpp)
 // The replicated optimizer is the case whose shard is the whole flat buffer: a mode never asks
 // which kind it has.
 #pragma once
@@ -25,7 +26,7 @@ std::unique_ptr<Optimizer<T>> make_optimizer(const Config& c, Backend<T>& be, Co
                                              Model<T>& model);
 
 // What train and bench set up alike: the communicator of the backend's memory (on several
-// ranks, or for zero1), the model (under zero1 and bf16 holding this rank's masters only) and
+// ranks, or for zero1), the model (holding the masters zero1_masters gives this rank) and
 // its optimizer. Collective; every rank stops with the first error before any work (agree).
 template <typename T> struct Training {
   std::unique_ptr<Communicator> comm;

@@ -31,7 +31,9 @@
 //               is address space without memory), and the bf16 copy of every weight, which its
 //               matmuls read. The fp32 masters are sharded in memory: each exists on its owner
 //               only, but for the fp32-read parameters', which every rank holds (about 1% of a
-//               model; xl: 0.8%).
+//               model; xl: 0.8%). Without master weights (optim.master_weights = false) the
+//               shard's matmul weights have none: AdamW updates them in the bf16 copy itself,
+//               and the same pieces travel.
 // gather_params() brings the exact masters to rank 0 (checkpoints), each rank's shard sent from
 // the host as the moments are (gather_state, gather_to_root). Zero1 is both the gradient sync
 // that backward reports to and the Optimizer (optimizer.hpp) that steps.
@@ -41,6 +43,7 @@
 
 #include "backend.hpp"
 #include "grad_sync.hpp"
+#include "model.hpp"
 #include "optimizer.hpp"
 
 namespace lmt {
@@ -50,24 +53,27 @@ Counts shard_counts(size_t total, int world);
 // Rank `rank`'s shard of a flat buffer of `total` elements: its part of shard_counts.
 ParamGroup zero1_shard(size_t total, int world, int rank);
 // The fp32 parameters rank `rank` holds under zero1 (element ranges of the flat buffer, for the
-// Model): under bf16 its shard and the parameters that forward reads in fp32; otherwise all of
-// them (empty: the matmuls read the fp32 weights).
-Ranges zero1_masters(const ParamLayout& layout, int world, int rank, bool bf16);
+// Model): under bf16 its shard and the parameters that forward reads in fp32, or with
+// master_weights false (optim.master_weights) those only; otherwise all of them (empty: the
+// matmuls read the fp32 weights). A replicated run's are those of world 1, rank 0.
+Ranges zero1_masters(const ParamLayout& layout, int world, int rank, bool bf16,
+                     bool master_weights = true);
 
 template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
  public:
   // bucket_mb: ddp.bucket_mb, as make_grad_sync takes it; bf16: the model's precision is bf16
   // (the all-gather above moves bf16, and the model holds zero1_masters only); state and seed:
-  // how the shard's moments are stored, and run.seed (AdamW's).
+  // how the shard's moments are stored, and run.seed (AdamW's); masters: the model's (AdamW
+  // updates a weight without one in the bf16 copy: optim.master_weights = false).
   Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout, double bucket_mb,
-        bool bf16, Stored state = Stored::full, uint64_t seed = 0);
+        bool bf16, Stored state = Stored::full, uint64_t seed = 0, const Ranges& masters = {});
   GradSync* sync() override { return this; }
   GradClip clip(double max_norm) override;  // as the unsharded clip_grad_norm
   void step(T* params, double lr, const Config::Optim& o, double grad_scale = 1) override;
   ParamGroup shard() const override { return {begin, end}; }
   OptimizerState<T> gather_state(MPI_Comm host) override;
-  // Every master, exact, on rank 0 (empty elsewhere).
-  std::vector<T> gather_params(const T* params, MPI_Comm host) override;
+  // Every parameter, exact, on rank 0 (empty elsewhere): each rank's shard as it holds it.
+  std::vector<T> gather_params(const Model<T>& model, MPI_Comm host) override;
   void set_state(const OptimizerState<T>& whole) override { opt_.set_state(whole, begin); }
 
   const Counts counts;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Markdown table of scripts/bench_batch.sh's rows: for each AdamW state dtype and split of the
-optimizer step into micro-batches (batch x grad_accum), the newest measurement: the step, AdamW's
-share of it, tokens/s, MFU and memory. scripts/report.py uses table_rows for REPORT.md.
+"""Markdown table of scripts/bench_batch.sh's rows: for each AdamW state dtype, master-weights
+setting and split of the optimizer step into micro-batches (batch x grad_accum), the newest
+measurement: the step, AdamW's share of it, tokens/s, MFU and memory. scripts/report.py uses table_rows for REPORT.md.
 
     scripts/batch_table.py results/batch_xl.csv > results/batch_xl.md
 """
@@ -9,27 +9,34 @@ import sys
 
 from bench_table import rows
 
-HEADER = ["AdamW state", "batch x grad_accum", "tokens a step", "device", "date", "step ms",
+HEADER = ["AdamW state", "fp32 masters", "batch x grad_accum", "tokens a step", "device", "date", "step ms",
           "AdamW ms", "tokens/s", "MFU", "memory GiB"]
-NOTE = ("By scripts/bench_batch.sh: lmtrain's bench mode, bf16 with fp32 master weights, medians "
+NOTE = ("By scripts/bench_batch.sh: lmtrain's bench mode, bf16 (fp32 masters: optim.master_weights; "
+        "without them the weights only matmuls read are bf16 alone), medians "
         "of the timed full steps (every micro-batch's forward and backward, then AdamW) after "
         "warm-up, all rows of one state dtype and date in one call on one GPU. MFU: model matmul "
         "FLOPs (the README's formula) over the step, of the bench.peak_tflops in the CSV. AdamW "
         "ms: the median of the step's optimizer phase. memory: everything the allocator holds.")
 
 
+def masters(r):
+    """optim.master_weights, "true" where the row predates the key."""
+    return r.get("optim.master_weights") or "true"
+
+
 def table_rows(data):
-    """One row of HEADER's cells per (state dtype, batch, grad_accum), newest measurement each."""
+    """One row of HEADER's cells per (state dtype, masters, batch, grad_accum), newest each."""
     latest = {}
     for r in data:
-        key = (r.get("optim.state_dtype", "fp32"), int(r["train.batch_size"]),
+        key = (r.get("optim.state_dtype", "fp32"), masters(r), int(r["train.batch_size"]),
                int(r["train.grad_accum"]))
         latest[key] = r
     out = []
-    for (state, b, k), r in sorted(latest.items(), key=lambda kv: (kv[0][0] != "fp32", kv[0][0],
-                                                                   kv[0][1] * kv[0][2], kv[0][1])):
+    order = lambda kv: (kv[0][0] != "fp32", kv[0][0], kv[0][1] != "true", kv[0][2] * kv[0][3],
+                        kv[0][2])
+    for (state, held, b, k), r in sorted(latest.items(), key=order):
         tokens = b * k * int(r["model.context_length"])
-        out.append([state, f"{b} x {k}", f"{tokens:,}", r["device_name"], r["date_utc"][:10],
+        out.append([state, "yes" if held == "true" else "no", f"{b} x {k}", f"{tokens:,}", r["device_name"], r["date_utc"][:10],
                     f"{float(r['step_ms_median']):.2f}", f"{float(r['optimizer_ms_median']):.2f}",
                     f"{float(r['tokens_per_s']) / 1e3:.1f}k", f"{100 * float(r['mfu']):.1f}%",
                     f"{float(r['mem_total_bytes']) / 2**30:.2f}"])

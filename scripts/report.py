@@ -1076,19 +1076,21 @@ def b_batch_xl(data):
             + source(f"one {devices(rows)}", dates(rows), "scripts/bench_batch.sh", ["batch_xl.md", "batch_xl.csv"]))
 
 
-def batch_row(data, state, batch, accum):
+def batch_row(data, state, batch, accum, masters="true"):
     rows = [r for r in data.csv("batch_xl.csv") if r["optim.state_dtype"] == state
+            and batch_table.masters(r) == masters
             and int(r["train.batch_size"]) == batch and int(r["train.grad_accum"]) == accum]
     if not rows:
-        raise Missing(f"batch_xl.csv: no row of state {state}, {batch} x {accum}")
+        raise Missing(f"batch_xl.csv: no row of state {state}, masters {masters}, {batch} x {accum}")
     return rows[-1]
 
 
 def b_batch_best(data):
     rows = data.csv("batch_xl.csv")
     best = max(rows, key=lambda r: float(r["mfu"]))
+    held = "" if batch_table.masters(best) == "true" else " and no fp32 master weights"
     return (f"{100 * float(best['mfu']):.1f}% at {best['train.batch_size']} x "
-            f"{best['train.grad_accum']} with {best['optim.state_dtype']} moments "
+            f"{best['train.grad_accum']} with {best['optim.state_dtype']} moments{held} "
             f"({f2(num(best, 'step_ms_median'))} ms a step)")
 
 
@@ -1102,6 +1104,14 @@ def b_adamw_bf16(data):
     a, b = batch_row(data, "fp32", 4, 1), batch_row(data, "bf16", 4, 1)
     return (f"{f2(num(b, 'optimizer_ms_median'))} ms against {f2(num(a, 'optimizer_ms_median'))} ms "
             f"(xl, the step {f2(num(a, 'step_ms_median'))} → {f2(num(b, 'step_ms_median'))} ms)")
+
+
+def b_no_masters(data):
+    a, b = batch_row(data, "bf16", 4, 1), batch_row(data, "bf16", 4, 1, "false")
+    gib = lambda r: num(r, "mem_total_bytes") / 2**30
+    return (f"AdamW {f2(num(b, 'optimizer_ms_median'))} ms against {f2(num(a, 'optimizer_ms_median'))}, "
+            f"the step {f2(num(a, 'step_ms_median'))} → {f2(num(b, 'step_ms_median'))} ms and memory "
+            f"{gib(a):.2f} → {gib(b):.2f} GiB (xl, 4 x 1, bf16 moments)")
 
 
 def b_optimizer_state(data):

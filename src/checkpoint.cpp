@@ -23,6 +23,17 @@ Stored checkpoint_state_dtype(const Safetensors& st) {
   auto it = st.metadata.find("optim.state_dtype");
   return it == st.metadata.end() ? Stored::full : parse_state_dtype(it->second);
 }
+// Its optim.master_weights (absent from files written before the key existed, which have them).
+bool checkpoint_master_weights(const Safetensors& st, const std::string& path) {
+  auto it = st.metadata.find("optim.master_weights");
+  if (it == st.metadata.end() || it->second == "true") return true;
+  if (it->second == "false") return false;
+  throw UsageError(strf("%s: optim.master_weights = '%s' in its metadata (true or false)",
+                        path.c_str(), it->second.c_str()));
+}
+// Whether a parameter is stored as bf16: where it has no fp32 master (a matmul weight under
+// optim.master_weights = false: its values are bf16 ones, so nothing is lost); else as T.
+bool stored_bf16(const ParamView& p, bool master_weights) { return !master_weights && p.matmul; }
 
 // FNV-1a over each piece's length and bytes (so that no two headers hash the same text): every
 // metadata entry but the checksum, every tensor's entry, then the data.
@@ -54,8 +65,17 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
                      const std::vector<T>& params, const OptimizerState<T>& opt, int64_t step,
                      const std::vector<RngState>& rngs, const std::string& run_id) {
   SafetensorsWriter w;
-  for (auto& p : layout.params)
-    w.add(p.name, dtype_name<T>(), p.shape, params.data() + p.offset, p.numel * sizeof(T));
+  const bool masters = c.optim.master_weights;
+  for (auto& p : layout.params) {
+    const T* x = params.data() + p.offset;
+    if (!stored_bf16(p, masters)) {
+      w.add(p.name, dtype_name<T>(), p.shape, x, p.numel * sizeof(T));
+      continue;
+    }
+    std::vector<uint16_t> b(p.numel);
+    for (size_t i = 0; i < p.numel; ++i) b[i] = to_bf16(float(x[i]));  // exact: bf16 values
+    w.add(p.name, "BF16", p.shape, b.data(), p.numel * 2);
+  }
   const size_t eb = state_elem_bytes<T>(opt.stored);
   for (auto [prefix, buf] : {std::pair{"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
     for (auto& p : layout.params)
@@ -63,6 +83,7 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
             buf->data() + p.offset * eb, p.numel * eb);
   w.set("format", kFormat);
   w.set("optim.state_dtype", state_dtype_name(opt.stored));
+  w.set("optim.master_weights", masters ? "true" : "false");
   w.set("step", std::to_string(step));
   w.set("adam_t", std::to_string(opt.t));
   w.set("world_size", std::to_string(rngs.size()));
@@ -83,7 +104,7 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
 
 template <typename T>
 Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
-                        int world, std::vector<RngState>& rngs) {
+                        bool master_weights, int world, std::vector<RngState>& rngs) {
   Safetensors st = Safetensors::read(path);
   auto meta = [&](const std::string& key) {
     auto it = st.metadata.find(key);
@@ -108,23 +129,39 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
     throw UsageError(strf("%s: AdamW's moments are stored in %s, this run has optim.state_dtype "
                           "= \"%s\" (resume with the checkpoint's)", path.c_str(),
                           state_dtype_name(stored), state_dtype_name(opt.stored)));
+  const bool masters = checkpoint_master_weights(st, path);
+  if (masters != master_weights)
+    throw UsageError(strf("%s: written with optim.master_weights = %s, this run has %s (resume "
+                          "with the checkpoint's)", path.c_str(), masters ? "true" : "false",
+                          master_weights ? "true" : "false"));
   const size_t n = model.layout.total, eb = state_elem_bytes<T>(stored);
   std::vector<T> params(n);
   opt.m.assign(n * eb, 0), opt.v.assign(n * eb, 0);
-  // Each tensor of the layout, with the dtype this run stores it in, into buf's bytes.
-  auto take = [&](const std::string& prefix, char* buf, const char* dt, size_t elem_bytes) {
-    for (auto& p : model.layout.params) {
-      auto it = st.tensors.find(prefix + p.name);
-      if (it == st.tensors.end() || it->second.shape != p.shape || it->second.dtype != dt)
-        throw UsageError(strf("%s: tensor %s%s is missing or has another shape or dtype than "
-                              "this model (%s)", path.c_str(), prefix.c_str(), p.name.c_str(), dt));
-      std::memcpy(buf + p.offset * elem_bytes, st.data.data() + it->second.begin,
-                  p.numel * elem_bytes);
-    }
+  // A tensor of the layout, with the dtype this run stores it in: where its bytes are.
+  auto tensor = [&](const std::string& name, const ParamView& p, const char* dt) {
+    auto it = st.tensors.find(name);
+    if (it == st.tensors.end() || it->second.shape != p.shape || it->second.dtype != dt)
+      throw UsageError(strf("%s: tensor %s is missing or has another shape or dtype than this "
+                            "model (%s)", path.c_str(), name.c_str(), dt));
+    return st.data.data() + it->second.begin;
   };
-  take("", reinterpret_cast<char*>(params.data()), dtype_name<T>(), sizeof(T));
-  take("optim.m.", opt.m.data(), state_tensor_dtype<T>(stored), eb);
-  take("optim.v.", opt.v.data(), state_tensor_dtype<T>(stored), eb);
+  for (auto& p : model.layout.params) {
+    const bool b16 = stored_bf16(p, masters);
+    const char* x = tensor(p.name, p, b16 ? "BF16" : dtype_name<T>());
+    if (!b16) {
+      std::memcpy(params.data() + p.offset, x, p.numel * sizeof(T));
+      continue;
+    }
+    for (size_t i = 0; i < p.numel; ++i) {
+      uint16_t b;
+      std::memcpy(&b, x + 2 * i, 2);
+      params[p.offset + i] = T(from_bf16(b));
+    }
+  }
+  for (auto [prefix, buf] : {std::pair{"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
+    for (auto& p : model.layout.params)
+      std::memcpy(buf->data() + p.offset * eb,
+                  tensor(prefix + p.name, p, state_tensor_dtype<T>(stored)), p.numel * eb);
   model.set_params(params);
   opt.t = std::stoll(meta("adam_t"));
   rngs.assign(size_t(world), RngState{});
@@ -197,9 +234,9 @@ template void save_checkpoint(const std::string&, const Config&, const ParamLayo
 template void save_checkpoint(const std::string&, const Config&, const ParamLayout&,
                               const std::vector<double>&, const OptimizerState<double>&, int64_t,
                               const std::vector<RngState>&, const std::string&);
-template Resumed load_checkpoint(const std::string&, Model<float>&, OptimizerState<float>&, int,
-                                 std::vector<RngState>&);
-template Resumed load_checkpoint(const std::string&, Model<double>&, OptimizerState<double>&, int,
-                                 std::vector<RngState>&);
+template Resumed load_checkpoint(const std::string&, Model<float>&, OptimizerState<float>&, bool,
+                                 int, std::vector<RngState>&);
+template Resumed load_checkpoint(const std::string&, Model<double>&, OptimizerState<double>&,
+                                 bool, int, std::vector<RngState>&);
 
 }  // namespace lmt

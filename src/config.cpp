@@ -32,6 +32,9 @@ ConfigField str_field(const char* s, const char* k, std::string* v,
                       std::vector<std::string> choices, const char* doc) {
   return ConfigField{s, k, v, 0, 0, false, std::move(choices), doc};
 }
+ConfigField bool_field(const char* s, const char* k, bool* v, const char* doc) {
+  return ConfigField{s, k, v, 0, 0, false, {}, doc};
+}
 template <class E>
 ConfigField enum_field(const char* s, const char* k, E* v, const char* doc) {
   ChoiceRef r{[v] { return size_t(*v); }, [v](size_t i) { *v = E(i); }};
@@ -143,6 +146,9 @@ void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::
   } else if (auto* p = std::get_if<ChoiceRef>(&f.value)) {
     const std::string s = string(v);
     p->set(size_t(std::find(f.choices.begin(), f.choices.end(), s) - f.choices.begin()));
+  } else if (auto* p = std::get_if<bool*>(&f.value)) {
+    if (!v.is_boolean()) bad("true or false");
+    **p = *v.value<bool>();
   } else if (auto* p = std::get_if<std::vector<int64_t>*>(&f.value)) {
     list(**p, integer);
   } else {
@@ -234,6 +240,9 @@ std::vector<ConfigField> config_fields(Config& c) {
       enum_field("optim", "state_dtype", &o.state_dtype,
                 "AdamW's m and v: fp32 (fp64 under precision fp64), or bf16 (2 bytes each, updated "
                 "in fp32, stored with stochastic rounding)"),
+      bool_field("optim", "master_weights", &o.master_weights,
+                 "true: fp32 master weights; false (model.precision = \"bf16\" only): the matmul "
+                 "weights are bf16 alone, updated in fp32 and stored with stochastic rounding"),
       str_field("data", "source", &d.source, {"synthetic", "file"}, "where tokens come from"),
       str_field("data", "path", &d.path, {},
                 "token file (source = \"file\"; refused with synthetic): raw uint16, or NumPy .npy "
@@ -313,6 +322,7 @@ std::string ConfigField::to_string() const {
   }
   if (auto* p = std::get_if<std::string*>(&value)) return toml_quoted(**p);
   if (auto* p = std::get_if<ChoiceRef>(&value)) return toml_quoted(choices[p->get()]);
+  if (auto* p = std::get_if<bool*>(&value)) return **p ? "true" : "false";
   std::string out;
   if (auto* p = std::get_if<std::vector<int64_t>*>(&value))
     for (int64_t x : **p) out += (out.empty() ? "" : ", ") + std::to_string(x);
@@ -441,6 +451,11 @@ void validate(const Config& c) {
       throw UsageError(strf("%s: allreduce.sizes_mb has %lld after %lld: expected increasing sizes",
                             at("allreduce.sizes_mb").c_str(), (long long)sizes[i],
                             (long long)sizes[i - 1]));
+  if (!c.optim.master_weights && m.precision != Precision::bf16)
+    throw UsageError(strf("%s: optim.master_weights = false needs model.precision = \"bf16\" "
+                          "(the weights are then bf16 alone), not \"%s\" (%s)",
+                          at("optim.master_weights").c_str(), name_of(m.precision),
+                          at("model.precision").c_str()));
   if (c.optim.schedule == "cosine" && c.optim.min_lr > c.optim.lr)
     throw UsageError(strf("%s: optim.min_lr = %g: expected at most optim.lr = %g",
                           at("optim.min_lr").c_str(), c.optim.min_lr, c.optim.lr));

@@ -21,14 +21,16 @@ uint64_t piece(uint64_t elems) { return ceil_div(elems, kPieceAlign) * kPieceAli
 // twice that per all-reduce.
 double ring_share(int64_t n) { return n > 1 ? double(n - 1) / double(n) : 0.0; }
 
-// The busiest rank's fp32 master bytes (w each) under ZeRO-1 over dp ranks and bf16: what Model
-// allocates of its zero1_masters, in whole granules (Backend::allocate_sparse), or all of them
-// where they are all.
-uint64_t zero1_master_bytes(const Config::Model& m, int64_t dp, uint64_t granule, uint64_t w) {
+// The busiest rank's fp32 master bytes (w each) under bf16, its masters sharded over `shards`
+// ranks (ZeRO-1's dp; 1: not sharded) and without those of the matmul weights unless
+// master_weights: what Model allocates of its zero1_masters, in whole granules
+// (Backend::allocate_sparse), or all of them where they are all.
+uint64_t master_bytes(const Config::Model& m, int64_t shards, bool master_weights,
+                      uint64_t granule, uint64_t w) {
   const ParamLayout layout = ParamLayout::build(m);
   uint64_t most = 0;
-  for (int r = 0; r < int(dp); ++r) {
-    const Ranges held = zero1_masters(layout, int(dp), r, true);
+  for (int r = 0; r < int(shards); ++r) {
+    const Ranges held = zero1_masters(layout, int(shards), r, true, master_weights);
     most = std::max<uint64_t>(most, is_whole(held, layout.total)
                                         ? layout.total * w
                                         : covered(granules(in_bytes(held, w), granule)));
@@ -143,27 +145,34 @@ Plan make_plan(const Config& c) {
   p.activations = sharded(acts);
   p.activations_cuda = sharded(acts_cuda);
   p.fsdp_gather = fs > 1 ? 2 * largest_group * uint64_t(p.comm_bytes) : 0;
-  // ZeRO-1 under bf16 (zero1.hpp): parameters that are not matmul-only (the RMSNorm gains, the
-  // embedding) go exact, all ranks' packed in workspace; the rest as bf16.
-  const bool zero_bf16 = pc.zero && !ffn_only && m.precision == Precision::bf16;
-  const uint64_t exact =
-      zero_bf16 ? ceil_div((2 * L + 1) * d + Vl * d, fs) : 0;
-  p.workspace = scratch_elems * w + p.fsdp_gather + exact * w;
+  // Under bf16 the parameters that are not matmul-only (the RMSNorm gains, the embedding) are
+  // read in fp32: `exact` of them. ZeRO-1 (zero1.hpp) gathers them exact, all ranks' packed in
+  // workspace, the rest as bf16. Without master weights (optim.master_weights = false) theirs
+  // are the only fp32 masters.
+  const bool bf16_graph = !ffn_only && m.precision == Precision::bf16;
+  const bool zero_bf16 = pc.zero && bf16_graph, bare = bf16_graph && !c.optim.master_weights;
+  const uint64_t exact = bf16_graph ? ceil_div((2 * L + 1) * d + Vl * d, fs) : 0;
+  p.workspace = scratch_elems * w + p.fsdp_gather + (zero_bf16 ? exact * w : 0);
   // lmtrain's zero1 also holds the reduced gradients of its shard, and a double for the squared
   // norm's all-reduce.
   if (pc.zero && !ffn_only) p.grads += shard * w, p.workspace += 8;
-  // Under bf16 each rank holds the fp32 masters of its shard and of the exact parameters only
-  // (lmtrain's own layout: without tp and fsdp; else all of them), and the bf16 copy of every
-  // weight, which the CPU backend too keeps then: the all-gather's source and, where the masters
-  // are sharded, what its matmuls read, each matmul's weight widened into scratch of the largest's
-  // size (W3 and W1 are one matmul's, 2 d_ff x d).
+  // Under ZeRO-1 and bf16 each rank holds the fp32 masters of its shard and of the exact
+  // parameters only (lmtrain's own layout: without tp and fsdp; else all of them); without master
+  // weights, of the exact ones only. Either way it holds the bf16 copy of every weight, which the
+  // CPU backend too keeps then: the all-gather's source and, where not all the masters are held,
+  // what its matmuls read, each matmul's weight widened into scratch of the largest's size (W3
+  // and W1 are one matmul's, 2 d_ff x d).
   const uint64_t weights16 = m.precision == Precision::bf16 ? p.param_count_device * 2 : 0;
   uint64_t masters_cuda = p.params, widened = 0;
-  if (zero_bf16) {
+  if (zero_bf16 || bare) {
+    const bool master_weights = !bare;
     if (tp == 1 && fs == 1) {
-      p.params = zero1_master_bytes(m, pc.dp, uint64_t(sysconf(_SC_PAGESIZE)), w);
-      masters_cuda = zero1_master_bytes(m, pc.dp, kCudaGranule, w);
-      if (pc.dp > 1) widened = std::max({Vl * d, 3 * d * d, 2 * f * d}) * w;
+      const int64_t shards = pc.zero ? pc.dp : 1;
+      p.params = master_bytes(m, shards, master_weights, uint64_t(sysconf(_SC_PAGESIZE)), w);
+      masters_cuda = master_bytes(m, shards, master_weights, kCudaGranule, w);
+      if (shards > 1 || bare) widened = std::max({Vl * d, 3 * d * d, 2 * f * d}) * w;
+    } else if (bare) {
+      p.params = masters_cuda = exact * w;
     }
     p.params += weights16;
     p.workspace += widened;

@@ -20,7 +20,8 @@ template <typename T> class Replicated : public Optimizer<T> {
  public:
   Replicated(Backend<T>& be, Model<T>& model, std::unique_ptr<GradSync> sync, Stored state,
              uint64_t seed)
-      : be_(be), model_(model), opt_(be, model.layout.total, state, seed), sync_(std::move(sync)) {}
+      : be_(be), model_(model), opt_(be, model.layout.total, state, seed, 0, model.masters),
+        sync_(std::move(sync)) {}
   GradSync* sync() override { return sync_.get(); }
   GradClip clip(double max_norm) override {
     return clip_grad_norm(be_, model_.grads(), model_.layout.total, max_norm);
@@ -32,10 +33,8 @@ template <typename T> class Replicated : public Optimizer<T> {
   OptimizerState<T> gather_state(MPI_Comm host) override {
     return is_root(host) ? opt_.state() : OptimizerState<T>{};
   }
-  std::vector<T> gather_params(const T* params, MPI_Comm host) override {
-    std::vector<T> out(is_root(host) ? model_.layout.total : 0);
-    be_.download(out.data(), params, out.size());
-    return out;
+  std::vector<T> gather_params(const Model<T>& model, MPI_Comm host) override {
+    return is_root(host) ? model.params_host() : std::vector<T>{};
   }
   void set_state(const OptimizerState<T>& whole) override { opt_.set_state(whole); }
 
@@ -57,7 +56,8 @@ std::unique_ptr<Optimizer<T>> make_optimizer(const Config& c, Backend<T>& be, Co
     LMT_ASSERT(comm, "zero1 synchronises over a communicator, on one rank too");
     return std::make_unique<Zero1<T>>(be, GradBuffer{*comm, model.grads(), dtype_of<T>()},
                                       model.layout, c.ddp.bucket_mb,
-                                      c.model.precision == Precision::bf16, state, seed);
+                                      c.model.precision == Precision::bf16, state, seed,
+                                      model.masters);
   }
   std::unique_ptr<GradSync> sync;
   if (comm)
@@ -74,10 +74,11 @@ Training<T> set_up_training(const Config& c, const Runtime& rt, Backend<T>& be) 
   // GPU); one rank has nothing to synchronise, unless zero1.
   if (rt.world > 1 || zero1) t.comm = make_communicator(be.name(), rt, be, c.ddp.comm_ctas);
   agree(rt, [&] {
-    // zero1 under bf16: this rank holds the fp32 masters of its shard only (zero1.hpp).
-    const Ranges masters = zero1 ? zero1_masters(ParamLayout::build(c.model), rt.world, rt.rank,
-                                                 c.model.precision == Precision::bf16)
-                                 : Ranges{};
+    // Under bf16 this rank holds the fp32 masters of its zero1 shard only, and without master
+    // weights none of the matmul weights' (zero1.hpp); a replicated run is the one-shard case.
+    const Ranges masters = zero1_masters(ParamLayout::build(c.model), zero1 ? rt.world : 1,
+                                         zero1 ? rt.rank : 0, c.model.precision == Precision::bf16,
+                                         c.optim.master_weights);
     t.model = std::make_unique<Model<T>>(be, c.model, c.train.batch_size, c.model.context_length,
                                          masters);
     t.optimizer = make_optimizer(c, be, t.comm.get(), *t.model);

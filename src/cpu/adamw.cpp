@@ -27,11 +27,26 @@ void adamw_bf16(T* p, const T* g, uint16_t* m, uint16_t* v, size_t n, uint64_t i
   for (size_t i = 0; i < n; ++i) p[i] = adamw_bf16_element(p[i], g[i], m[i], v[i], index + i, k);
 }
 
+template <typename T, typename M>
+void adamw_bf16_weights(uint16_t* w, const T* g, M* m, M* v, size_t n, uint64_t index,
+                        const AdamWStep& s) {
+  const AdamWBf16Scalars<T> k = adamw_bf16_scalars<T>(s);
+  for (size_t i = 0; i < n; ++i) adamw_bf16_weight_element(w[i], g[i], m[i], v[i], index + i, k);
+}
+
 template void adamw(float*, const float*, float*, float*, size_t, const AdamWStep&);
 template void adamw(double*, const double*, double*, double*, size_t, const AdamWStep&);
 template void adamw_bf16(float*, const float*, uint16_t*, uint16_t*, size_t, uint64_t,
                          const AdamWStep&);
 template void adamw_bf16(double*, const double*, uint16_t*, uint16_t*, size_t, uint64_t,
                          const AdamWStep&);
+
+#define INSTANTIATE_WEIGHTS(T, M)                                                  \
+  template void adamw_bf16_weights(uint16_t*, const T*, M*, M*, size_t, uint64_t, \
+                                   const AdamWStep&);
+INSTANTIATE_WEIGHTS(float, float)
+INSTANTIATE_WEIGHTS(float, uint16_t)
+INSTANTIATE_WEIGHTS(double, double)
+INSTANTIATE_WEIGHTS(double, uint16_t)
 
 }  // namespace lmt::cpu

@@ -30,9 +30,9 @@ template <typename T> class CpuBackend : public Backend<T> {
   void copy_bytes(void* d, const void* s, size_t b) override { std::memmove(d, s, b); }
 
   // The weights' bf16 copy. Where the weights are whole it exists only for ZeRO-1's bf16
-  // all-gather and is made current part by part (weights_to_bf16), as the matmuls round the fp32
-  // weights themselves. Where they are partly backed it is made here, whole, for the matmuls
-  // to read (weight()).
+  // all-gather, made when first asked for (weights_bf16) and then kept current by AdamW and
+  // weights_written, as the matmuls round the fp32 weights themselves. Where they are partly
+  // backed it is made here, whole, for the matmuls to read (weight()).
   void set_weights(const T* params, size_t n, const Ranges& backed) override {
     this->release(weights16_);
     weights_ = params, weights_n_ = n, weights16_ = nullptr;
@@ -42,19 +42,13 @@ template <typename T> class CpuBackend : public Backend<T> {
   void forget_weights(const T* params) override {
     if (params == weights_) set_weights(nullptr, 0, {});
   }
-  void weights_written(const T* p, size_t n) override {
-    if (weights16_) weights_to_bf16(p, n);
-  }
+  void weights_written(const T* p, size_t n) override { copy_part(p, n); }
   void* weights_bf16() override {
     if (!weights16_) {
       weights16_ = static_cast<uint16_t*>(this->allocate(weights_n_ * 2, MemTag::params));
-      weights_to_bf16(weights_, weights_n_);
+      copy_part(weights_, weights_n_);
     }
     return weights16_;
-  }
-  void weights_to_bf16(const T* p, size_t n) override {
-    uint16_t* c = static_cast<uint16_t*>(weights_bf16()) + in_weights(p, n);
-    for (size_t i = 0; i < n; ++i) c[i] = to_bf16(float(p[i]));
   }
 
   // Inputs stored as bf16 hold bf16 values already, which the bf16 policy's rounding of matmul
@@ -136,12 +130,23 @@ template <typename T> class CpuBackend : public Backend<T> {
     for (size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
     return s;
   }
+  // AdamW writes the weights' bf16 copy, where there is one, in its pass (as the GPU's does).
   void adamw(T* p, const T* g, T* m, T* v, size_t n, const AdamWStep& s) override {
     cpu::adamw(p, g, m, v, n, s);
+    copy_part(p, n);
   }
   void adamw_bf16(T* p, const T* g, uint16_t* m, uint16_t* v, size_t n, uint64_t index,
                   const AdamWStep& s) override {
     cpu::adamw_bf16(p, g, m, v, n, index, s);
+    copy_part(p, n);
+  }
+  void adamw_bf16_weights(uint16_t* w, const T* g, T* m, T* v, size_t n, uint64_t index,
+                          const AdamWStep& s) override {
+    cpu::adamw_bf16_weights(w, g, m, v, n, index, s);
+  }
+  void adamw_bf16_weights(uint16_t* w, const T* g, uint16_t* m, uint16_t* v, size_t n,
+                          uint64_t index, const AdamWStep& s) override {
+    cpu::adamw_bf16_weights(w, g, m, v, n, index, s);
   }
 
   int mark() override {
@@ -186,6 +191,12 @@ template <typename T> class CpuBackend : public Backend<T> {
   size_t in_weights(const T* p, size_t n) const {  // offset of [p, p + n) in the weights
     LMT_ASSERT(holds(p, n), "a range outside the weights given to set_weights");
     return size_t(p - weights_);
+  }
+  // [p, p + n) rounded (to nearest even) into the weights' bf16 copy, if it exists and holds them.
+  void copy_part(const T* p, size_t n) {
+    if (!weights16_ || !holds(p, n)) return;
+    uint16_t* c = weights16_ + in_weights(p, n);
+    for (size_t i = 0; i < n; ++i) c[i] = to_bf16(float(p[i]));
   }
   // A matmul's operand w[0, n) as this rank holds it: w itself, or for a weight that is partly
   // backed its bf16 copy widened (the values the bf16 policy rounds w to: results do not change)
@@ -238,6 +249,19 @@ size_t covered(const Ranges& r) {
   size_t n = 0;
   for (auto [b, e] : r) n += e - b;
   return n;
+}
+
+std::vector<Run> runs(size_t begin, size_t end, const Ranges& in) {
+  std::vector<Run> out;
+  size_t at = begin;  // the runs cover [begin, at)
+  for (auto [b, e] : in) {
+    b = std::clamp(b, at, end), e = std::clamp(e, b, end);
+    if (b > at) out.push_back({at, b, false});
+    if (e > b) out.push_back({b, e, true});
+    at = e;
+  }
+  if (end > at) out.push_back({at, end, false});
+  return out;
 }
 
 const char* mem_tag_name(MemTag t) {

@@ -3,9 +3,9 @@
 // Parameters, gradients and optimizer state are fp32; the precision policy decides what matmuls
 // read: fp32, fp32 through TF32 tensor cores, or bf16 (bf16 tensor cores, fp32 accumulation):
 // the weights' bf16 copy (written by AdamW in the same pass, whether it updates all the weights
-// or a ZeRO-1 piece; cast after a collective wrote them), activations that only matmuls read
-// stored in bf16 by the kernel that makes them, and bf16 copies of other operands made just
-// before the matmul. The residual adds are the matmuls' epilogues (cuda::Gemm's C).
+// or a ZeRO-1 piece, or updated by it in place where a weight has no fp32 master; cast after a
+// collective wrote them), activations that only matmuls read stored in bf16 by the kernel that
+// makes them, and bf16 copies of other operands made just before the matmul. The residual adds are the matmuls' epilogues (cuda::Gemm's C).
 // Attention is FlashAttention-2 (cuda/attention/, saving the rows' logsumexp) or the naive
 // baseline: scores materialised by a batched matmul (in bf16 under bf16), a causal softmax
 // kernel, a second matmul (saving the probabilities at key <= query in fp32). Under bf16 its
@@ -127,11 +127,7 @@ class CudaBackend : public Backend<float> {
   void forget_weights(const float* params) override {
     if (params == weights_) set_weights(nullptr, 0, {});
   }
-  void* weights_bf16() override { return fresh_weights16(); }
-  void weights_to_bf16(const float* p, size_t n) override {
-    // A fresh copy stays fresh through AdamW, which writes its part.
-    if (!weights_fresh_) cuda::to_bf16(p, weights16_at(p, n), int64_t(n), stream_);
-  }
+  void* weights_bf16() override { return fresh_weights16(); }  // AdamW then keeps it fresh
   void weights_written(const float* p, size_t n) override {
     if (void* p16 = weights16_for(p, n)) {
       cuda::to_bf16(p, p16, int64_t(n), stream_);
@@ -294,6 +290,14 @@ class CudaBackend : public Backend<float> {
   void adamw_bf16(float* p, const float* g, uint16_t* m, uint16_t* v, size_t n, uint64_t index,
                   const AdamWStep& s) override {
     cuda::adamw_bf16(p, g, m, v, updated_weights16(p, n), n, index, s, stream_);
+  }
+  void adamw_bf16_weights(uint16_t* w, const float* g, float* m, float* v, size_t n,
+                          uint64_t index, const AdamWStep& s) override {
+    cuda::adamw_bf16_weights(w, g, m, v, n, index, s, stream_);
+  }
+  void adamw_bf16_weights(uint16_t* w, const float* g, uint16_t* m, uint16_t* v, size_t n,
+                          uint64_t index, const AdamWStep& s) override {
+    cuda::adamw_bf16_weights(w, g, m, v, n, index, s, stream_);
   }
 
  private:

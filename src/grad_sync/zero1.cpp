@@ -22,10 +22,12 @@ ParamGroup zero1_shard(size_t total, int world, int rank) {
   return {begin, begin + c[size_t(rank)]};
 }
 
-Ranges zero1_masters(const ParamLayout& layout, int world, int rank, bool bf16) {
+Ranges zero1_masters(const ParamLayout& layout, int world, int rank, bool bf16,
+                     bool master_weights) {
   if (!bf16) return {};
   const ParamGroup shard = zero1_shard(layout.total, world, rank);
-  Ranges r{{shard.begin, shard.end}};
+  Ranges r;
+  if (master_weights) r.push_back({shard.begin, shard.end});
   for (const ParamView& p : layout.params)
     if (!p.matmul) r.push_back({p.offset, p.offset + p.numel});
   return merged(std::move(r));
@@ -33,7 +35,8 @@ Ranges zero1_masters(const ParamLayout& layout, int world, int rank, bool bf16) 
 
 template <typename T>
 Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layout,
-                double bucket_mb, bool bf16_, Stored state, uint64_t seed)
+                double bucket_mb, bool bf16_, Stored state, uint64_t seed,
+                const Ranges& masters)
     : BucketedSync(grads, layout, bucket_mb * (1 << 20)),
       counts(shard_counts(layout.total, grads.comm.size())),
       begin(zero1_shard(layout.total, grads.comm.size(), grads.comm.rank()).begin),
@@ -41,7 +44,7 @@ Zero1<T>::Zero1(Backend<T>& be, const GradBuffer& grads, const ParamLayout& layo
       pieces(std::max<size_t>(1, (bucket_count() + counts.size() - 1) / counts.size())),
       bf16(bf16_), starts_(displacements(counts)), be_(be),
       grad_shard_(be, end - begin, MemTag::grads),
-      norm_sq_(be, 1, MemTag::workspace), opt_(be, end - begin, state, seed, begin) {
+      norm_sq_(be, 1, MemTag::workspace), opt_(be, end - begin, state, seed, begin, masters) {
   LMT_ASSERT(grads.t == dtype_of<T>(), "zero1 shards the optimizer's own element type");
   // Piece k of every rank: rank r's shard cut into `pieces` parts, part k's size and place.
   piece_n_.assign(pieces, Counts(counts.size()));
@@ -102,8 +105,7 @@ void Zero1<T>::step(T* params, double lr, const Config::Optim& o, double grad_sc
   for (size_t k = 0; k < pieces; ++k) {
     const Counts &n = piece_n_[k], &at = piece_at_[k];
     opt_.update(params + begin, grad_shard_.data(), at[me] - begin, n[me], s);
-    if (bf16) {
-      be_.weights_to_bf16(params + at[me], n[me]);
+    if (bf16) {  // AdamW wrote this rank's part of the copy
       gathers.push_back(g_.comm.all_gatherv_async(w16 + 2 * at[me], w16, n, at, DType::bf16));
     } else {
       gathers.push_back(g_.comm.all_gatherv_async(params + at[me], params, n, at, g_.t));
@@ -154,10 +156,9 @@ template <typename T> void Zero1<T>::take_exact(T* params) {
   }
 }
 
-template <typename T> std::vector<T> Zero1<T>::gather_params(const T* params, MPI_Comm host) {
-  std::vector<T> mine(end - begin);
-  be_.download(mine.data(), params + begin, mine.size());
-  return gather_to_root(host, mine, counts);
+template <typename T>
+std::vector<T> Zero1<T>::gather_params(const Model<T>& model, MPI_Comm host) {
+  return gather_to_root(host, model.params_host(begin, end), counts);
 }
 
 template <typename T> OptimizerState<T> Zero1<T>::gather_state(MPI_Comm host) {

@@ -50,12 +50,16 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
          "sequences; %s parameters on each device\n", (long long)pc.dp, (long long)pc.zero,
          (long long)pc.fsdp, (long long)pc.tp, (long long)p.devices, (long long)p.global_batch,
          human_count(double(p.param_count_device)).c_str());
-  printf("dtypes: parameters, gradients %s; AdamW m and v %s; saved activations %s; "
-         "communication %s\n\n",
+  const bool bf16 = !ffn && c.model.precision == Precision::bf16;
+  const bool bare = bf16 && !c.optim.master_weights;  // no fp32 masters of the matmul weights
+  printf("dtypes: parameters%s, gradients %s; AdamW m and v %s; saved activations %s; "
+         "communication %s\n\n", bare ? " bf16 (those read in fp32: fp32)" : "",
          dtype(p.elem_bytes), dtype(p.moment_bytes), dtype(p.act_bytes), dtype(p.comm_bytes));
   printf("  %-13s %20s %15s\n", "per device", "bytes", "GB");
   line("params", double(p.params),
-       pc.zero && !ffn && c.model.precision == Precision::bf16
+       bare ? "(bf16 weights: fp32 masters only of the parameters read in fp32, and the bf16 copy "
+              "of every weight)"
+       : pc.zero && bf16
            ? "(ZeRO-1, bf16: the busiest rank's fp32 masters, and the bf16 copy of every weight)"
            : "");
   line("grads", double(p.grads));

@@ -122,7 +122,8 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
     if (!c_.train.resume.empty()) {
       OptimizerState<T> state;
       state.stored = moments_stored(c_.optim.state_dtype);  // what the file must hold
-      const Resumed resumed = load_checkpoint(c_.train.resume, *model_, state, rt_.world, rngs);
+      const Resumed resumed = load_checkpoint(c_.train.resume, *model_, state,
+                                              c_.optim.master_weights, rt_.world, rngs);
       first_step_ = resumed.step, run_id_ = resumed.run_id;
       mismatch_ = resume_mismatch(c_, resumed);
       check_resume_batch(c_, resumed);
@@ -137,8 +138,9 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
   if (c_.train.resume.empty()) model_->init_params(uint64_t(c_.run.seed));
   else rng_.set_state(rngs[size_t(rt_.rank)]);
   if (Communicator* comm = training_.comm.get()) {
-    // Every rank starts from rank 0's parameters, unless it holds only its own masters (zero1
-    // under bf16; rank 0 has not the others'): then every rank drew, or read, the same values.
+    // Every rank starts from rank 0's parameters, unless it holds only some masters (zero1 under
+    // bf16, or no master weights; rank 0 has not the others'): then every rank drew, or read,
+    // the same values.
     if (!model_->sharded()) {
       comm->broadcast(model_->params(), model_->layout.total, dtype_of<T>(), 0);
       backend_->weights_written(model_->params(), model_->layout.total);
@@ -178,11 +180,12 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
                            human_count(double(model_->layout.total)).c_str(),
                            human_bytes(moments).c_str()));
     print_rank_memory(MemTag::params, "parameters", "after init",
-                      c_.model.precision == Precision::bf16
-                          ? strf("(fp32 masters of its shard and of the parameters read in fp32, "
-                                 "and the bf16 copy of every weight; all in fp32: %s)",
-                                 human_bytes(whole).c_str())
-                          : std::string("(every fp32 parameter: the matmuls read them)"));
+                      c_.model.precision != Precision::bf16
+                          ? std::string("(every fp32 parameter: the matmuls read them)")
+                          : strf("(fp32 masters of %sthe parameters read in fp32, and the bf16 "
+                                 "copy of every weight; all in fp32: %s)",
+                                 c_.optim.master_weights ? "its shard and of " : "",
+                                 human_bytes(whole).c_str()));
   }
 }
 
@@ -296,7 +299,7 @@ template <typename T> void Trainer<T>::checkpoint(int64_t done) {
   MPI_CHECK(MPI_Igather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
                         MPI_COMM_WORLD, &req));
   wait_for_peers(&req, "the checkpoint's gather of Rng states");
-  const std::vector<T> params = optimizer_->gather_params(model_->params(), MPI_COMM_WORLD);
+  const std::vector<T> params = optimizer_->gather_params(*model_, MPI_COMM_WORLD);
   const OptimizerState<T> state = optimizer_->gather_state(MPI_COMM_WORLD);
   last_checkpoint_ = checkpoint_path(c_.train.checkpoint_dir, done);
   if (rt_.is_root()) {

@@ -79,6 +79,31 @@ std::string six_steps_on_two_ranks(const std::string& sets) {
          " --set train.steps=6 --set train.checkpoint_every=3" + sets;
 }
 
+// Six steps on two ranks with `sets`, straight (checkpoints in dir/a) and resumed from step 3
+// (dir/b): the resumed run's losses are the straight run's last three, and its final checkpoint
+// is the straight run's, every bit (parameters, moments, data streams). The straight run's final
+// checkpoint.
+Safetensors resumes_bit_for_bit(const std::string& sets, const std::string& dir) {
+  const std::string base = six_steps_on_two_ranks(sets + " --set train.log_every=1");
+  auto a = run(base + " --set train.checkpoint_dir=" + dir + "/a");
+  auto b = run(base + " --set train.checkpoint_dir=" + dir + "/b --set train.resume=" +
+               checkpoint_path(dir + "/a", 3));
+  INFO(a.output, b.output);
+  REQUIRE(a.code == 0);
+  REQUIRE(b.code == 0);
+  const auto la = progress_losses(a.output), lb = progress_losses(b.output);
+  REQUIRE(la.size() == 6);
+  REQUIRE(lb.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(lb[i] == la[i + 3]);
+  Safetensors sa = Safetensors::read(checkpoint_path(dir + "/a", 6));
+  Safetensors sb = Safetensors::read(checkpoint_path(dir + "/b", 6));
+  CHECK(sa.data == sb.data);
+  for (const char* key : {"adam_t", "rng.0", "rng.1", "optim.state_dtype", "optim.master_weights"})
+    CHECK(sa.metadata[key] == sb.metadata[key]);
+  CHECK(Safetensors::read(checkpoint_path(dir + "/a", 3)).data != sa.data);  // the run moved
+  return sa;
+}
+
 TEST_CASE("train: a resumed run continues bit for bit like an uninterrupted one (2 ranks)") {
   std::string base = six_steps_on_two_ranks("");
   for (std::string prec : {"fp32", "bf16", "fp64"}) {
@@ -145,26 +170,8 @@ TEST_CASE("train: bf16 optimizer state is checkpointed as BF16 moments, resumes 
   for (std::string strategy : {"flat", "zero1"}) {
     INFO(strategy);
     TempDir dir;
-    std::string base = six_steps_on_two_ranks(" --set optim.state_dtype=bf16 --set ddp.strategy=" +
-                                              strategy + " --set train.log_every=1");
-    auto a = run(base + " --set train.checkpoint_dir=" + dir.path + "/a");
-    auto b = run(base + " --set train.checkpoint_dir=" + dir.path + "/b --set train.resume=" +
-                 checkpoint_path(dir.path + "/a", 3));
-    INFO(a.output, b.output);
-    REQUIRE(a.code == 0);
-    REQUIRE(b.code == 0);
-    // The resumed run's losses are the straight run's last three, and its final checkpoint is
-    // the straight run's, every bit (parameters, moments, data streams).
-    const auto la = progress_losses(a.output), lb = progress_losses(b.output);
-    REQUIRE(la.size() == 6);
-    REQUIRE(lb.size() == 3);
-    for (size_t i = 0; i < 3; ++i) CHECK(lb[i] == la[i + 3]);
-    Safetensors sa = Safetensors::read(checkpoint_path(dir.path + "/a", 6));
-    Safetensors sb = Safetensors::read(checkpoint_path(dir.path + "/b", 6));
-    CHECK(sa.data == sb.data);
-    for (const char* key : {"adam_t", "rng.0", "rng.1", "optim.state_dtype"})
-      CHECK(sa.metadata[key] == sb.metadata[key]);
-    CHECK(Safetensors::read(checkpoint_path(dir.path + "/a", 3)).data != sa.data);
+    Safetensors sa = resumes_bit_for_bit(" --set optim.state_dtype=bf16 --set ddp.strategy=" +
+                                         strategy, dir.path);
     // Moments in BF16, 2 bytes an element; parameters in F32.
     CHECK(sa.metadata["optim.state_dtype"] == "bf16");
     size_t moments = 0;
@@ -186,6 +193,44 @@ TEST_CASE("train: bf16 optimizer state is checkpointed as BF16 moments, resumes 
     CHECK(c.code == 2);
     CHECK(c.output.find("AdamW's moments are stored in bf16, this run has optim.state_dtype = "
                         "\"fp32\"") != std::string::npos);
+    CHECK(std::count(c.output.begin(), c.output.end(), '\n') == 1);
+    CHECK(c.output.find("step ") == std::string::npos);
+  }
+}
+
+TEST_CASE("train: without master weights the matmul weights are checkpointed as BF16, resume bit "
+          "for bit (flat and zero1 on 2 ranks, fp32 and bf16 moments), and a resume with master "
+          "weights is refused") {
+  for (auto [strategy, state] : {std::pair<std::string, std::string>{"flat", "fp32"}, {"zero1", "bf16"}}) {
+    INFO(strategy << ", " << state << " moments");
+    TempDir dir;
+    Safetensors sa = resumes_bit_for_bit(" --set model.precision=bf16 --set optim.master_weights="
+                                         "false --set optim.state_dtype=" + state +
+                                         " --set ddp.strategy=" + strategy, dir.path);
+    CHECK(sa.metadata["optim.master_weights"] == "false");
+    // The weights only matmuls read in BF16, 2 bytes an element; the RMSNorm gains and the
+    // embedding (read in fp32) in F32.
+    size_t bf16 = 0;
+    for (auto& [name, t] : sa.tensors) {
+      if (name.rfind("optim.", 0) == 0) continue;
+      INFO(name);
+      const bool fp32_read = name.find("ln") != std::string::npos || name == "token_embeddings.weight";
+      int64_t numel = 1;
+      for (int64_t d : t.shape) numel *= d;
+      CHECK(t.dtype == (fp32_read ? "F32" : "BF16"));
+      CHECK(t.end - t.begin == size_t(numel) * (fp32_read ? 4 : 2));
+      bf16 += !fp32_read;
+    }
+    CHECK(bf16 == 6);  // qkv, output projection, W1, W2, W3 of the one layer, and the LM head
+    // Resuming it with master weights: one line naming the file and the key, exit code 2.
+    const std::string file = checkpoint_path(dir.path + "/a", 3);
+    auto c = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny + " --set ddp.strategy=" +
+                 strategy + " --set optim.state_dtype=" + state +
+                 " --set train.steps=6 --set train.resume=" + file);
+    INFO(c.output);
+    CHECK(c.code == 2);
+    CHECK(c.output.find(file + ": written with optim.master_weights = false, this run has true") !=
+          std::string::npos);
     CHECK(std::count(c.output.begin(), c.output.end(), '\n') == 1);
     CHECK(c.output.find("step ") == std::string::npos);
   }
@@ -229,6 +274,11 @@ TEST_CASE("train: torn, truncated, corrupted or mismatched checkpoints are refus
                          " --set train.steps=4 --set train.resume=" + good);
   CHECK(wrong_world.code == 2);
   CHECK(wrong_world.output.find("written by 1 ranks, this run has 2") != std::string::npos);
+  auto no_masters = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=4 "
+                        "--set optim.master_weights=false --set train.resume=" + good);
+  CHECK(no_masters.code == 2);
+  CHECK(no_masters.output.find(good + ": written with optim.master_weights = true, this run has "
+                               "false") != std::string::npos);
 }
 
 TEST_CASE("train: --csv appends rows under one header; a file with another header is refused untouched") {

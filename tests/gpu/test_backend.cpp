@@ -436,6 +436,89 @@ TEST_CASE("gpu adamw with bf16 moments writes the CPU reference's bits: paramete
   gpu->forget_weights(gp);
 }
 
+TEST_CASE("gpu adamw without master weights writes the CPU reference's bits: the weights' bf16 "
+          "copy and their moments (fp32 and bf16), at a place in the flat buffer, beside masters" *
+          doctest::skip(gpu_count() == 0)) {
+  // Both run adamw_bf16.hpp's element code for a weight without a master, stochastic rounding
+  // included: equal, not close. The range [first, first + n) of a flat buffer of `total`, odd
+  // sizes, cut by masters in odd places; the elements outside them have no fp32 value (NaN,
+  // never touched). The elements with masters take the usual paths: with bf16 moments the same
+  // element code (equal), with fp32 ones the fp32 kernel, close to the CPU's (its own case above).
+  const size_t total = 100003, first = 1001, n = total - first - 7;
+  const Ranges masters{{0, 1500}, {4097, 4098}, {50001, 60003}};
+  const Vec init = as_float(randn<double>(total));
+  std::vector<float> pf(total, std::numeric_limits<float>::quiet_NaN());
+  for (auto [b, e] : masters) std::copy(init.begin() + long(b), init.begin() + long(e), pf.begin() + long(b));
+  std::vector<uint16_t> copy0(total);
+  for (size_t i = 0; i < total; ++i) copy0[i] = to_bf16(float(init[i]));
+  const uint64_t seed = lmt::test::rng()();
+  for (Stored state : {Stored::full, Stored::bf16}) {
+    INFO(std::string(state_dtype_name(state)) << " moments");
+    auto gpu = make_cuda_backend();
+    auto cpu = make_cpu_backend<float>();
+    Pair g{*gpu, {}};
+    std::vector<float> pc = pf;
+    float* gp = g.up(Vec(pf.begin(), pf.end()));
+    gpu->set_weights(gp, total, masters), cpu->set_weights(pc.data(), total, masters);
+    gpu->upload_bytes(gpu->weights_bf16(), copy0.data(), total * 2);
+    std::memcpy(cpu->weights_bf16(), copy0.data(), total * 2);
+    AdamW<float> og(*gpu, n, state, seed, first, masters), oc(*cpu, n, state, seed, first, masters);
+    Config::Optim o;
+    o.weight_decay = 0.1;
+    for (int step = 0; step < 3; ++step) {
+      const Vec gv = as_float(randn<double>(n));
+      const std::vector<float> gf(gv.begin(), gv.end());
+      float* gg = g.up(gv);
+      og.step(gp + first, gg, 1e-2, o, 0.37);
+      oc.step(pc.data() + first, gf.data(), 1e-2, o, 0.37);
+    }
+    // In pieces off the 16-byte grid (as ZeRO-1's may start): one element a thread.
+    const Vec gv = as_float(randn<double>(n));
+    const std::vector<float> gf(gv.begin(), gv.end());
+    float* gg = g.up(gv);
+    const AdamWStep sg = og.next_step(1e-2, o), sc = oc.next_step(1e-2, o);
+    for (auto [at, len] : {std::pair<size_t, size_t>{0, 3}, {3, 4094}, {4097, n - 4097}}) {
+      og.update(gp + first, gg, at, len, sg);
+      oc.update(pc.data() + first, gf.data(), at, len, sc);
+    }
+    std::vector<uint16_t> copy_gpu(total), copy_cpu(total);
+    gpu->download_bytes(copy_gpu.data(), gpu->weights_bf16(), total * 2);
+    std::memcpy(copy_cpu.data(), cpu->weights_bf16(), total * 2);
+    std::vector<float> p_gpu(total);
+    gpu->download(p_gpu.data(), gp, total);
+    const OptimizerState<float> mg = og.state(), mc = oc.state();
+    const size_t eb = state_elem_bytes<float>(state);
+    auto same_moments = [&](size_t i) {  // element i of the flat buffer, in the range
+      const size_t at = (i - first) * eb;
+      return std::memcmp(mg.m.data() + at, mc.m.data() + at, eb) == 0 &&
+             std::memcmp(mg.v.data() + at, mc.v.data() + at, eb) == 0;
+    };
+    size_t bare = 0, bare_same = 0, moved = 0, masters_ok = 0, held = 0;
+    for (const Run& r : runs(0, total, masters))
+      for (size_t i = r.begin; i < r.end; ++i) {
+        const bool in_range = i >= first && i < first + n;
+        if (!r.inside) {  // a weight without a master: its copy and moments, bit for bit
+          ++bare;
+          bare_same += copy_gpu[i] == copy_cpu[i] && std::isnan(p_gpu[i]) &&
+                       (!in_range || same_moments(i));
+          moved += in_range && copy_gpu[i] != copy0[i];
+          continue;
+        }
+        ++held;  // a master, and its copy rounded to nearest from it
+        const bool copy_ok = copy_gpu[i] == to_bf16(p_gpu[i]);
+        if (state == Stored::bf16)
+          masters_ok += copy_ok && std::memcmp(&p_gpu[i], &pc[i], 4) == 0 &&
+                        (!in_range || same_moments(i));
+        else
+          masters_ok += copy_ok && std::abs(p_gpu[i] - pc[i]) <= 1e-6f * (std::abs(pc[i]) + 1e-2f);
+      }
+    CHECK(bare_same == bare);
+    CHECK(masters_ok == held);
+    CHECK(moved > bare / 2);  // the steps moved the weights
+    gpu->forget_weights(gp), cpu->forget_weights(pc.data());
+  }
+}
+
 TEST_CASE("gpu weights' bf16 copy: AdamW over a part of the weights and weights_written keep it "
           "matching them" * doctest::skip(gpu_count() == 0)) {
   auto gpu = make_cuda_backend();
@@ -629,19 +712,26 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
       }
     }
   }
-  SUBCASE("ten clipped AdamW steps track the CPU's, per precision and moments' dtype") {
+  SUBCASE("ten clipped AdamW steps track the CPU's, per precision, moments' dtype and master "
+          "weights") {
     // The same precision policy on both; under bf16 this also checks that the GPU's bf16 copy of
-    // the weights follows every update. With bf16 moments too: the same stochastic roundings on
-    // both.
+    // the weights follows every update. With bf16 moments too, and without master weights (the
+    // matmul weights bf16 alone): the same stochastic roundings on both.
     auto cpu32 = make_cpu_backend<float>();
+    for (bool master_weights : {true, false})
     for (Stored state : {Stored::full, Stored::bf16})
     for (auto [prec, t] : {std::pair{Precision::fp32, 1e-4}, {Precision::bf16, 2e-3}}) {
+      if (!master_weights && prec != Precision::bf16) continue;  // bf16 only
       INFO(std::string(name_of(prec)) << " training, moments "
-                                      << std::string(state_dtype_name(state)));
+                                      << std::string(state_dtype_name(state))
+                                      << (master_weights ? "" : ", no master weights"));
       m.precision = prec;
-      Model<float> a(*gpu, m, B, T), b(*cpu32, m, B, T);
+      const Ranges masters = zero1_masters(ParamLayout::build(m), 1, 0, prec == Precision::bf16,
+                                           master_weights);
+      Model<float> a(*gpu, m, B, T, masters), b(*cpu32, m, B, T, masters);
       a.init_params(seed), b.init_params(seed);
-      AdamW<float> oa(*gpu, a.layout.total, state, seed), ob(*cpu32, b.layout.total, state, seed);
+      AdamW<float> oa(*gpu, a.layout.total, state, seed, 0, masters),
+          ob(*cpu32, b.layout.total, state, seed, 0, masters);
       Config::Optim o;
       for (int s = 0; s < 10; ++s) {
         double la = loss_of(a, in.data(), tg.data()), lb = loss_of(b, in.data(), tg.data());

@@ -26,15 +26,16 @@ using namespace lmt;
 namespace {
 
 // The bytes of a rank's parameters under zero1 and bf16, counted element by element: in fp32
-// the pages (of the backend's granule) that hold an element of its shard [begin, end) or of a
-// parameter that is not matmul-only (or, if that is every element, the plain buffer), and the
-// bf16 copy of every weight.
-size_t zero1_bf16_params_bytes(const ParamLayout& layout, size_t begin, size_t end, size_t page) {
+// the pages (of the backend's granule) that hold an element of its shard [begin, end) (with
+// master weights) or of a parameter that is not matmul-only (or, if that is every element, the
+// plain buffer), and the bf16 copy of every weight.
+size_t zero1_bf16_params_bytes(const ParamLayout& layout, size_t begin, size_t end, size_t page,
+                               bool master_weights = true) {
   std::set<size_t> pages;
   size_t held = 0;
   for (const ParamView& p : layout.params)
     for (size_t i = p.offset; i < p.offset + p.numel; ++i)
-      if (!p.matmul || (i >= begin && i < end)) pages.insert(i * 4 / page), ++held;
+      if (!p.matmul || (master_weights && i >= begin && i < end)) pages.insert(i * 4 / page), ++held;
   return (held == layout.total ? layout.total * 4 : pages.size() * page) + layout.total * 2;
 }
 
@@ -80,9 +81,12 @@ Config::Model tiny() {
 // all-gather) fail the check that what forward reads is the same on every rank: 3 runs of 3 on 4
 // ranks, where the parameter tolerance, even at 1e-4, passed them.)
 // state: how AdamW stores its moments (bf16: rounded stochastically, the same draws on every
-// rank and for every shard, so ranks stay identical).
+// rank and for every shard, so ranks stay identical). master_weights false (bf16 only): the
+// matmul weights are their bf16 copy alone, rounded stochastically by AdamW, on every rank and
+// in the single process alike.
 void check_strategy(Strategy strategy, double bucket_mb, const std::string& device,
-                    Precision precision = Precision::fp32, Stored state = Stored::full) {
+                    Precision precision = Precision::fp32, Stored state = Stored::full,
+                    bool master_weights = true) {
   const Runtime rt = runtime_init(nullptr, nullptr);
   auto host = make_mpi_communicator(MPI_COMM_WORLD);
   const int R = host->size(), me = host->rank();
@@ -104,15 +108,17 @@ void check_strategy(Strategy strategy, double bucket_mb, const std::string& devi
   auto source = make_markov_source(m.vocab_size, 3, seed);
 
   const bool zero1 = strategy == Strategy::zero1;
+  const ParamLayout layout = ParamLayout::build(m);
   Model<float> ddp(*be, m, B, T,
-                   zero1 ? zero1_masters(ParamLayout::build(m), R, me, b16) : Ranges{});
+                   zero1_masters(layout, zero1 ? R : 1, zero1 ? me : 0, b16, master_weights));
   ddp.init_params(seed);
   GradBuffer grads{*comm, ddp.grads(), DType::f32};
   std::unique_ptr<AdamW<float>> opt;
   std::unique_ptr<Zero1<float>> zero;
   std::unique_ptr<GradSync> sync;
   if (zero1) {
-    zero = std::make_unique<Zero1<float>>(*be, grads, ddp.layout, bucket_mb, b16, state, seed);
+    zero = std::make_unique<Zero1<float>>(*be, grads, ddp.layout, bucket_mb, b16, state, seed,
+                                          ddp.masters);
     // Only this rank's shard of both moments is allocated, 4 or 2 bytes an element.
     CHECK(be->memory().current[size_t(MemTag::optimizer)] ==
           2 * zero->counts[size_t(me)] * state_elem_bytes<float>(state));
@@ -120,7 +126,7 @@ void check_strategy(Strategy strategy, double bucket_mb, const std::string& devi
     // A bucket per parameter: the all-gather goes in pieces, pipelined with AdamW.
     CHECK((zero->pieces > 1) == (bucket_mb == 0));
   } else {
-    opt = std::make_unique<AdamW<float>>(*be, ddp.layout.total, state, seed);
+    opt = std::make_unique<AdamW<float>>(*be, ddp.layout.total, state, seed, 0, ddp.masters);
     sync = make_grad_sync(strategy, grads, ddp.layout, bucket_mb);
   }
   Rng rng = data_rng(seed, me);
@@ -152,13 +158,15 @@ void check_strategy(Strategy strategy, double bucket_mb, const std::string& devi
     // What forward reads is the same on every rank (a matmul-only weight as its bf16 copy, the
     // rest exact), though a rank holds in fp32 only its shard and the exact ones (in whole pages).
     check_same_on_every_rank(*host, forward_view(*be, ddp));
-    CHECK(ddp.sharded() == (R > 1));
+    CHECK(ddp.sharded() == (R > 1 || !master_weights));
     CHECK(be->memory().current[size_t(MemTag::params)] ==
-          zero1_bf16_params_bytes(ddp.layout, zero->begin, zero->end, be->sparse_granule()));
-    mine = zero->gather_params(ddp.params(), MPI_COMM_WORLD);
+          zero1_bf16_params_bytes(ddp.layout, zero->begin, zero->end, be->sparse_granule(),
+                                  master_weights));
+    mine = zero->gather_params(ddp, MPI_COMM_WORLD);
     CHECK(mine.size() == (me == 0 ? ddp.layout.total : 0));
     // The copy every rank reads is the masters' bf16 rounding; the masters themselves are exact,
-    // not roundings: they never travelled as bf16.
+    // not roundings: they never travelled as bf16. Without master weights the matmul weights
+    // are their copy.
     std::vector<uint16_t> copy(ddp.layout.total);
     be->download_bytes(copy.data(), be->weights_bf16(), copy.size() * 2);
     size_t exact = 0;
@@ -166,16 +174,18 @@ void check_strategy(Strategy strategy, double bucket_mb, const std::string& devi
       REQUIRE(copy[i] == to_bf16(mine[i]));
       exact += mine[i] != from_bf16(copy[i]);
     }
-    CHECK((exact > mine.size() / 2) == (me == 0));
+    CHECK((exact > mine.size() / 2) == (me == 0 && master_weights));
   } else {
     mine = ddp.params_host();
     check_same_on_every_rank(*host, mine);
   }
 
   // One process, global batch = every rank's batch in rank order, same data streams.
-  Model<float> single(*be, m, B * R, T);
+  auto be1 = make_backend<float>(device, rt);  // a backend keeps one model's weights' copy
+  const Ranges masters1 = zero1_masters(layout, 1, 0, b16, master_weights);
+  Model<float> single(*be1, m, B * R, T, masters1);
   single.init_params(seed);
-  AdamW<float> opt1(*be, single.layout.total, state, seed);
+  AdamW<float> opt1(*be1, single.layout.total, state, seed, 0, masters1);
   std::vector<Rng> rngs;
   for (int r = 0; r < R; ++r) rngs.push_back(data_rng(seed, r));
   std::vector<int32_t> gin(size_t(B * T * R)), gtg(size_t(B * T * R));
@@ -184,7 +194,7 @@ void check_strategy(Strategy strategy, double bucket_mb, const std::string& devi
       source->sample(rngs[size_t(r)], B, T, gin.data() + r * B * T, gtg.data() + r * B * T);
     single.forward(gin.data(), gtg.data());
     single.backward();
-    const GradClip clip = clip_grad_norm(*be, single.grads(), single.layout.total, o.grad_clip);
+    const GradClip clip = clip_grad_norm(*be1, single.grads(), single.layout.total, o.grad_clip);
     CHECK(clip.norm > o.grad_clip);  // clipping was exercised
     CHECK(norms[size_t(s)] == doctest::Approx(clip.norm).epsilon(norm_tol));
     opt1.step(single.params(), single.grads(), o.lr, o, clip.scale);
@@ -212,6 +222,13 @@ void check_every_strategy(const std::string& device) {
   SUBCASE("zero1, a bucket per parameter, bf16") {
     check_strategy(Strategy::zero1, 0, device, Precision::bf16);
   }
+  // No master weights: ranks (and zero1's shards) round the bf16 weights alike.
+  SUBCASE("flat, bf16, no master weights") {
+    check_strategy(Strategy::flat, 25, device, Precision::bf16, Stored::full, false);
+  }
+  SUBCASE("zero1, a bucket per parameter, bf16, no master weights, bf16 moments") {
+    check_strategy(Strategy::zero1, 0, device, Precision::bf16, Stored::bf16, false);
+  }
   // bf16 moments: ranks (and zero1's shards) draw the same roundings.
   SUBCASE("flat, bf16 moments") {
     check_strategy(Strategy::flat, 25, device, Precision::fp32, Stored::bf16);
@@ -227,58 +244,64 @@ TEST_CASE("strategies: ranks stay identical and match one process on the global 
   check_every_strategy("cpu");
 }
 
-TEST_CASE("zero1 under bf16: a rank holds the fp32 masters of its shard and of the parameters "
-          "read in fp32 only, as plan mode predicts, and rank 0 gathers the exact masters") {
+TEST_CASE("zero1 under bf16: a rank holds the fp32 masters of its shard (not without master "
+          "weights) and of the parameters read in fp32 only, as plan mode predicts, and rank 0 "
+          "gathers the exact parameters") {
   const Runtime rt = runtime_init(nullptr, nullptr);
   auto host = make_mpi_communicator(MPI_COMM_WORLD);
   const int R = host->size(), me = host->rank();
-  Config c;
-  c.run.mode = Mode::plan, c.plan.dp = R, c.plan.zero = 1;
-  Config::Model& m = c.model;  // 133k parameters: 131 pages in fp32, the embedding 16 of them
-  m.d_model = 64, m.num_heads = 4, m.d_ff = 176, m.num_layers = 2, m.vocab_size = 256;
-  m.context_length = 16, m.precision = Precision::bf16, m.attention = "naive";
-  c.train.batch_size = 2;
-  validate(c);
-  auto be = make_backend<float>("cpu", rt);
-  auto comm = make_communicator("cpu", rt, *be);
-  Model<float> model(*be, m, 2, 16, zero1_masters(ParamLayout::build(m), R, me, true));
-  Zero1<float> zero(*be, GradBuffer{*comm, model.grads(), DType::f32}, model.layout, 0.05, true);
-  model.init_params(7);
-  Config::Optim o;
-  auto source = make_markov_source(m.vocab_size, 3, 7);
-  Rng rng = data_rng(7, me);
-  std::vector<int32_t> in(2 * 16), tg(2 * 16);
-  for (int s = 0; s < 2; ++s) {
-    source->sample(rng, 2, 16, in.data(), tg.data());
-    model.forward(in.data(), tg.data(), R);
-    model.backward(&zero);
-    zero.step(model.params(), o.lr, o, zero.clip(o.grad_clip).scale);
+  for (bool master_weights : {true, false}) {
+    INFO(std::string(master_weights ? "master weights" : "no master weights"));
+    Config c;
+    c.run.mode = Mode::plan, c.plan.dp = R, c.plan.zero = 1;
+    c.optim.master_weights = master_weights;
+    Config::Model& m = c.model;  // 133k parameters: 131 pages in fp32, the embedding 16 of them
+    m.d_model = 64, m.num_heads = 4, m.d_ff = 176, m.num_layers = 2, m.vocab_size = 256;
+    m.context_length = 16, m.precision = Precision::bf16, m.attention = "naive";
+    c.train.batch_size = 2;
+    validate(c);
+    auto be = make_backend<float>("cpu", rt);
+    auto comm = make_communicator("cpu", rt, *be);
+    Model<float> model(*be, m, 2, 16,
+                       zero1_masters(ParamLayout::build(m), R, me, true, master_weights));
+    Zero1<float> zero(*be, GradBuffer{*comm, model.grads(), DType::f32}, model.layout, 0.05, true,
+                      Stored::full, 0, model.masters);
+    model.init_params(7);
+    Config::Optim o;
+    auto source = make_markov_source(m.vocab_size, 3, 7);
+    Rng rng = data_rng(7, me);
+    std::vector<int32_t> in(2 * 16), tg(2 * 16);
+    for (int s = 0; s < 2; ++s) {
+      source->sample(rng, 2, 16, in.data(), tg.data());
+      model.forward(in.data(), tg.data(), R);
+      model.backward(&zero);
+      zero.step(model.params(), o.lr, o, zero.clip(o.grad_clip).scale);
+    }
+    // Parameters, counted element by element: on several ranks (or without master weights) less
+    // than all of them in fp32 (one rank's shard is all of them).
+    const size_t total = model.layout.total, page = be->sparse_granule();
+    const MemoryStats& mem = be->memory();
+    const size_t params = mem.current[size_t(MemTag::params)];
+    CHECK(params == zero1_bf16_params_bytes(model.layout, zero.begin, zero.end, page, master_weights));
+    if (R > 1 || !master_weights) CHECK(params - 2 * total < 4 * total);
+    // Every tag, the busiest rank's, as plan mode counts it.
+    const Plan p = make_plan(c);
+    for (auto [tag, planned] : {std::pair{MemTag::params, p.params}, {MemTag::grads, p.grads},
+                                {MemTag::optimizer, p.optimizer},
+                                {MemTag::activations, p.activations},
+                                {MemTag::workspace, p.workspace}}) {
+      INFO(mem_tag_name(tag));
+      unsigned long long mine = mem.current[size_t(tag)], most = 0;
+      MPI_Allreduce(&mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+      CHECK(most == planned);
+    }
+    // gather_params brings every rank's shard, as that rank holds it, to rank 0.
+    const std::vector<float> gathered = zero.gather_params(model, MPI_COMM_WORLD);
+    std::vector<float> shard = model.params_host(zero.begin, zero.end), all(total);
+    host->all_gather(shard.data(), all.data(), zero.counts, DType::f32);
+    if (me == 0) CHECK(gathered == all);
+    else CHECK(gathered.empty());
   }
-  // Parameters, counted element by element: on several ranks less than all of them in fp32 (one
-  // rank's shard is all of them).
-  const size_t total = model.layout.total, page = be->sparse_granule();
-  const MemoryStats& mem = be->memory();
-  const size_t params = mem.current[size_t(MemTag::params)];
-  CHECK(params == zero1_bf16_params_bytes(model.layout, zero.begin, zero.end, page));
-  if (R > 1) CHECK(params - 2 * total < 4 * total);
-  // Every tag, the busiest rank's, as plan mode counts it.
-  const Plan p = make_plan(c);
-  for (auto [tag, planned] : {std::pair{MemTag::params, p.params}, {MemTag::grads, p.grads},
-                              {MemTag::optimizer, p.optimizer},
-                              {MemTag::activations, p.activations},
-                              {MemTag::workspace, p.workspace}}) {
-    INFO(mem_tag_name(tag));
-    unsigned long long mine = mem.current[size_t(tag)], most = 0;
-    MPI_Allreduce(&mine, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-    CHECK(most == planned);
-  }
-  // gather_params brings every rank's shard, as that rank holds it, to rank 0.
-  const std::vector<float> masters = zero.gather_params(model.params(), MPI_COMM_WORLD);
-  std::vector<float> shard(zero.end - zero.begin), all(total);
-  be->download(shard.data(), model.params() + zero.begin, shard.size());
-  host->all_gather(shard.data(), all.data(), zero.counts, DType::f32);
-  if (me == 0) CHECK(masters == all);
-  else CHECK(masters.empty());
 }
 
 TEST_CASE("strategies on GPUs over NCCL: ranks stay identical and match one GPU on the global batch" *

@@ -93,6 +93,15 @@ const BadInput kBadInputs[] = {
      "plan.zero = 2: expected a number >= 0 and <= 1"},
     {"optim.state_dtype unknown", "[optim]\nstate_dtype = \"fp16\"\n", "", 2,
      "optim.state_dtype = \"fp16\": expected one of \"fp32\" | \"bf16\""},
+    {"optim.master_weights not a boolean", "[optim]\nmaster_weights = 0\n", "", 2,
+     "optim.master_weights = 0: expected true or false"},
+    {"no master weights outside bf16", "[model]\nprecision = \"fp32\"\n[optim]\n"
+     "master_weights = false\n", "", 4,
+     "optim.master_weights = false needs model.precision = \"bf16\" (the weights are then bf16 "
+     "alone), not \"fp32\" (", "bad.toml:2)"},
+    {"--set no master weights outside bf16", "", "--set optim.master_weights=false --set "
+     "model.precision=tf32", 0, "--set: optim.master_weights = false needs model.precision = "
+     "\"bf16\""},
     {"plan.graph unknown", "[plan]\ngraph = \"moe\"\n", "", 2,
      "plan.graph = \"moe\": expected one of \"lmtrain\" | \"ffn_only\""},
     {"TOML syntax error", "[model]\nd_model = = 3\n", "", 2, "TOML syntax error"},
@@ -229,6 +238,7 @@ TEST_CASE("config: changing any single key changes the hash") {
     else if (auto* p = std::get_if<std::string*>(&f.value)) **p += "x";
     else if (auto* p = std::get_if<std::vector<int64_t>*>(&f.value)) (*p)->push_back(1);
     else if (auto* p = std::get_if<ChoiceRef>(&f.value)) p->set((p->get() + 1) % f.choices.size());
+    else if (auto* p = std::get_if<bool*>(&f.value)) **p = !**p;
     else std::get<std::vector<std::string>*>(f.value)->back() += "x";
     CHECK(config_hash(changed) != h);
   }

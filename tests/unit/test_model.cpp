@@ -91,8 +91,8 @@ TEST_CASE("model: backward writes every gradient, whatever the buffer held befor
     }
 }
 
-TEST_CASE("model: one holding only some fp32 masters (zero1 under bf16) computes the loss and "
-          "every gradient of one holding all, bit for bit") {
+TEST_CASE("model: one holding only some fp32 masters (zero1 under bf16, or no master weights) "
+          "computes the loss and every gradient of one holding all, bit for bit") {
   // Its matmuls read the weights' bf16 copy, which set_params made from the same values.
   Config::Model m = small_model(Precision::bf16);
   auto cpu = make_cpu_backend<float>();
@@ -103,16 +103,23 @@ TEST_CASE("model: one holding only some fp32 masters (zero1 under bf16) computes
   const double loss = loss_of(whole, in.data(), tg.data());
   whole.backward();
   const std::vector<float> grads = whole.grads_host();
-  for (int world : {2, 3})
-    for (int rank = 0; rank < world; ++rank) {
-      INFO("rank " << rank << " of " << world);
-      Model<float> part(*cpu, m, 2, 5, zero1_masters(whole.layout, world, rank, true));
-      CHECK(part.sharded());
-      part.init_params(seed);
-      CHECK(loss_of(part, in.data(), tg.data()) == loss);
-      part.backward();
-      CHECK(part.grads_host() == grads);
-    }
+  for (bool master_weights : {true, false})
+    for (int world : {1, 2, 3})
+      for (int rank = 0; rank < world; ++rank) {
+        INFO("rank " << rank << " of " << world << (master_weights ? "" : ", no master weights"));
+        const Ranges masters = zero1_masters(whole.layout, world, rank, true, master_weights);
+        Model<float> part(*cpu, m, 2, 5, masters);
+        CHECK(part.sharded() == (world > 1 || !master_weights));
+        part.init_params(seed);
+        CHECK(loss_of(part, in.data(), tg.data()) == loss);
+        part.backward();
+        CHECK(part.grads_host() == grads);
+        // Its parameters: the masters it holds, and elsewhere the weights' bf16 values.
+        const std::vector<float> all = whole.params_host(), held = part.params_host();
+        for (const Run& r : runs(0, all.size(), part.masters))
+          for (size_t i = r.begin; i < r.end; ++i)
+            REQUIRE(held[i] == (r.inside ? all[i] : round_bf16(all[i])));
+      }
 }
 
 TEST_CASE("model: gradient groups are reported in backward order and cover the flat buffer") {

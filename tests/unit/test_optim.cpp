@@ -6,6 +6,7 @@
 
 #include "../helpers.hpp"
 #include "adamw_bf16.hpp"
+#include "comm.hpp"  // to_bf16, from_bf16
 #include "optimizer.hpp"
 
 using namespace lmt;
@@ -144,7 +145,7 @@ TEST_CASE_TEMPLATE("adamw bf16 state: each step matches an fp64 reference, the m
 }
 
 TEST_CASE("stochastic rounding to bf16 is unbiased over elements and over steps, and only ever "
-          "picks a neighbour") {
+          "picks a neighbour, with each of the hash's three fields (m's, v's, the weight's)") {
   const uint64_t seed = fresh_seed();
   const int N = 1 << 16;
   std::vector<float> xs = {1.0f + 0.5f / 128, -(1.0f + 0.1f / 128), 3.0f - 0.9f / 64, 1e-20f,
@@ -158,24 +159,26 @@ TEST_CASE("stochastic rounding to bf16 is unbiased over elements and over steps,
     std::memcpy(&u, &x, 4);
     const double down = bf16_to_float(uint16_t(u >> 16)), out = down + std::copysign(gap, x);
     const double p = std::abs(double(x) - down) / gap;  // the chance of rounding out
-    // bits 0-15 (m's) across elements at one step; bits 16-31 (v's) across steps at one element
-    for (int across_steps = 0; across_steps < 2; ++across_steps) {
-      INFO(across_steps);
-      double sum = 0;
-      bool neighbours = true;
-      for (int i = 0; i < N; ++i) {
-        const uint64_t r = across_steps ? rounding_bits(rounding_key(seed, i + 1), 12345)
-                                        : rounding_bits(rounding_key(seed, 7), uint64_t(i));
-        const double y = bf16_to_float(round_bf16_stochastic(x, uint32_t(across_steps ? r >> 16 : r)));
-        neighbours &= y == down || y == out;
-        sum += y;
+    // bits 0-15 (m's), 16-31 (v's), 32-47 (a weight's without a master): across elements at one
+    // step, and across steps at one element
+    for (int field = 0; field < 3; ++field)
+      for (int across_steps = 0; across_steps < 2; ++across_steps) {
+        INFO("bits from " << 16 * field << (across_steps ? ", across steps" : ", across elements"));
+        double sum = 0;
+        bool neighbours = true;
+        for (int i = 0; i < N; ++i) {
+          const uint64_t r = across_steps ? rounding_bits(rounding_key(seed, i + 1), 12345)
+                                          : rounding_bits(rounding_key(seed, 7), uint64_t(i));
+          const double y = bf16_to_float(round_bf16_stochastic(x, uint32_t(r >> (16 * field))));
+          neighbours &= y == down || y == out;
+          sum += y;
+        }
+        CHECK(neighbours);
+        // The mean's error against x: 6 standard deviations of a mean of N draws of a
+        // two-valued variable (round-to-nearest would miss by up to gap/2).
+        const double sd = gap * std::sqrt(p * (1 - p) / N);
+        CHECK(std::abs(sum / N - double(x)) <= 6 * sd + 1e-12 * gap);
       }
-      CHECK(neighbours);
-      // The mean's error against x: 6 standard deviations of a mean of N draws of a
-      // two-valued variable (round-to-nearest would miss by up to gap/2).
-      const double sd = gap * std::sqrt(p * (1 - p) / N);
-      CHECK(std::abs(sum / N - double(x)) <= 6 * sd + 1e-12 * gap);
-    }
   }
 }
 
@@ -236,4 +239,151 @@ TEST_CASE("adamw bf16 state: a range with its flat-buffer place, whole or in pie
   other.step(p2.data(), g2.data(), 1e-2, o);
   same.step(p3.data(), g2.data(), 1e-2, o);
   CHECK(other.state().m != same.state().m);
+}
+
+// --- weights without fp32 masters (optim.master_weights = false, adamw_bf16.hpp) ---
+
+namespace {
+
+// A flat buffer of `total` parameters on the CPU backend of which only `masters` have fp32
+// values (the rest NaN, never to be read or written): the others are the weights' bf16 copy.
+struct BareWeights {
+  std::unique_ptr<Backend<float>> be = make_cpu_backend<float>();
+  std::vector<float> p;
+  BareWeights(size_t total, const Ranges& masters) : p(total, NAN) {
+    const std::vector<float> init = lmt::test::randn<float>(total);
+    be->set_weights(p.data(), total, masters);
+    for (auto [b, e] : masters) std::copy(init.begin() + long(b), init.begin() + long(e), p.begin() + long(b));
+    for (size_t i = 0; i < total; ++i) copy()[i] = to_bf16(init[i]);
+  }
+  ~BareWeights() { be->forget_weights(p.data()); }
+  uint16_t* copy() { return static_cast<uint16_t*>(be->weights_bf16()); }
+};
+
+// Moments' bytes as values: bf16 or fp32 ones.
+std::vector<double> values_of(const std::vector<char>& bytes, Stored stored) {
+  if (stored == Stored::bf16) return moments_of(bytes);
+  std::vector<float> x(bytes.size() / 4);
+  std::memcpy(x.data(), bytes.data(), bytes.size());
+  return {x.begin(), x.end()};
+}
+
+}  // namespace
+
+TEST_CASE("adamw without master weights: a weight's step matches an fp64 reference within one "
+          "bf16 gap, its moments as their dtype keeps them; those with masters step as before") {
+  Config::Optim o;
+  o.weight_decay = 0.1, o.beta1 = 0.9, o.beta2 = 0.95;
+  const double lr = 1e-2, gs = 0.7;
+  for (Stored state : {Stored::full, Stored::bf16})
+    for (size_t n : {size_t(1), size_t(7), size_t(1001)}) {
+      INFO(std::string(state_dtype_name(state)) << " moments, " << n << " elements");
+      // The range is [first, first + n) of a flat buffer with masters in two runs that cut it.
+      const size_t first = size_t(lmt::test::rng()() % 100), total = first + n + 5;
+      const Ranges masters{{0, first + n / 3}, {first + n / 2, first + n / 2 + n / 5}};
+      BareWeights w(total, masters);
+      const uint64_t seed = fresh_seed();
+      AdamW<float> opt(*w.be, n, state, seed, first, masters);
+      // The same elements through the path with masters: the reference for theirs.
+      std::vector<float> q = w.p;
+      auto be2 = make_cpu_backend<float>();
+      AdamW<float> with(*be2, n, state, seed, first);
+      std::vector<Run> parts = runs(first, first + n, masters);
+      size_t up = 0, down = 0, bare = 0;  // roundings of weights above and below the exact value
+      for (int step = 1; step <= 5; ++step) {
+        const auto g = lmt::test::randn<float>(n, 0.1 * step);
+        const OptimizerState<float> before = opt.state();
+        const std::vector<uint16_t> w0(w.copy(), w.copy() + total);
+        opt.step(w.p.data() + first, g.data(), lr, o, gs);
+        with.step(q.data() + first, g.data(), lr, o, gs);
+        const OptimizerState<float> after = opt.state(), ref = with.state();
+        const std::vector<double> m0 = values_of(before.m, state), v0 = values_of(before.v, state);
+        const std::vector<double> m1s = values_of(after.m, state), v1s = values_of(after.v, state);
+        const double bc1 = 1 - std::pow(o.beta1, step), bc2 = 1 - std::pow(o.beta2, step);
+        for (const Run& r : parts)
+          for (size_t j = r.begin; j < r.end; ++j) {
+            const size_t i = j - first;  // in the range
+            if (r.inside) {  // a master: its bits as the path with masters writes them ...
+              REQUIRE(std::memcmp(&w.p[j], &q[j], 4) == 0);
+              REQUIRE(w.copy()[j] == to_bf16(w.p[j]));  // ... and its copy rounded to nearest
+              continue;
+            }
+            REQUIRE(std::isnan(w.p[j]));  // no fp32 value is read or written
+            const double gi = double(g[i]) * gs, p0 = from_bf16(w0[j]);
+            const double m = o.beta1 * m0[i] + (1 - o.beta1) * gi;
+            const double v = o.beta2 * v0[i] + (1 - o.beta2) * gi * gi;
+            const double pe = p0 * (1 - lr * o.weight_decay) -
+                              lr / bc1 * m / (std::sqrt(v) / std::sqrt(bc2) + o.eps);
+            // The weight lands on a bf16 neighbour of the exact update (fp32's own rounding of
+            // the update as slack) ...
+            const double p1 = from_bf16(w.copy()[j]);
+            CHECK(std::abs(p1 - pe) <= bf16_gap(pe) * (1 + 1e-4));
+            up += p1 > pe, down += p1 < pe, ++bare;
+            // ... and the moments are fp32's (to its rounding) or a bf16 neighbour of theirs.
+            const double m1 = m1s[i], v1 = v1s[i];
+            if (state == Stored::bf16) {
+              CHECK(std::abs(m1 - m) <= bf16_gap(m) * (1 + 1e-5));
+              CHECK(std::abs(v1 - v) <= bf16_gap(v) * (1 + 1e-5));
+            } else {
+              // (relative to the sum's terms: m may be a difference of close values)
+              CHECK(std::abs(m1 - m) <= 1e-6 * (o.beta1 * std::abs(m0[i]) + std::abs(gi)));
+              CHECK(std::abs(v1 - v) <= 1e-6 * v);
+            }
+          }
+        // The moments of elements with masters are the path with masters' too.
+        for (const Run& r : parts) {
+          const size_t eb = state_elem_bytes<float>(state), a = (r.begin - first) * eb;
+          if (!r.inside) continue;
+          CHECK(std::memcmp(after.m.data() + a, ref.m.data() + a, (r.end - r.begin) * eb) == 0);
+          CHECK(std::memcmp(after.v.data() + a, ref.v.data() + a, (r.end - r.begin) * eb) == 0);
+        }
+      }
+      CHECK(bare > 0);
+      if (n > 100) {  // both directions occur: not round-toward-anything
+        CHECK(up > bare / 4);
+        CHECK(down > bare / 4);
+      }
+    }
+}
+
+TEST_CASE("adamw without master weights: a weight's stochastic rounding is unbiased, the mean of "
+          "many draws within a statistical bound of the exact update") {
+  // One step from w = 1, zero moments, g = 1: the exact update is lr / (1 + eps) below 1 (m and v
+  // bias-corrected are g and g^2), between the bf16 neighbours 1 - 2^-8 and 1.
+  Config::Optim o;
+  const double lr = 1e-3;
+  const AdamWStep s{lr, o.beta1, o.beta2, o.eps, 0.0, 1, 1.0, fresh_seed()};
+  const AdamWBf16Scalars<float> k = adamw_bf16_scalars<float>(s);
+  const double exact = 1 - lr / (1 + o.eps), gap = std::ldexp(1.0, -8);
+  const double p = (exact - (1 - gap)) / gap;  // the chance of rounding up to 1
+  const int N = 1 << 16;
+  for (Stored state : {Stored::full, Stored::bf16})
+    for (int across_steps = 0; across_steps < 2; ++across_steps) {
+      INFO(std::string(state_dtype_name(state)) << " moments, "
+                                               << (across_steps ? "across steps" : "across elements"));
+      double sum = 0;
+      bool neighbours = true;
+      for (int i = 0; i < N; ++i) {
+        AdamWBf16Scalars<float> ki = k;  // across steps: step i + 1's draws at one element
+        if (across_steps) ki.key = rounding_key(s.seed, i + 1);
+        const uint64_t index = across_steps ? 4321 : uint64_t(i);
+        uint16_t w = to_bf16(1.0f);
+        if (state == Stored::bf16) {
+          uint16_t m = 0, v = 0;
+          adamw_bf16_weight_element(w, 1.0f, m, v, index, ki);
+        } else {
+          float m = 0, v = 0;
+          adamw_bf16_weight_element(w, 1.0f, m, v, index, ki);
+        }
+        const double y = from_bf16(w);
+        neighbours &= y == 1.0 || y == 1 - gap;
+        sum += y;
+      }
+      CHECK(neighbours);
+      // 6 standard deviations of a mean of N two-valued draws; round-to-nearest would stay at 1,
+      // lr away from the exact value, far outside the bound.
+      const double sd = gap * std::sqrt(p * (1 - p) / N);
+      CHECK(std::abs(sum / N - exact) <= 6 * sd);
+      CHECK(6 * sd < 0.05 * lr);  // the bound separates the schemes
+    }
 }

@@ -10,6 +10,7 @@
 #include "model.hpp"
 #include "optimizer.hpp"
 #include "plan.hpp"
+#include "zero1.hpp"
 
 using namespace lmt;
 
@@ -39,10 +40,19 @@ Config config_of(const Shape& s) {
   return c;
 }
 
+// After a forward and backward: the CPU backend's scratch, where it widens the weights' bf16 copy
+// for the matmuls (no master weights), is allocated then.
 template <typename T> void check_against_allocator(const Config& c) {
   auto be = make_cpu_backend<T>();
-  Model<T> model(*be, c.model, c.train.batch_size, c.model.context_length);
-  AdamW<T> opt(*be, model.layout.total, moments_stored(c.optim.state_dtype));
+  const Ranges masters = zero1_masters(ParamLayout::build(c.model), 1, 0,
+                                       c.model.precision == Precision::bf16, c.optim.master_weights);
+  Model<T> model(*be, c.model, c.train.batch_size, c.model.context_length, masters);
+  AdamW<T> opt(*be, model.layout.total, moments_stored(c.optim.state_dtype), 0, 0, masters);
+  model.init_params(1);
+  const auto tokens = lmt::test::rand_tokens(size_t(c.train.batch_size * c.model.context_length),
+                                             int32_t(c.model.vocab_size));
+  model.forward(tokens.data(), tokens.data());
+  model.backward();
   const Plan p = make_plan(c);
   const MemoryStats& mem = be->memory();
   auto at = [&](MemTag t) { return uint64_t(mem.current[size_t(t)]); };
@@ -82,6 +92,47 @@ TEST_CASE("plan: bf16 moments are 2 bytes each, as the allocator holds them") {
     if (precision == Precision::fp64) check_against_allocator<double>(c);
     else check_against_allocator<float>(c);
   }
+}
+
+TEST_CASE("plan: without master weights a device holds fp32 masters of the parameters read in "
+          "fp32 only, and the bf16 copy of every weight, as the allocator holds them") {
+  Config c = config_of(kShapes[0]);  // tiny, bf16
+  const Plan with = make_plan(c);
+  c.optim.master_weights = false;
+  validate(c);
+  check_against_allocator<float>(c);
+  const Plan p = make_plan(c);
+  const uint64_t P = p.param_count;
+  uint64_t E = 0;  // the parameters read in fp32: RMSNorm gains and the embedding
+  for (const ParamView& v : ParamLayout::build(c.model).params) E += v.matmul ? 0 : v.numel;
+  // Their fp32 masters in whole pages (each run of them from its first page to its last), and
+  // the copy: about a third of the 6 bytes a parameter with masters takes (the copy is made on
+  // the GPU from the masters there; the CPU makes one then only for ZeRO-1).
+  CHECK(p.params >= 4 * E + 2 * P);
+  CHECK(p.params < 4 * P);
+  CHECK(with.params == 4 * P);
+  CHECK(p.grads == with.grads);
+  CHECK(p.optimizer == with.optimizer);
+  // The CPU widens each matmul's weight from the copy into scratch of the largest's size (W3 and
+  // W1's, 2 d_ff x d).
+  CHECK(p.workspace == with.workspace + 2 * 176 * 64 * 4);
+  // On the GPU the masters in 2 MiB granules (one, for a model this small), and the copy.
+  CHECK(p.forward_cuda == kCudaGranule + 2 * P + p.activations_cuda);
+  CHECK(with.forward_cuda == 4 * P + 2 * P + with.activations_cuda);
+  // With tp (not lmtrain's layout) every parameter read in fp32, exact, and the copy.
+  c.plan.tp = 2;
+  validate(c);
+  const Plan t = make_plan(c);
+  const uint64_t d = 64, L = 2, V = 256;
+  CHECK(t.params == ((2 * L + 1) * d + V / 2 * d) * 4 + t.param_count_device * 2);
+  // Under ZeRO-1 the same masters on every rank; the exact ones travel as before.
+  c.plan.tp = 1, c.plan.dp = 4, c.plan.zero = 1;
+  validate(c);
+  const Plan z = make_plan(c);
+  CHECK(z.params == p.params);
+  c.optim.master_weights = true;
+  CHECK(z.params < make_plan(c).params);
+  CHECK(z.comm_dp == make_plan(c).comm_dp);
 }
 
 TEST_CASE("plan: on the GPU flash saves B x H x T fp32 per layer, naive B x H x T(T+1)/2") {
