@@ -21,6 +21,8 @@ namespace {
 // tiles - 1 through kStages buffers each), warpgroups 1 .. kGroups consume (tma.cuh): each owns 64
 // of the block's 64 * kGroups keys, and loads its own copy of each query tile's L and D (a value or
 // two a thread, the next tile's while it computes this one's), so that no barrier spans the block.
+// If kPingPong, the consumers take turns to issue their matmuls, two turns a tile (S^T and dP^T,
+// then dV and dK), so that one's elementwise work runs under another's matmuls.
 template <int DH> struct TmaDkdv {
   using T = Sm90DkdvTraits<DH>;
   static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = T::kStages;
@@ -96,6 +98,8 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     float dk[1][DH / 8][4], dv[1][DH / 8][4];
     zero(dk);
     zero(dv);
+    const Turns<G, Sm90DkdvTraits<DH>::kPingPong && (G > 1)> turns{group};
+    turns.begin();
     // Query tiles at the diagonal are masked, the later ones not (as flash_sm80_bwd.cu).
     const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
     auto step = [&](int64_t i, auto mask) {
@@ -106,8 +110,14 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
       dO.wait(n);
       const bf16 *q_t = Q.tile(n), *g_t = dO.tile(n);
       const int64_t q0 = i * BR;
-      // A warpgroup whose keys all lie after this tile's last query gets nothing from it.
-      if (!p.causal || group_k0 <= q0 + BR - 1) {
+      if (n > 0) turns.take();  // the first turn is begin()'s
+      // A warpgroup whose keys all lie after this tile's last query gets nothing from it (and
+      // takes its turns empty).
+      if (p.causal && group_k0 > q0 + BR - 1) {
+        turns.pass();
+        turns.take();
+        turns.pass();
+      } else {
         // P^T is taken beside the tensor cores' dP^T; dS^T and both operands are ready before
         // dV and dK's matmuls, so that S^T and dP^T in fp32 are dead by then (the registers
         // of a consumer hold them, or the two accumulators and both operands, not all at once).
@@ -118,6 +128,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
         wgmma_commit();
         wgmma_abt<BR, DH, BC>(ds[0], sV, 64 * group, g_t);
         wgmma_commit();
+        turns.pass();
         wgmma_wait<1>();
         fence_regs(s[0]);
         if constexpr (decltype(mask)::value)
@@ -128,10 +139,12 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
         dscores<1, BR>(ds, s, by_col(sD + buf * BR, lane));
         to_a<BR>(pa, s[0]);
         to_a<BR>(dsa, ds[0]);
+        turns.take();
         wgmma_fence();
         wgmma_pb<DH, BR>(dv[0], pa, g_t);   // dV += P^T dO
         wgmma_pb<DH, BR>(dk[0], dsa, q_t);  // dK += dS^T Q (scaled at the end)
         wgmma_commit();
+        turns.pass();
         wgmma_wait<0>();
         fence_regs(dv[0]);
         fence_regs(dk[0]);
@@ -145,6 +158,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     int64_t i = first;
     for (; i < masked_end; ++i) step(i, std::true_type{});
     for (; i < tiles; ++i) step(i, std::false_type{});
+    turns.end();
     store_dkdv<1, DH>(p, b, h, key, dk, dv, lane);
   };
   specialize<G>(produce, consume);
