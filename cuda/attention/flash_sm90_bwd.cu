@@ -31,7 +31,8 @@ template <int DH> struct TmaDkdv {
   // The rings, then each consumer's L and D, two tiles of each.
   struct Smem : SmemRings<KRing, KRing, QRing, QRing> {
     static constexpr size_t kStatsFloats = size_t(kGroups) * 2 * 2 * BR;
-    static constexpr size_t kBytes = SmemRings<KRing, KRing, QRing, QRing>::kBytes + 4 * kStatsFloats;
+    static constexpr size_t kBytes =
+        SmemRings<KRing, KRing, QRing, QRing>::kBytes + kStatsFloats * sizeof(float);
   };
 };
 
@@ -45,8 +46,10 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
   using F = TmaDkdv<DH>;
   constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
   typename F::Smem smem;
-  const auto K = smem.template next<typename F::KRing>(), V = smem.template next<typename F::KRing>();
-  const auto Q = smem.template next<typename F::QRing>(), dO = smem.template next<typename F::QRing>();
+  const auto K = smem.template next<typename F::KRing>();
+  const auto V = smem.template next<typename F::KRing>();
+  const auto Q = smem.template next<typename F::QRing>();
+  const auto dO = smem.template next<typename F::QRing>();
   float* stats = smem.template rest<float>();
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
   const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
@@ -70,23 +73,21 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     float* sL = stats + group * 4 * BR;  // L of tiles in buffers 0, 1, then D of them
     float* sD = sL + 2 * BR;
     const int barrier = kFirstGroupBarrier + group;
-    // This thread's share of tile i's L and D (load_stats' values), kept in registers until
-    // stored for the next tile.
+    // This thread's rows of tile i's L and D (query_stats), kept in registers until stored for
+    // the next tile, so that their loads run under this tile's matmuls.
     constexpr int kMine = (BR + 127) / 128;
     float L[kMine], D[kMine];
     auto fetch = [&](int64_t i) {
 #pragma unroll
-      for (int k = 0; k < kMine; ++k) {
-        const int64_t t = i * BR + me + 128 * k;
-        const bool in = me + 128 * k < BR && t < p.T;
-        L[k] = in ? p.lse[bh * p.T + t] * kLog2e : INFINITY;
-        D[k] = in ? p.D[bh * p.T + t] : 0.0f;
-      }
+      for (int k = 0; k < kMine; ++k)
+        if (me + 128 * k < BR) query_stats(p, bh, i * BR + me + 128 * k, L[k], D[k]);
     };
     auto put = [&](int buf) {
 #pragma unroll
-      for (int k = 0; k < kMine; ++k)
-        if (me + 128 * k < BR) sL[buf * BR + me + 128 * k] = L[k], sD[buf * BR + me + 128 * k] = D[k];
+      for (int k = 0; k < kMine; ++k) {
+        const int row = me + 128 * k;
+        if (row < BR) sL[buf * BR + row] = L[k], sD[buf * BR + row] = D[k];
+      }
       bar_sync(barrier, 128);
     };
     fetch(first);
