@@ -33,7 +33,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // and 128; the smaller head dims and 80 take d 64's entry. A tuning build replaces one kernel's
 // entry at every head dim: EXTRA_NVCCFLAGS="-DLMT_FLASH_DQ_WARPS=w -DLMT_FLASH_DQ_MTILES=m
 // -DLMT_FLASH_DQ_TILE=t" (likewise FWD, DKDV; SM90_FWD_GROUPS / _TILE / _STAGES / _PINGPONG,
-// SM90_DKDV_GROUPS / _TILE / _STAGES, SM90_DQ_GROUPS / _TILE / _PINGPONG): that is how
+// SM90_DKDV_GROUPS / _TILE / _STAGES / _PINGPONG, SM90_DQ_GROUPS / _TILE / _PINGPONG): that is how
 // dev/tune_flash.py tries candidates (one macro per number: nvcc splits a -D value at commas).
 
 // The mma.sync kernels (flash_sm80_*.cu): warps per block, row tiles of 16 per warp (each warp
@@ -124,6 +124,11 @@ template <int DH> struct Sm90DkdvTraits : Sm90Traits<sm90_dkdv_tiles(DH)> {
   static constexpr int kStages = LMT_FLASH_SM90_DKDV_STAGES;
 #else
   static constexpr int kStages = 2;  // Q and dO buffers each; three were no faster
+#endif
+#ifdef LMT_FLASH_SM90_DKDV_PINGPONG
+  static constexpr bool kPingPong = LMT_FLASH_SM90_DKDV_PINGPONG;
+#else
+  static constexpr bool kPingPong = true;  // consumers take turns at the tensor cores
 #endif
 };
 template <int DH> struct Sm90DqTraits : Sm90Traits<sm90_dq_tiles(DH)> {

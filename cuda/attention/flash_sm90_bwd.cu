@@ -21,6 +21,8 @@ namespace {
 // tiles - 1 through kStages buffers each), warpgroups 1 .. kGroups consume (tma.cuh): each owns 64
 // of the block's 64 * kGroups keys, and loads its own copy of each query tile's L and D (a value or
 // two a thread, the next tile's while it computes this one's), so that no barrier spans the block.
+// If kPingPong, the consumers take turns to issue their matmuls, two turns a tile (S^T and dP^T,
+// then dV and dK), so that one's elementwise work runs under another's matmuls.
 template <int DH> struct TmaDkdv {
   using T = Sm90DkdvTraits<DH>;
   static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = T::kStages;
@@ -29,7 +31,8 @@ template <int DH> struct TmaDkdv {
   // The rings, then each consumer's L and D, two tiles of each.
   struct Smem : SmemRings<KRing, KRing, QRing, QRing> {
     static constexpr size_t kStatsFloats = size_t(kGroups) * 2 * 2 * BR;
-    static constexpr size_t kBytes = SmemRings<KRing, KRing, QRing, QRing>::kBytes + 4 * kStatsFloats;
+    static constexpr size_t kBytes =
+        SmemRings<KRing, KRing, QRing, QRing>::kBytes + kStatsFloats * sizeof(float);
   };
 };
 
@@ -43,8 +46,10 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
   using F = TmaDkdv<DH>;
   constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
   typename F::Smem smem;
-  const auto K = smem.template next<typename F::KRing>(), V = smem.template next<typename F::KRing>();
-  const auto Q = smem.template next<typename F::QRing>(), dO = smem.template next<typename F::QRing>();
+  const auto K = smem.template next<typename F::KRing>();
+  const auto V = smem.template next<typename F::KRing>();
+  const auto Q = smem.template next<typename F::QRing>();
+  const auto dO = smem.template next<typename F::QRing>();
   float* stats = smem.template rest<float>();
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
   const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
@@ -68,23 +73,21 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     float* sL = stats + group * 4 * BR;  // L of tiles in buffers 0, 1, then D of them
     float* sD = sL + 2 * BR;
     const int barrier = kFirstGroupBarrier + group;
-    // This thread's share of tile i's L and D (load_stats' values), kept in registers until
-    // stored for the next tile.
+    // This thread's rows of tile i's L and D (query_stats), kept in registers until stored for
+    // the next tile, so that their loads run under this tile's matmuls.
     constexpr int kMine = (BR + 127) / 128;
     float L[kMine], D[kMine];
     auto fetch = [&](int64_t i) {
 #pragma unroll
-      for (int k = 0; k < kMine; ++k) {
-        const int64_t t = i * BR + me + 128 * k;
-        const bool in = me + 128 * k < BR && t < p.T;
-        L[k] = in ? p.lse[bh * p.T + t] * kLog2e : INFINITY;
-        D[k] = in ? p.D[bh * p.T + t] : 0.0f;
-      }
+      for (int k = 0; k < kMine; ++k)
+        if (me + 128 * k < BR) query_stats(p, bh, i * BR + me + 128 * k, L[k], D[k]);
     };
     auto put = [&](int buf) {
 #pragma unroll
-      for (int k = 0; k < kMine; ++k)
-        if (me + 128 * k < BR) sL[buf * BR + me + 128 * k] = L[k], sD[buf * BR + me + 128 * k] = D[k];
+      for (int k = 0; k < kMine; ++k) {
+        const int row = me + 128 * k;
+        if (row < BR) sL[buf * BR + row] = L[k], sD[buf * BR + row] = D[k];
+      }
       bar_sync(barrier, 128);
     };
     fetch(first);
@@ -96,6 +99,8 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     float dk[1][DH / 8][4], dv[1][DH / 8][4];
     zero(dk);
     zero(dv);
+    const Turns<G, Sm90DkdvTraits<DH>::kPingPong && (G > 1)> turns{group};
+    turns.begin();
     // Query tiles at the diagonal are masked, the later ones not (as flash_sm80_bwd.cu).
     const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
     auto step = [&](int64_t i, auto mask) {
@@ -106,8 +111,14 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
       dO.wait(n);
       const bf16 *q_t = Q.tile(n), *g_t = dO.tile(n);
       const int64_t q0 = i * BR;
-      // A warpgroup whose keys all lie after this tile's last query gets nothing from it.
-      if (!p.causal || group_k0 <= q0 + BR - 1) {
+      if (n > 0) turns.take();  // the first turn is begin()'s
+      // A warpgroup whose keys all lie after this tile's last query gets nothing from it (and
+      // takes its turns empty).
+      if (p.causal && group_k0 > q0 + BR - 1) {
+        turns.pass();
+        turns.take();
+        turns.pass();
+      } else {
         // P^T is taken beside the tensor cores' dP^T; dS^T and both operands are ready before
         // dV and dK's matmuls, so that S^T and dP^T in fp32 are dead by then (the registers
         // of a consumer hold them, or the two accumulators and both operands, not all at once).
@@ -118,6 +129,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
         wgmma_commit();
         wgmma_abt<BR, DH, BC>(ds[0], sV, 64 * group, g_t);
         wgmma_commit();
+        turns.pass();
         wgmma_wait<1>();
         fence_regs(s[0]);
         if constexpr (decltype(mask)::value)
@@ -128,10 +140,12 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
         dscores<1, BR>(ds, s, by_col(sD + buf * BR, lane));
         to_a<BR>(pa, s[0]);
         to_a<BR>(dsa, ds[0]);
+        turns.take();
         wgmma_fence();
         wgmma_pb<DH, BR>(dv[0], pa, g_t);   // dV += P^T dO
         wgmma_pb<DH, BR>(dk[0], dsa, q_t);  // dK += dS^T Q (scaled at the end)
         wgmma_commit();
+        turns.pass();
         wgmma_wait<0>();
         fence_regs(dv[0]);
         fence_regs(dk[0]);
@@ -145,6 +159,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     int64_t i = first;
     for (; i < masked_end; ++i) step(i, std::true_type{});
     for (; i < tiles; ++i) step(i, std::false_type{});
+    turns.end();
     store_dkdv<1, DH>(p, b, h, key, dk, dv, lane);
   };
   specialize<G>(produce, consume);

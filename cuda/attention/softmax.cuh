@@ -108,16 +108,18 @@ __device__ __forceinline__ void row_stats(float (&L)[MT][2], float (&D)[MT][2], 
     }
 }
 
-// One tile of L (times log2 e, so that P = exp2(S * scale_log2 - L)) and D for queries
-// q0 .. q0 + rows - 1; queries at or past T get L = +inf, hence P = 0.
+// Query t's L (times log2 e, so that P = exp2(S * scale_log2 - L)) and D, as the dK/dV kernels
+// stage them; a query at or past T gets L = +inf, hence P = 0.
+__device__ __forceinline__ void query_stats(const Params& p, int64_t bh, int64_t t, float& L,
+                                            float& D) {
+  L = t < p.T ? p.lse[bh * p.T + t] * kLog2e : INFINITY;
+  D = t < p.T ? p.D[bh * p.T + t] : 0.0f;
+}
+// One tile of them, for queries q0 .. q0 + rows - 1.
 template <int ROWS>
 __device__ __forceinline__ void load_stats(float* sL, float* sD, const Params& p, int64_t bh,
                                            int64_t q0) {
-  for (int i = threadIdx.x; i < ROWS; i += blockDim.x) {
-    const int64_t t = q0 + i;
-    sL[i] = t < p.T ? p.lse[bh * p.T + t] * kLog2e : INFINITY;
-    sD[i] = t < p.T ? p.D[bh * p.T + t] : 0.0f;
-  }
+  for (int i = threadIdx.x; i < ROWS; i += blockDim.x) query_stats(p, bh, q0 + i, sL[i], sD[i]);
 }
 
 // The dK/dV kernels' streaming of query tiles: Q, dO (next_tile_pair) and their L and D, tile i
