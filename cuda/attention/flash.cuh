@@ -104,6 +104,24 @@ constexpr Sm90Tiles sm90_dq_tiles([[maybe_unused]] int dh) {
                    : Sm90Tiles{2, 128};  // fastest of four, 9% ahead of (3, 64)
 #endif
 }
+// Short sequences (T up to sm90_short_t) run a persistent forward (tma.cuh's Work): blocks of a
+// few key tiles each, whose start and end would leave the tensor cores idle, follow one another
+// in a block per SM, with their own tile entry and one buffer more for Q (the next block's).
+constexpr int64_t sm90_short_t([[maybe_unused]] int dh) {
+#ifdef LMT_FLASH_SM90_SHORT_T  // a tuning build
+  return LMT_FLASH_SM90_SHORT_T;
+#else
+  return dh >= 128 ? 0      // 2% slower at T 2048, 10% at 4096
+                   : 4096;  // 10-17% faster up to T 2048, 2% at 4096, no faster at 8192
+#endif
+}
+constexpr Sm90Tiles sm90_fwd_short_tiles([[maybe_unused]] int dh) {
+#ifdef LMT_FLASH_SM90_FWD_SHORT_GROUPS  // a tuning build
+  return {LMT_FLASH_SM90_FWD_SHORT_GROUPS, LMT_FLASH_SM90_FWD_SHORT_TILE};
+#else
+  return {2, 128};  // three consumers spill registers once persistent, and took 25% longer
+#endif
+}
 template <Sm90Tiles Tiles> struct Sm90Traits {
   static constexpr int kGroups = Tiles.groups, kTile = Tiles.tile;
 };
@@ -190,6 +208,12 @@ __device__ __forceinline__ E* head(void* base, int64_t b, int64_t h, int64_t dh,
 // longest (the last query tiles) start first.
 __device__ __forceinline__ int64_t query_tile(const Params& p) {
   return p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+}
+
+// A persistent kernel's (tma.cuh's Work) query tile of rank k among a head's `tiles`: causal,
+// the longest (the last) first.
+__device__ __forceinline__ int64_t query_tile(const Params& p, int64_t tiles, int64_t k) {
+  return p.causal ? tiles - 1 - k : k;
 }
 
 // Key tiles of `tile` rows that queries q0 .. q0 + rows - 1 see.

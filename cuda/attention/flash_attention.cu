@@ -51,6 +51,13 @@ bool attn::sm90(int64_t dh) {
   return hopper && attn::Sm90HeadDims::has(dh);
 }
 
+int attn::sm_count() {
+  int dev = 0, n = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
 void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
                float* lse, cudaStream_t stream) {
   attn::Params p = params(s);

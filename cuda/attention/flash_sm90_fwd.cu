@@ -5,7 +5,8 @@
 // each warp a 16-row one: Q and the K tile are read by the tensor cores straight from shared
 // memory, P from registers, V from shared memory as stored (MN-major).
 //
-// Block: kGroups consumer warpgroups, 64 * kGroups queries of one (batch, head); K and V stream
+// Item: 64 * kGroups queries of one (batch, head), computed by kGroups consumer warpgroups; a block
+// takes one item, or at short T several in turn (persistent: tma.cuh's Work). K and V stream
 // through shared memory in tiles of kTile keys (swizzled tiles, wgmma.cuh). Each warpgroup is
 // software-pipelined by one tile (key_pipeline): while the tensor cores run P_j V_j, it takes the
 // softmax of S_{j+1}, issued just before it. So key tile j + 1 must be in shared memory with
@@ -71,58 +72,82 @@ __device__ __forceinline__ void fwd_rows(const Params& p, int64_t b, int64_t h, 
   store_fwd<1, DH>(p, b, h, row, o, m, l, lane);
 }
 
-// Warpgroup 0 produces (TMA: Q once, then K_t and V_t in order), warpgroups 1 ..
-// kGroups consume (tma.cuh).
-template <int DH> struct TmaFwd {
-  using T = Sm90FwdTraits<DH>;
-  static constexpr int kGroups = T::kGroups, BR = 64 * kGroups, BC = T::kTile;
-  using QRing = Ring<1, BR, DH>;
-  using KVRing = Ring<T::kStages, BC, DH>;
+// Warpgroup 0 produces (TMA: each item's Q, then its K_t and V_t in order), warpgroups 1 ..
+// kGroups consume (tma.cuh). Short: a persistent block (sm90_short_t), its own tiles, and two Q
+// buffers, so that the next item's Q arrives under this one's last tiles.
+template <int DH, bool Short> struct TmaFwd {
+  static constexpr Sm90Tiles kTiles = Short ? sm90_fwd_short_tiles(DH) : sm90_fwd_tiles(DH);
+  static constexpr int kGroups = kTiles.groups, BR = 64 * kGroups, BC = kTiles.tile;
+  using QRing = Ring<Short ? 2 : 1, BR, DH>;
+  using KVRing = Ring<Sm90FwdTraits<DH>::kStages, BC, DH>;
   using Smem = SmemRings<QRing, KVRing, KVRing>;
 };
 
-template <int DH>
-__global__ void __launch_bounds__(128 * (TmaFwd<DH>::kGroups + 1), 1)
-    fwd_tma_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
+template <int DH, bool Short>
+__global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
+    fwd_tma_kernel(const Params p, const Work work, const __grid_constant__ CUtensorMap q_map,
                    const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
 #ifdef LMT_SM90_DEVICE_CODE
-  using F = TmaFwd<DH>;
+  using F = TmaFwd<DH, Short>;
   constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
   typename F::Smem smem;
   const auto Q = smem.template next<typename F::QRing>();
   const auto K = smem.template next<typename F::KVRing>(), V = smem.template next<typename F::KVRing>();
-  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
-  const int64_t tiles = key_tiles(p, q0, BR, BC);
   if (threadIdx.x == 0) {
-    Q.init(1), K.init(4 * G), V.init(4 * G);
+    Q.init(4 * G), K.init(4 * G), V.init(4 * G);
     mbar_init_fence();
   }
   __syncthreads();
+  // An item: the query tile at q0 of head bh, and the key tiles it sees. Q numbers the block's
+  // items (n), K and V the key tiles of all of them (kv: the item's first).
+  struct Item {
+    int b, h, q0, tiles;
+  };
+  auto item = [&](int bh, int k) {
+    const int q0 = int(query_tile(p, work.tiles, k)) * BR;
+    return Item{bh / int(p.H), bh % int(p.H), q0, int(key_tiles(p, q0, BR, BC))};
+  };
 
   auto produce = [&] {
-    Q.fill(0, q_map, q0, b, h);
-    for (int64_t t = 0; t < tiles; ++t) K.fill(t, k_map, t * BC, b, h), V.fill(t, v_map, t * BC, b, h);
+    int n = 0, kv = 0;
+    for_each_item<Short>(work, [&](int bh, int k) {
+      const Item it = item(bh, k);
+      Q.fill(n++, q_map, it.q0, it.b, it.h);
+      for (int t = 0; t < it.tiles; ++t)
+        K.fill(kv + t, k_map, t * BC, it.b, it.h), V.fill(kv + t, v_map, t * BC, it.b, it.h);
+      kv += it.tiles;
+    });
   };
   auto consume = [&](int me) {
     const Turns<G, Sm90FwdTraits<DH>::kPingPong && (G > 1)> turns{me};
     const bool signal = threadIdx.x % 32 == 0;  // one arrival per warp frees a buffer
-    const int64_t mine = key_tiles(p, q0 + 64 * me, 64, BC);
-    Q.wait(0);
-    K.wait(0);
-    turns.begin();
-    auto advance = [&](int64_t j) {  // K_{j+1} and V_j
-      turns.advance(j, mine, [&] {
-        if (j + 1 < mine) K.wait(j + 1);
-        V.wait(j);
-      });
-    };
-    auto release = [&](int64_t j, auto has_next) {
-      turns.released(j);
-      if constexpr (decltype(has_next)::value) K.release(j + 1, signal);
-      if (j >= 0) V.release(j, signal);
-    };
-    fwd_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), K, V, advance, [&] { turns.pass(); },
-                          release);
+    int n = 0, kv = 0;
+    for_each_item<Short>(work, [&](int bh, int k) {
+      const Item it = item(bh, k);
+      const auto Kt = K.at(kv), Vt = V.at(kv);
+      const int64_t mine = key_tiles(p, it.q0 + 64 * me, 64, BC);
+      Q.wait(n);
+      Kt.wait(0);
+      if (n == 0) turns.begin();
+      else turns.take();
+      auto advance = [&](int64_t j) {  // K_{j+1} and V_j; past mine, tile j unread (the
+        // buffer is reused only by a persistent block's later items)
+        if (Short && j >= mine) Kt.wait(j), Vt.wait(j), Kt.release(j, signal), Vt.release(j, signal);
+        turns.advance(j, mine, [&] {
+          if (j + 1 < mine) Kt.wait(j + 1);
+          Vt.wait(j);
+        });
+      };
+      auto release = [&](int64_t j, auto has_next) {
+        turns.released(j);
+        if constexpr (decltype(has_next)::value) Kt.release(j + 1, signal);
+        if (j >= 0) Vt.release(j, signal);
+      };
+      fwd_rows<DH, BR, BC>(p, it.b, it.h, it.q0, me, Q.tile(n), Kt, Vt, advance,
+                            [&] { turns.pass(); }, release);
+      Q.release(n++, signal);
+      kv += it.tiles;
+    });
     turns.end();
   };
   specialize<G>(produce, consume);
@@ -131,17 +156,22 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH>::kGroups + 1), 1)
 #endif
 }
 
-template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
-  using F = TmaFwd<DH>;
-  launch_specialized<fwd_tma_kernel<DH>, F>(p, B, F::BR, stream, qkv_map(p, B, DH, p.q, F::BR),
-                                            qkv_map(p, B, DH, p.k, F::BC),
-                                            qkv_map(p, B, DH, p.v, F::BC));
+template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+  using F = TmaFwd<DH, Short>;
+  launch_items<fwd_tma_kernel<DH, Short>, F, Short>(
+      p, Work{int(B * p.H), int(ceil_div(p.T, F::BR))}, stream, qkv_map(p, B, DH, p.q, F::BR),
+      qkv_map(p, B, DH, p.k, F::BC), qkv_map(p, B, DH, p.v, F::BC));
 }
 
 }  // namespace
 
 void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  Sm90HeadDims::dispatch(dh, [&](auto d) { launch<decltype(d)::value>(p, B, s); });
+  Sm90HeadDims::dispatch(dh, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    if constexpr (sm90_short_t(D) > 0)
+      if (p.T <= sm90_short_t(D)) return launch<D, true>(p, B, s);
+    launch<D, false>(p, B, s);
+  });
 }
 
 }  // namespace lmt::cuda::attn

@@ -76,19 +76,25 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
 
 // STAGES buffers of ROWS x DH bf16 (tile t in buffer t % STAGES), each with its full and free
 // mbarriers (barriers: 2 STAGES of them). The producer thread fills, consumers wait and release.
+// A persistent block numbers the tiles of all its items in one sequence (the barriers' phases
+// follow it); at(n) is the ring seen from the sequence's tile n on, so that an item numbers its
+// own tiles from 0.
 template <int STAGES, int ROWS, int DH> struct Ring {
   static constexpr int kElems = ROWS * DH;
   static constexpr size_t kTileBytes = size_t(STAGES) * kElems * sizeof(bf16), kBarriers = 2 * STAGES;
   bf16* tiles;
   uint64_t* bars;  // full[STAGES], free[STAGES]
+  int base = 0;
 
-  __device__ const bf16* tile(int64_t t) const { return tiles + (t % STAGES) * kElems; }
+  __device__ Ring at(int n) const { return {tiles, bars, base + n}; }
+  __device__ const bf16* tile(int64_t t) const { return tiles + ((base + t) % STAGES) * kElems; }
   __device__ void init(uint32_t consumer_warps) const {
     for (int i = 0; i < STAGES; ++i) mbar_init(bars + i, 1), mbar_init(bars + STAGES + i, consumer_warps);
   }
   // Tile t: rows row0 .. row0 + ROWS - 1 of (batch b, head h), once the buffer's previous tile has
   // been released.
   __device__ void fill(int64_t t, const CUtensorMap& map, int64_t row0, int64_t b, int64_t h) const {
+    t += base;
     const int i = int(t % STAGES);
     const uint32_t reuse = uint32_t(t / STAGES);
     if (reuse > 0) mbar_wait(bars + STAGES + i, (reuse - 1) & 1);
@@ -98,10 +104,15 @@ template <int STAGES, int ROWS, int DH> struct Ring {
       tma_load_4d(tiles + i * kElems + c * ROWS * 64, &map, 64 * c, int(row0), int(h), int(b),
                   bars + i);
   }
-  __device__ void wait(int64_t t) const { mbar_wait(bars + t % STAGES, uint32_t(t / STAGES) & 1); }
-  // One arrival per consumer warp (`signal`: its lane 0).
+  __device__ void wait(int64_t t) const {
+    t += base;
+    mbar_wait(bars + t % STAGES, uint32_t(t / STAGES) & 1);
+  }
+  // One arrival per consumer warp (`signal`: its lane 0). Every consumer warp releases every tile,
+  // those it does not read too (after waiting for them: an arrival before the fill would count
+  // toward the buffer's previous release).
   __device__ void release(int64_t t, bool signal) const {
-    mbar_arrive_if(bars + STAGES + t % STAGES, signal);
+    mbar_arrive_if(bars + STAGES + (base + t) % STAGES, signal);
   }
 };
 
@@ -122,8 +133,10 @@ template <typename... Rs> struct SmemRings {
 
 // Ping-pong among GROUPS consumers (ON): they take turns to issue their matmuls, in a ring. Named
 // barrier kFirstTurnBarrier + c is consumer c's turn (its 128 threads wait, the previous
-// consumer's 128 arrive). Every consumer takes the same number of turns; begin() makes the first
-// consumer 0's, end() takes the last consumer's last pass.
+// consumer's 128 arrive), so a consumer passes only after taking: a second arrival before the
+// next consumer's wait would complete the barrier without it. Every consumer takes the same
+// number of turns; begin() (once a block) makes the first consumer 0's, end() (once a block)
+// takes the last consumer's last pass. A persistent block's later items start with a take().
 template <int GROUPS, bool ON> struct Turns {
   static_assert(GROUPS <= kMaxConsumers, "a turn barrier per consumer");
   static constexpr int kThreads = 2 * 128;  // the waiting consumer's and the passing one's
@@ -193,6 +206,36 @@ inline CUtensorMap o_map(const Params& p, int64_t B, int64_t dh, const void* x, 
 template <auto Kernel, typename F, typename... Maps>
 void launch_specialized(const Params& p, int64_t B, int rows, cudaStream_t s, const Maps&... maps) {
   launch_tiles<Kernel>(p, B, rows, 128 * (F::kGroups + 1), F::Smem::kBytes, s, maps...);
+}
+
+// A kernel's work by items: `tiles` row tiles of each of `heads` (B * H) heads. Persistent, a
+// block per SM takes items x, x + gridDim.x, ... of the order in which the item of rank k (the
+// k-th longest of its head when causal masking makes them differ; the kernel decides which tile
+// that is) comes for every head before any of rank k + 1: longest first keeps the blocks' totals
+// even, and a block's next item's copies run under its current one's last tiles. Else a block an
+// item, a head's items consecutive (they share its tiles in L2), as launch_tiles orders them.
+struct Work {
+  int heads, tiles;
+};
+// f(bh, k) for this block's items in order.
+template <bool Persistent, typename F>
+__device__ __forceinline__ void for_each_item(const Work& w, F&& f) {
+  if constexpr (Persistent) {
+    for (int i = blockIdx.x; i < w.heads * w.tiles; i += gridDim.x) f(i % w.heads, i / w.heads);
+  } else {
+    f(int(blockIdx.x) / w.tiles, int(blockIdx.x) % w.tiles);
+  }
+}
+// Host: launches Kernel(p, work, maps...) as launch_specialized does, on work's items: persistent,
+// a block per SM (one fits), fewer if there are fewer items; else a block per item.
+int sm_count();
+template <auto Kernel, typename F, bool Persistent, typename... Maps>
+void launch_items(const Params& p, const Work& work, cudaStream_t s, const Maps&... maps) {
+  allow_smem<Kernel>(F::Smem::kBytes);
+  const int64_t items = int64_t(work.heads) * work.tiles;
+  const int64_t blocks = Persistent ? min64(items, sm_count()) : items;
+  Kernel<<<unsigned(blocks), 128 * (F::kGroups + 1), F::Smem::kBytes, s>>>(p, work, maps...);
+  CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace lmt::cuda::attn

@@ -245,3 +245,11 @@ TEST_CASE("flash attention matches the naive GPU path through the backend" *
   }
 }
 #endif
+
+// More row tiles than a GPU has SMs: on Hopper each persistent block takes several (tma.cuh's
+// Work), its buffers' barriers and its consumers' turns running on from one to the next.
+TEST_CASE("flash attention: 150 heads, more tiles than SMs, match fp64" *
+          doctest::skip(gpu_count() == 0)) {
+  for (int64_t dh : {64, 128})
+    for (bool causal : {true, false}) check_problem(1, 301, 150, dh, causal, true);
+}
