@@ -24,13 +24,19 @@ def masters(r):
     return r.get("optim.master_weights") or "true"
 
 
-def table_rows(data):
-    """One row of HEADER's cells per (state dtype, masters, batch, grad_accum), newest each."""
+def newest(data):
+    """{(state dtype, masters, batch, grad_accum): the newest row of it}."""
     latest = {}
     for r in data:
         key = (r.get("optim.state_dtype", "fp32"), masters(r), int(r["train.batch_size"]),
                int(r["train.grad_accum"]))
         latest[key] = r
+    return latest
+
+
+def table_rows(data):
+    """One row of HEADER's cells per (state dtype, masters, batch, grad_accum), newest each."""
+    latest = newest(data)
     out = []
     order = lambda kv: (kv[0][0] != "fp32", kv[0][0], kv[0][1] != "true", kv[0][2] * kv[0][3],
                         kv[0][2])

@@ -59,16 +59,21 @@ def curves(log_text):
     return steps, train, (val if has_val else None)
 
 
-def csv_columns(csv_path, choice):
-    """ms_per_step and optimizer_bytes_rank0 of the choice's last row in lmtrain's CSV (its
-    [optim] keys equal to the choice's), or None where the CSV has no such row."""
+def csv_rows(csv_path):
     import csv
-    want = dict(("optim." + k, v) for k, _, v in (p.partition("=") for p in choice.split(",")))
     if not os.path.exists(csv_path):
-        return None
+        return []
     with open(csv_path, newline="") as f:
-        rows = [r for r in csv.DictReader(f) if all(r.get(k) == v for k, v in want.items())]
-    return (rows[-1]["ms_per_step"], rows[-1]["optimizer_bytes_rank0"]) if rows else None
+        return list(csv.DictReader(f))
+
+
+def csv_columns(row, choice):
+    """ms_per_step and optimizer_bytes_rank0 of the choice's row in lmtrain's CSV, or None where
+    there is no row or its [optim] keys are not the choice's."""
+    want = dict(("optim." + k, v) for k, _, v in (p.partition("=") for p in choice.split(",")))
+    if row is None or not all(row.get(k) == v for k, v in want.items()):
+        return None
+    return row["ms_per_step"], row["optimizer_bytes_rank0"]
 
 
 def main():
@@ -111,13 +116,21 @@ def main():
     common += [x for s in a.set for x in ("--set", s)]
     launcher = shlex.split(a.mpirun) + ["-np", str(a.np)] if a.np > 1 else []
 
-    runs, device = {}, ""
+    # Each choice's CSV row: the one its run appends; with --plot-only, the CSV's last rows, one
+    # per choice in order (a choice's keys alone do not tell its row from a later choice's that
+    # adds keys to it).
+    runs, device, rows = {}, "", {}
+    if a.plot_only:
+        last = csv_rows(csv_path)[-len(choices):]
+        rows = dict(zip(choices, last)) if len(last) == len(choices) else {}
     for choice in choices:
         log = os.path.join(a.out, f"optimizer_state_{choice.replace(',', '_').replace('=', '-')}.log")
         if not a.plot_only:
             cmd = launcher + [a.lmtrain] + common + choice_args(choice) + ["--csv", csv_path]
             print("+", shlex.join(cmd), flush=True)
+            before = len(csv_rows(csv_path))
             r = subprocess.run(cmd, capture_output=True, text=True)
+            rows[choice] = (csv_rows(csv_path)[before:] or [None])[0]
             with open(log, "w") as f:
                 f.write(r.stdout + r.stderr)
             if r.returncode != 0:
@@ -166,15 +179,18 @@ def main():
     md = os.path.join(a.out, "optimizer_state.md")
     with open(md, "w") as f:
         f.write("# Optimizer state precision: loss per choice\n\n")
-        f.write(f"Command: `{shlex.join(['scripts/optimizer_state.py'] + sys.argv[1:])}`  \n")
-        f.write(f"{device}; {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}  \n")
+        # The runs' command, also when --plot-only redraws them from their logs.
+        argv = [x for x in sys.argv[1:] if x != "--plot-only"]
+        now = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+        f.write(f"Command: `{shlex.join(['scripts/optimizer_state.py'] + argv)}`  \n")
+        f.write(f"{device}; {'redrawn from the logs ' if a.plot_only else ''}{now}  \n")
         f.write(f"Curves: {what}; plot: {os.path.basename(png)}\n\n")
         f.write(f"| choice | last step | last {'validation' if use_val else 'training'} loss |"
                 f" difference from {base_choice} | ms per step | optimizer bytes (rank 0) |\n"
                 "|---|---|---|---|---|---|\n")
         for choice, (steps, train, val) in runs.items():
             y = [v for v in (val if use_val else train) if v is not None][-1]
-            ms, opt_bytes = csv_columns(csv_path, choice) or ("", "")
+            ms, opt_bytes = csv_columns(rows.get(choice), choice) or ("", "")
             f.write(f"| {choice} | {steps[-1]} | {y:.4f} | {y - base_last:+.4f} | {ms} | {opt_bytes} |\n")
     print(open(md).read())
     print(f"written: {png}, {md}")

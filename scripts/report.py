@@ -1077,17 +1077,14 @@ def b_batch_xl(data):
 
 
 def batch_row(data, state, batch, accum, masters="true"):
-    rows = [r for r in data.csv("batch_xl.csv") if r["optim.state_dtype"] == state
-            and batch_table.masters(r) == masters
-            and int(r["train.batch_size"]) == batch and int(r["train.grad_accum"]) == accum]
-    if not rows:
+    row = batch_table.newest(data.csv("batch_xl.csv")).get((state, masters, batch, accum))
+    if row is None:
         raise Missing(f"batch_xl.csv: no row of state {state}, masters {masters}, {batch} x {accum}")
-    return rows[-1]
+    return row
 
 
 def b_batch_best(data):
-    rows = data.csv("batch_xl.csv")
-    best = max(rows, key=lambda r: float(r["mfu"]))
+    best = max(batch_table.newest(data.csv("batch_xl.csv")).values(), key=lambda r: float(r["mfu"]))
     held = "" if batch_table.masters(best) == "true" else " and no fp32 master weights"
     return (f"{100 * float(best['mfu']):.1f}% at {best['train.batch_size']} x "
             f"{best['train.grad_accum']} with {best['optim.state_dtype']} moments{held} "
@@ -1116,14 +1113,16 @@ def b_no_masters(data):
 
 def b_optimizer_state(data):
     rows = data.csv("optimizer_state.csv")
-    latest = {r["optim.state_dtype"]: r for r in rows}
-    base = float(latest["fp32"]["val_loss"])
-    out = [[k, r["steps_run"], f"{float(r['val_loss']):.4f}", f"{float(r['val_loss']) - base:+.4f}",
-            f"{float(r['loss_floor']):.4f}", f"{float(r['ms_per_step']):.2f}",
-            f"{int(r['optimizer_bytes_rank0']) / 2**20:.0f}"] for k, r in sorted(latest.items(), key=lambda kv: kv[0] != "fp32")]
+    latest = {(r["optim.state_dtype"], batch_table.masters(r)): r for r in rows}
+    base = float(latest[("fp32", "true")]["val_loss"])
+    order = lambda kv: (kv[0][1] != "true", kv[0][0] != "fp32")
+    out = [[state, "yes" if held == "true" else "no", r["steps_run"], f"{float(r['val_loss']):.4f}",
+            f"{float(r['val_loss']) - base:+.4f}", f"{float(r['loss_floor']):.4f}",
+            f"{float(r['ms_per_step']):.2f}", f"{int(r['optimizer_bytes_rank0']) / 2**20:.0f}"]
+           for (state, held), r in sorted(latest.items(), key=order)]
     device, date, cmd = data.provenance("optimizer_state.csv")
-    return (table(["optim.state_dtype", "steps", "validation loss", "vs fp32", "entropy floor", "ms a step",
-                   "AdamW state MiB"], out)
+    return (table(["optim.state_dtype", "fp32 masters", "steps", "validation loss", "vs fp32, masters",
+                   "entropy floor", "ms a step", "AdamW state MiB"], out)
             + source(device, date, cmd, ["optimizer_state.md", "optimizer_state.csv", "optimizer_state.png"]))
 
 
