@@ -5,17 +5,21 @@ For each candidate of one kernel, a copy of build/ is rebuilt with that kernel's
 replaced (EXTRA_NVCCFLAGS=-DLMT_FLASH_<KERNEL>_..., sm_90a only; only the kernel's own object is
 recompiled; candidates build in parallel) and its attention mode times flash on the grid. The
 mma.sync kernels (fwd, dkdv, dq: run by flash-mma) take (warps per block, row tiles of 16 per
-warp, streamed tile); the Hopper wgmma kernels (sm90_fwd, sm90_dkdv, sm90_dq: run by flash on an
-H100 or H200) take (warpgroups per block, streamed tile), written to the CSV as warps = 4 x
-warpgroups, row_tiles = 1 (the computing warpgroups: the forward and dQ kernels have one more,
-the TMA producer). Rows go to results/flash_tuning.csv; the best candidate per
-kernel and head dim is printed (forward time for the forward kernels, backward time for the
-others: the backward runs both of its kernels, the other one fixed at its table entry). The
-tables themselves live in cuda/attention/flash.cuh, the timings behind them in
-results/flash_tuning.md.
+warp, streamed tile); the Hopper wgmma kernels (sm90_fwd, sm90_fwd_short, sm90_dkdv, sm90_dq: run
+by flash on an H100 or H200) take (warpgroups per block, streamed tile), written to the CSV as
+warps = 4 x warpgroups, row_tiles = 1 (the computing warpgroups: each has one more, the TMA
+producer). sm90_fwd_short is the persistent forward's entry, which runs at T up to
+sm90_short_t (flash.cuh) and only there, sm90_fwd the forward's entry past it: time each at its
+lengths, the short one with enough heads to fill the GPU (--batch, --heads). Rows go to
+results/flash_tuning.csv; the best candidate per kernel and head dim is printed (forward time
+for the forward kernels, backward time for the others: the backward runs both of its kernels,
+the other one fixed at its table entry). The tables themselves live in
+cuda/attention/flash.cuh, the timings behind them in results/flash_tuning.md.
 
     make -j all && dev/tune_flash.py [--kernels sm90_dkdv sm90_dq] [--head-dims 64 128]
-        [--seq-lens 8192 16384] [--jobs 8] [--test] [--timeout 120]
+        [--seq-lens 8192 16384] [--batch 1] [--heads 16] [--jobs 8] [--test] [--timeout 120]
+    dev/tune_flash.py --kernels sm90_fwd_short --head-dims 64 --seq-lens 512 1024 \
+        --batch 16 --heads 12
 """
 import argparse
 import csv
@@ -31,12 +35,14 @@ CANDIDATES = {
     "dkdv": [(4, 2, 32), (4, 1, 32), (4, 1, 64), (8, 1, 32)],
     "dq": [(4, 2, 64), (4, 1, 64), (4, 2, 32), (8, 1, 64)],
     "sm90_fwd": [(2, 128), (2, 64), (3, 64), (3, 128)],
+    "sm90_fwd_short": [(2, 128), (2, 64), (3, 64), (3, 128)],
     "sm90_dkdv": [(2, 64), (1, 64), (2, 128), (3, 64)],
     "sm90_dq": [(2, 64), (1, 64), (3, 64)],
 }
 # The object each kernel's table entry is compiled into, and the impl that runs it.
 SOURCE = {"fwd": "flash_sm80_fwd", "dkdv": "flash_sm80_bwd", "dq": "flash_sm80_bwd",
-          "sm90_fwd": "flash_sm90_fwd", "sm90_dkdv": "flash_sm90_bwd", "sm90_dq": "flash_sm90_bwd"}
+          "sm90_fwd": "flash_sm90_fwd", "sm90_fwd_short": "flash_sm90_fwd",
+          "sm90_dkdv": "flash_sm90_bwd", "sm90_dq": "flash_sm90_bwd"}
 
 
 def flags(kernel, cand):
@@ -51,8 +57,8 @@ def flags(kernel, cand):
 def shape(kernel, cand):
     """(warps, row_tiles, tile) for the CSV."""
     return (4 * cand[0], 1, cand[1]) if kernel.startswith("sm90_") else cand
-COLUMNS = ["date_utc", "device_name", "kernel", "warps", "row_tiles", "tile", "head_dim", "seq_len",
-           "fwd_ms", "bwd_ms", "status"]
+COLUMNS = ["date_utc", "device_name", "kernel", "warps", "row_tiles", "tile", "batch", "heads",
+           "head_dim", "seq_len", "fwd_ms", "bwd_ms", "status"]
 
 
 def build(kernel, cand, env):
@@ -81,6 +87,8 @@ def main():
     ap.add_argument("--kernels", nargs="+", default=["fwd", "dkdv", "dq"], choices=list(CANDIDATES))
     ap.add_argument("--head-dims", nargs="+", type=int, default=[64, 128])
     ap.add_argument("--seq-lens", nargs="+", type=int, default=[8192, 16384])
+    ap.add_argument("--batch", type=int, default=1, help="attention.batch")
+    ap.add_argument("--heads", type=int, default=16, help="attention.heads")
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--test", action="store_true",
                     help="also run each candidate's FlashAttention tests (status 'wrong' if they fail)")
@@ -99,7 +107,8 @@ def main():
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     for (kernel, cand), (out, rc, log) in zip(todo, built):
         w, m, t = shape(kernel, cand)
-        base = {"date_utc": date, "kernel": kernel, "warps": w, "row_tiles": m, "tile": t}
+        base = {"date_utc": date, "kernel": kernel, "warps": w, "row_tiles": m, "tile": t,
+                "batch": args.batch, "heads": args.heads}
         if rc != 0:
             print(f"{kernel} {cand}: build failed\n{log}", file=sys.stderr)
             rows.append({**base, "status": "build failed"})
@@ -110,6 +119,7 @@ def main():
         impl = "flash" if kernel.startswith("sm90_") else "flash-mma"
         cmd = [f"{out}/lmtrain", "--set", "run.mode=attention", "--set", f'attention.impls=["{impl}"]',
                "--set", f"attention.seq_lens={args.seq_lens}", "--set", f"attention.head_dims={args.head_dims}",
+               "--set", f"attention.batch={args.batch}", "--set", f"attention.heads={args.heads}",
                "--set", "attention.warmup=3", "--set", "attention.iters=10", "--csv", att]
         r = run(cmd, args.timeout)
         if r is None:
@@ -140,7 +150,7 @@ def main():
         w.writerows({c: r.get(c, "") for c in COLUMNS} for r in rows)
     print(f"{'kernel':9} {'dh':>4} {'warps,tiles,tile':>16} {'sum ms':>8}   (lower is better; * = best)")
     for kernel in args.kernels:
-        col = "fwd_ms" if kernel.endswith("fwd") else "bwd_ms"
+        col = "fwd_ms" if "fwd" in kernel else "bwd_ms"
         for dh in args.head_dims:
             scores = {}
             for r in rows:
