@@ -9,7 +9,7 @@ FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward an
 its allocator-trace reconstruction for bench --mem-timeline gives the right running totals and
 phases (both skipped without torch); scripts/report.py's --check passes on the repository and
 fails on a copy with one data value changed; scripts/ddp_timeline.py sums a synthetic two-rank
-trace's step as it should.
+trace's step as it should; scripts/optimizer_state.py reports each choice's own run.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
@@ -632,6 +632,34 @@ class TorchFlashAttention(unittest.TestCase):
             o = torch_reference.attention_impl("torch-flash", causal)(q.float(), k.float(), v.float())
             self.assertEqual(o.dtype, torch.float32)
             self.assertClose(o.double(), self.reference(q, k, v, causal)[0], 1e-5, f"causal={causal}")
+
+
+class OptimizerState(unittest.TestCase):
+    """scripts/optimizer_state.py on the CPU: each choice's row in its markdown carries the
+    numbers of the CSV row its own run appended (a choice whose keys were a subset of a later
+    choice's once showed that one's)."""
+
+    def test_each_choice_reports_its_own_runs_row(self):
+        out = tempfile.mkdtemp(prefix="lmtrain-optimizer-state-test-")
+        try:
+            choices = ["state_dtype=fp32", "state_dtype=bf16", "master_weights=false"]
+            r = subprocess.run(
+                [PY, os.path.join(REPO, "scripts/optimizer_state.py"), "--lmtrain",
+                 os.path.join(REPO, "build/lmtrain"), "--config", os.path.join(REPO, "configs/train.toml"),
+                 "--set", "run.device=cpu", "--set", "model.precision=bf16", "--set", "model.num_layers=1",
+                 "--steps", "4", "--log-every", "2", "--eval-batches", "1", "--out", out,
+                 "--choices", " ".join(choices)], capture_output=True, text=True, cwd=REPO)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            runs = rows(os.path.join(out, "optimizer_state.csv"))
+            self.assertEqual([x["optim.master_weights"] for x in runs], ["true", "true", "false"])
+            with open(os.path.join(out, "optimizer_state.md")) as f:
+                cells = {c[1]: c for c in ([x.strip() for x in l.split("|")] for l in f)
+                         if len(c) > 6 and c[1] in choices}
+            for choice, run in zip(choices, runs):
+                self.assertEqual(cells[choice][5:7], [run["ms_per_step"], run["optimizer_bytes_rank0"]],
+                                 choice)
+        finally:
+            shutil.rmtree(out)
 
 
 if __name__ == "__main__":
