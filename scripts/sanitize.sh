@@ -6,7 +6,8 @@
 #     (the mma.sync kernels) and naive, causal and not, bf16 and fp32: every attention kernel;
 #   - a few training steps of the tiny model with a 1001-token vocabulary (an odd one, for the
 #     classifier's unaligned rows): embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, AdamW, the
-#     reductions and the matmuls.
+#     reductions and the matmuls; and again with AdamW's leaner state (bf16 moments, with fp32
+#     master weights and without): its four-elements-a-thread kernels.
 # cuBLASLt's own nvjet_* kernels report shared-memory WAR hazards under racecheck that are the
 # library's (its kernels order those accesses by means racecheck does not follow): racecheck
 # checks them, but only hazards reported in kernels other than nvjet_* count, and the line says
@@ -33,10 +34,12 @@ attention_racecheck=("${attention[@]}" --set "attention.seq_lens=[77]"
                     --set 'attention.impls=["flash", "flash-mma"]')
 train=(--config configs/models/tiny.toml --set run.device=cuda --set model.vocab_size=1001
        --set train.steps=3 --set train.log_every=1)
+bf16_moments=("${train[@]}" --set model.precision=bf16 --set optim.state_dtype=bf16)
+no_masters=("${bf16_moments[@]}" --set optim.master_weights=false)
 status=0
 for tool in memcheck racecheck synccheck initcheck; do
   line="" errors=0
-  for run in attention train; do
+  for run in attention train bf16_moments no_masters; do
     declare -n args=$run
     [ "$tool" = racecheck ] && [ "$run" = attention ] && declare -n args=attention_racecheck
     log=$logs/$tool-$run.log
