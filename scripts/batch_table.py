@@ -9,12 +9,13 @@ import sys
 
 from bench_table import rows
 
-HEADER = ["AdamW state", "fp32 masters", "batch x grad_accum", "tokens a step", "device", "date", "step ms",
+HEADER = ["AdamW state", "fp32 masters", "batch x grad_accum", "tokens a step", "graphs", "device", "date", "step ms",
           "AdamW ms", "tokens/s", "MFU", "memory GiB"]
 NOTE = ("By scripts/bench_batch.sh: lmtrain's bench mode, bf16 (fp32 masters: optim.master_weights; "
         "without them the weights only matmuls read are bf16 alone), medians "
         "of the timed full steps (every micro-batch's forward and backward, then AdamW) after "
-        "warm-up, all rows of one state dtype and date in one call on one GPU. MFU: model matmul "
+        "warm-up, all rows of one state dtype and date in one call on one GPU; graphs: forward and "
+        "backward replayed as CUDA graphs (run.graphs). MFU: model matmul "
         "FLOPs (docs/design.md's formula) over the step, of the bench.peak_tflops in the CSV. AdamW "
         "ms: the median of the step's optimizer phase. memory: everything the allocator holds.")
 
@@ -42,7 +43,8 @@ def table_rows(data):
                         kv[0][2])
     for (state, held, b, k), r in sorted(latest.items(), key=order):
         tokens = b * k * int(r["model.context_length"])
-        out.append([state, "yes" if held == "true" else "no", f"{b} x {k}", f"{tokens:,}", r["device_name"], r["date_utc"][:10],
+        out.append([state, "yes" if held == "true" else "no", f"{b} x {k}", f"{tokens:,}",
+                    "yes" if r.get("run.graphs", "0") == "1" else "no", r["device_name"], r["date_utc"][:10],
                     f"{float(r['step_ms_median']):.2f}", f"{float(r['optimizer_ms_median']):.2f}",
                     f"{float(r['tokens_per_s']) / 1e3:.1f}k", f"{100 * float(r['mfu']):.1f}%",
                     f"{float(r['mem_total_bytes']) / 2**30:.2f}"])

@@ -8,7 +8,9 @@
 #   scripts/bench_batch.sh            # xl, bf16, 16 x 512 tokens a step
 # Env: MODEL (xl), SPLITS ("4x1 4x4 8x2 16x1": batch x grad_accum; 4x1 is the one-micro-batch
 #      step the others are measured beside), STATES ("fp32 bf16"), MASTERS ("true"; "true false"
-#      adds the runs without master weights), WARMUP (3), STEPS (10), LMTRAIN (build/lmtrain).
+#      adds the runs without master weights), GRAPHS (1: forward and backward as CUDA graphs, as
+#      a run would take them; 0: launched one by one), WARMUP (3), STEPS (10), LMTRAIN
+#      (build/lmtrain).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${MODEL:-xl} bin=${LMTRAIN:-build/lmtrain}
@@ -18,7 +20,7 @@ for masters in ${MASTERS:-true}; do
   for state in ${STATES:-fp32 bf16}; do
     for split in ${SPLITS:-4x1 4x4 8x2 16x1}; do
       "$bin" --config "configs/models/$model.toml" --set run.mode=bench --set model.precision=bf16 \
-        --set train.batch_size="${split%x*}" --set train.grad_accum="${split#*x}" \
+        --set run.graphs="${GRAPHS:-1}" --set train.batch_size="${split%x*}" --set train.grad_accum="${split#*x}" \
         --set optim.state_dtype="$state" --set optim.master_weights="$masters" \
         --set bench.warmup="${WARMUP:-3}" --set bench.steps="${STEPS:-10}" --set bench.kernels=0 \
         --csv "$csv" | grep -E "^== |^step|^memory" || echo "failed: $model $split $state $masters"
