@@ -8,11 +8,13 @@
 // its D compared bit for bit with the heuristic's first choice's ('=' same, 'D' differs, 'x' it
 // failed to run). After the table, every candidate of every matmul on a line of its own: its time,
 // the heuristic's waves count and its configuration attributes (cuBLASLt's
-// CUBLASLT_ALGO_CONFIG_*), the material for choosing among candidates by a rule that no timing
-// enters (cuda/matmul.cu takes the first).
+// CUBLASLT_ALGO_CONFIG_*); last, for each matmul the fastest candidate that does not split K as a
+// line of cuda/gemm_choices.inc (dev/gemm_choices.py), which cuda/matmul.cu takes over the first.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include "../cuda/gemm_config.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -49,29 +51,10 @@ __global__ void fill(__nv_bfloat16* p, long n, unsigned seed) {
   }
 }
 
-// "id 66 tile 0 stages 0 ..." : the algorithm's configuration attributes, each read at the size
-// cuBLASLt reports for it.
 std::string config_of(const cublasLtMatmulAlgo_t& algo) {
-  const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> attrs[] = {
-      {CUBLASLT_ALGO_CONFIG_ID, "id"},
-      {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
-      {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
-      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
-      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, "reduction"},
-      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
-      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"},
-      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
-      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
-  std::string out;
-  for (auto [attr, name] : attrs) {
-    size_t bytes = 0;
-    unsigned long long v = 0;  // little-endian: a 2- or 4-byte value fills the low bytes
-    CHECK_LT(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &bytes));
-    check(bytes <= sizeof v, "an attribute's size", __LINE__);
-    CHECK_LT(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, bytes, &bytes));
-    out += std::string(out.empty() ? "" : " ") + name + " " + std::to_string(v);
-  }
-  return out;
+  std::string c = lmt::cuda::algo_config(algo);
+  check(!c.empty(), "reading an algorithm's configuration", __LINE__);
+  return c;
 }
 
 cublasLtMatrixLayout_t layout(cudaDataType t, long rows, long cols, long ld) {
@@ -132,6 +115,7 @@ int main(int argc, char** argv) {
               "best us", "TFLOP/s", "per step", "candidates");
   double step_first = 0, step_best = 0;
   std::string listing;  // every candidate, printed after the table
+  std::string choices;  // cuda/gemm_choices.inc's lines, printed last
   for (const Shape& s : shapes) {
     // cuBLASLt is column-major: row-major D = op(A) op(B) is its D^T = op(B)^T op(A)^T.
     cublasLtMatmulDesc_t op;
@@ -158,6 +142,8 @@ int main(int argc, char** argv) {
     std::vector<char> first_d(d_bytes), this_d(d_bytes);
     std::string marks;
     double first_us = 0, best_us = 0;  // 0: the first choice did not run
+    double choice_us = 0;              // the fastest that does not split K, and its configuration
+    std::string choice;
     for (int i = 0; i < found; ++i) {
       auto run = [&] {
         return cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, s.residual ? C : D, ld, D, ld,
@@ -187,11 +173,24 @@ int main(int argc, char** argv) {
       char line[96];
       std::snprintf(line, sizeof line, " #%d %c %.1f us waves %.2f ", i, marks.back(), us[2],
                     cand[i].wavesCount);
-      listing += s.name + std::string(line) + config_of(cand[i].algo) + "\n";
+      const std::string config = config_of(cand[i].algo);
+      listing += s.name + std::string(line) + config + "\n";
       if (i == 0) first_us = best_us = us[2];
       if (first_us > 0) best_us = std::min(best_us, double(us[2]));
+      if (config.find(" splitk 1 ") != std::string::npos && (choice.empty() || us[2] < choice_us))
+        choice = config, choice_us = us[2];
     }
     step_first += first_us * double(s.per_step), step_best += best_us * double(s.per_step);
+    if (!choice.empty() && first_us > 0) {
+      char line[160];
+      std::snprintf(line, sizeof line, "{\"%s\", %s, %s, %ld, %ld, %ld, %s, \"", prop.name,
+                    s.transA ? "true" : "false", s.transB ? "true" : "false", s.M, s.N, s.K,
+                    s.d_bf16 ? "true" : "false");
+      char note[96];
+      std::snprintf(note, sizeof note, "\"},  // %s: %.1f us, first %.1f\n", s.name, choice_us,
+                    first_us);
+      choices += line + choice + note;
+    }
     std::printf("%-12s %6ld %6ld %6ld %9.1f %9.1f %7.0f %9ld  %s\n", s.name, s.M, s.N, s.K,
                 first_us, best_us, 2.0 * double(s.M) * double(s.N) * double(s.K) / best_us / 1e6,
                 s.per_step, marks.c_str());
@@ -203,5 +202,7 @@ int main(int argc, char** argv) {
               "%.2f ms with the fastest candidates\n", step_first / 1e3, step_best / 1e3);
   std::printf("\n# every candidate: matmul #index, bits against #0, median time, the heuristic's "
               "waves count, configuration\n%s", listing.c_str());
+  std::printf("\n# choices: the fastest candidate that does not split K, per matmul "
+              "(dev/gemm_choices.py gathers them into cuda/gemm_choices.inc)\n%s", choices.c_str());
   return 0;
 }
