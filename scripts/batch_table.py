@@ -15,7 +15,7 @@ NOTE = ("By scripts/bench_batch.sh: lmtrain's bench mode, bf16 (fp32 masters: op
         "without them the weights only matmuls read are bf16 alone), medians "
         "of the timed full steps (every micro-batch's forward and backward, then AdamW) after "
         "warm-up, all rows of one state dtype and date in one call on one GPU. MFU: model matmul "
-        "FLOPs (the README's formula) over the step, of the bench.peak_tflops in the CSV. AdamW "
+        "FLOPs (docs/design.md's formula) over the step, of the bench.peak_tflops in the CSV. AdamW "
         "ms: the median of the step's optimizer phase. memory: everything the allocator holds.")
 
 
