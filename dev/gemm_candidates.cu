@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
       {"fwd wo +res", false, true, n, d, d, false, true, L},
       {"fwd w3,w1", false, true, n, 2 * f, d, true, false, L},
       {"fwd w2 +res", false, true, n, d, f, false, true, L},
-      {"fwd head", false, true, n, V, d, false, false, 1},
+      {"fwd head", false, true, n, V, d, true, false, 1},  // bf16 logits
       {"dgrad head", false, false, n, d, V, false, false, 1},
       {"dgrad w2", false, false, n, f, d, true, false, L},
       {"dgrad w3,w1", false, false, n, d, 2 * f, false, false, L},

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Gathers the '# choices' lines of dev/gemm_candidates.sh's outputs (results/gemm_candidates_*.txt
 by default) into cuda/gemm_choices.inc, the table cuda/matmul.cu consults: per GPU and problem the
-cuBLASLt configuration measured fastest among those that do not split K. A problem measured in
+cuBLASLt configuration measured fastest among those that do not split K, where it beat the
+heuristic's first choice by at least 2 % (less is within the timings' noise). A problem measured in
 more than one file keeps its faster line. Rebuild after it (make).
 
     dev/gemm_choices.py [files...]
@@ -14,7 +15,8 @@ import sys
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 # {"GPU", transA, transB, M, N, K, d_bf16, "config"},  // name: 80.1 us, first 85.4
 LINE = re.compile(r'^(\{"[^"]*", (?:true|false), (?:true|false), \d+, \d+, \d+, (?:true|false), )'
-                  r'"[^"]*"\},  // .*: ([0-9.]+) us, first [0-9.]+$')
+                  r'"[^"]*"\},  // .*: ([0-9.]+) us, first ([0-9.]+)$')
+MIN_GAIN = 0.98  # a choice's time over the first's at most this
 
 
 def main():
@@ -30,7 +32,9 @@ def main():
             m = LINE.match(line)
             if not m:
                 sys.exit(f"{path}: not a choice line: {line}")
-            us = float(m.group(2))
+            us, first = float(m.group(2)), float(m.group(3))
+            if us > MIN_GAIN * first:
+                continue
             if m.group(1) not in best or us < best[m.group(1)][0]:
                 best[m.group(1)] = (us, line)
     out = os.path.join(REPO, "cuda", "gemm_choices.inc")
