@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "adamw_bf16.hpp"
 #include "common.cuh"
@@ -70,57 +71,47 @@ __device__ inline void store_part(uint16_t* x, const uint16_t* r, size_t at, siz
 
 // Four consecutive elements a thread (fewer in the last), loaded and stored as vectors where Vec
 // says every array is aligned for them (more bytes in flight per thread for a kernel bound by
-// memory traffic), else element by element. p16: null, or the weights' bf16 copy of p's part.
-template <bool Vec>
-__global__ void adamw_bf16_kernel(float* p, const float* g, uint16_t* m, uint16_t* v,
-                                  uint16_t* p16, size_t n, uint64_t index,
-                                  AdamWBf16Scalars<float> k) {
+// memory traffic), else element by element. The weights p: fp32 masters (W float, moments M bf16
+// bits; p16 null or the weights' bf16 copy of p's part), or weights held only as bf16 (W bf16
+// bits, p16 null, moments M float or bf16 bits).
+template <typename W, typename M, bool Vec>
+__global__ void adamw_fours_kernel(W* p, const float* g, M* m, M* v, uint16_t* p16, size_t n,
+                                   uint64_t index, AdamWBf16Scalars<float> k) {
   const size_t at = 4 * (blockIdx.x * size_t(blockDim.x) + threadIdx.x);
   if (at >= n) return;
   const bool vec = Vec && at + 4 <= n;
-  float ps[4], gs[4];
-  uint16_t ms[4], vs[4], rounded[4];
+  W ps[4];
+  float gs[4];
+  M ms[4], vs[4];
+  uint16_t rounded[4];
   load_part(p, ps, at, n, vec), load_part(g, gs, at, n, vec);
   load_part(m, ms, at, n, vec), load_part(v, vs, at, n, vec);
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     if (at + j >= n) break;
-    ps[j] = adamw_bf16_element(ps[j], gs[j], ms[j], vs[j], index + at + j, k);
-    rounded[j] = __bfloat16_as_ushort(__float2bfloat16_rn(ps[j]));
+    if constexpr (std::is_same_v<W, float>) {
+      ps[j] = adamw_bf16_element(ps[j], gs[j], ms[j], vs[j], index + at + j, k);
+      rounded[j] = __bfloat16_as_ushort(__float2bfloat16_rn(ps[j]));
+    } else {
+      adamw_bf16_weight_element(ps[j], gs[j], ms[j], vs[j], index + at + j, k);
+    }
   }
   store_part(p, ps, at, n, vec), store_part(m, ms, at, n, vec), store_part(v, vs, at, n, vec);
   if (p16) store_part(p16, rounded, at, n, vec);
 }
 
-// The same for weights held only as bf16 (w), with moments M: float or bf16 bits.
-template <typename M, bool Vec>
-__global__ void adamw_bf16_weights_kernel(uint16_t* w, const float* g, M* m, M* v, size_t n,
-                                          uint64_t index, AdamWBf16Scalars<float> k) {
-  const size_t at = 4 * (blockIdx.x * size_t(blockDim.x) + threadIdx.x);
-  if (at >= n) return;
-  const bool vec = Vec && at + 4 <= n;
-  uint16_t ws[4];
-  float gs[4];
-  M ms[4], vs[4];
-  load_part(w, ws, at, n, vec), load_part(g, gs, at, n, vec);
-  load_part(m, ms, at, n, vec), load_part(v, vs, at, n, vec);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if (at + j >= n) break;
-    adamw_bf16_weight_element(ws[j], gs[j], ms[j], vs[j], index + at + j, k);
-  }
-  store_part(w, ws, at, n, vec), store_part(m, ms, at, n, vec), store_part(v, vs, at, n, vec);
-}
-
-template <typename M>
-void launch_bf16_weights(uint16_t* w, const float* g, M* m, M* v, size_t n, uint64_t index,
-                         const AdamWStep& s, cudaStream_t stream) {
+// Vectors where every array allows them (a whole buffer does; a ZeRO-1 piece may start anywhere):
+// the same element code, so the same bits, either way.
+template <typename W, typename M>
+void launch_fours(W* p, const float* g, M* m, M* v, uint16_t* p16, size_t n, uint64_t index,
+                  const AdamWStep& s, cudaStream_t stream) {
   const AdamWBf16Scalars<float> k = adamw_bf16_scalars<float>(s);
-  const bool vec = aligned_for(w, 8) && aligned_for(g, 16) && aligned_for(m, 4 * sizeof(M)) &&
-                   aligned_for(v, 4 * sizeof(M));
+  const bool vec = aligned_for(p, 4 * sizeof(W)) && aligned_for(g, 16) &&
+                   aligned_for(m, 4 * sizeof(M)) && aligned_for(v, 4 * sizeof(M)) &&
+                   (!p16 || aligned_for(p16, 8));
   const int blocks = blocks_for(int64_t((n + 3) / 4), 256);
-  if (vec) adamw_bf16_weights_kernel<M, true><<<blocks, 256, 0, stream>>>(w, g, m, v, n, index, k);
-  else adamw_bf16_weights_kernel<M, false><<<blocks, 256, 0, stream>>>(w, g, m, v, n, index, k);
+  if (vec) adamw_fours_kernel<W, M, true><<<blocks, 256, 0, stream>>>(p, g, m, v, p16, n, index, k);
+  else adamw_fours_kernel<W, M, false><<<blocks, 256, 0, stream>>>(p, g, m, v, p16, n, index, k);
   CUDA_LAUNCH_CHECK();
 }
 
@@ -166,25 +157,16 @@ void adamw(float* p, const float* g, float* m, float* v, void* p_bf16, size_t n,
 
 void adamw_bf16(float* p, const float* g, uint16_t* m, uint16_t* v, void* p_bf16, size_t n,
                 uint64_t index, const AdamWStep& s, cudaStream_t stream) {
-  const AdamWBf16Scalars<float> k = adamw_bf16_scalars<float>(s);
-  auto* p16 = static_cast<uint16_t*>(p_bf16);
-  // Vectors where every array allows them (a whole buffer does; a ZeRO-1 piece may start
-  // anywhere): the same element code, so the same bits, either way.
-  const bool vec = aligned_for(p, 16) && aligned_for(g, 16) && aligned_for(m, 8) &&
-                   aligned_for(v, 8) && (!p16 || aligned_for(p16, 8));
-  const int blocks = blocks_for(int64_t((n + 3) / 4), 256);
-  if (vec) adamw_bf16_kernel<true><<<blocks, 256, 0, stream>>>(p, g, m, v, p16, n, index, k);
-  else adamw_bf16_kernel<false><<<blocks, 256, 0, stream>>>(p, g, m, v, p16, n, index, k);
-  CUDA_LAUNCH_CHECK();
+  launch_fours(p, g, m, v, static_cast<uint16_t*>(p_bf16), n, index, s, stream);
 }
 
 void adamw_bf16_weights(uint16_t* w, const float* g, float* m, float* v, size_t n, uint64_t index,
                         const AdamWStep& s, cudaStream_t stream) {
-  launch_bf16_weights(w, g, m, v, n, index, s, stream);
+  launch_fours(w, g, m, v, nullptr, n, index, s, stream);
 }
 void adamw_bf16_weights(uint16_t* w, const float* g, uint16_t* m, uint16_t* v, size_t n,
                         uint64_t index, const AdamWStep& s, cudaStream_t stream) {
-  launch_bf16_weights(w, g, m, v, n, index, s, stream);
+  launch_fours(w, g, m, v, nullptr, n, index, s, stream);
 }
 
 void sum(const float* x, size_t n, bool squares, double* partials, double* out,

@@ -51,10 +51,13 @@ bool attn::sm90(int64_t dh) {
   return hopper && attn::Sm90HeadDims::has(dh);
 }
 
-int attn::sm_count() {
-  int dev = 0, n = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+int attn::sm_count() {  // asked once, as sm90's answer is: a process drives one device
+  static const int n = [] {
+    int dev = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+    return count;
+  }();
   return n;
 }
 

@@ -53,11 +53,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
   float* stats = smem.template rest<float>();
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
   const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
-  if (threadIdx.x == 0) {
-    K.init(1), V.init(1), Q.init(4 * G), dO.init(4 * G);
-    mbar_init_fence();
-  }
-  __syncthreads();
+  init_barriers([&] { K.init(1), V.init(1), Q.init(4 * G), dO.init(4 * G); });
 
   auto produce = [&] {
     K.fill(0, k_map, k0, b, h);
@@ -245,11 +241,7 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
   const auto V = smem.template next<typename F::VRing>();
   const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
   const int64_t tiles = key_tiles(p, q0, BR, BC);
-  if (threadIdx.x == 0) {
-    Q.init(1), dO.init(1), K.init(4 * G), V.init(4 * G);
-    mbar_init_fence();
-  }
-  __syncthreads();
+  init_barriers([&] { Q.init(1), dO.init(1), K.init(4 * G), V.init(4 * G); });
 
   auto produce = [&] {
     Q.fill(0, q_map, q0, b, h);

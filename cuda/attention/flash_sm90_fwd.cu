@@ -93,11 +93,7 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
   typename F::Smem smem;
   const auto Q = smem.template next<typename F::QRing>();
   const auto K = smem.template next<typename F::KVRing>(), V = smem.template next<typename F::KVRing>();
-  if (threadIdx.x == 0) {
-    Q.init(4 * G), K.init(4 * G), V.init(4 * G);
-    mbar_init_fence();
-  }
-  __syncthreads();
+  init_barriers([&] { Q.init(4 * G), K.init(4 * G), V.init(4 * G); });
   // An item: the query tile at q0 of head bh, and the key tiles it sees. Q numbers the block's
   // items (n), K and V the key tiles of all of them (kv: the item's first).
   struct Item {

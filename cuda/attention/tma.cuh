@@ -29,6 +29,15 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals) {
 __device__ __forceinline__ void mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
+// A kernel's start: thread 0 initializes the block's barriers (`init`: its rings' init calls)
+// and fences them for TMA, then every thread waits for that.
+template <typename Init> __device__ __forceinline__ void init_barriers(Init init) {
+  if (threadIdx.x == 0) {
+    init();
+    mbar_init_fence();
+  }
+  __syncthreads();
+}
 // One arrival that also announces `bytes` to come from TMA copies signalling this barrier.
 __device__ __forceinline__ void mbar_expect(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
