@@ -9,13 +9,14 @@
 // weight gradients of gradient accumulation's later micro-batches), else 0.
 // Each problem's plan (descriptors and algorithm) is made on its first call and kept, so a later
 // call costs one map lookup on the host. The algorithm is cuBLASLt's heuristic's first choice,
-// which depends only on the problem, the pointers' alignments, the workspace and the GPU: never
-// on a timing, so two backends, two runs, or a run and its resumption compute the same bits.
-// (Timing the heuristic's other candidates and keeping the fastest would buy about 5 % of xl's
-// matmul time on an H100, dev/gemm_candidates.sh; but those candidates differ from the first in
-// tile, kernel variant or cluster, which may change the order in which an output is summed, and
-// on a tiny model's shapes two backends in one process, tuned apart, computed different bits
-// although each choice had matched the first's bits on its first call's operands.)
+// unless cuda/gemm_choices.inc names for this GPU and problem a configuration that the heuristic
+// also offers: the fastest that does not split K, measured offline (dev/gemm_candidates.sh,
+// dev/gemm_choices.py). Either way it depends only on the problem, the pointers' alignments, the
+// workspace, the GPU and that committed table, never on a timing at run time, so two backends,
+// two runs, or a run and its resumption compute the same bits. (Timing candidates at run time
+// and keeping the fastest would not: on a tiny model's shapes two backends in one process, tuned
+// apart, computed different bits although each choice had matched the first's bits on its first
+// call's operands.)
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
@@ -23,6 +24,7 @@
 
 #include "common.cuh"
 #include "cuda_kernels.hpp"
+#include "gemm_config.cuh"
 
 #define LT_CHECK(call)                                                                       \
   do {                                                                                       \
@@ -44,6 +46,23 @@ __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
   int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = __float2bfloat16_rn(x[i]);
 }
+
+// A measured choice (cuda/gemm_choices.inc): on GPU `gpu`, for row-major D[M, N] = op(A) op(B)
+// with bf16 operands, one matrix, D in bf16 or not, the configuration (gemm_config.cuh) to take.
+struct GemmChoice {
+  const char* gpu;
+  bool transA, transB;
+  int64_t M, N, K;
+  bool d_bf16;
+  const char* config;
+};
+const GemmChoice kChoices[] = {
+#include "gemm_choices.inc"
+    {nullptr, false, false, 0, 0, 0, false, nullptr}};
+
+// The heuristic's candidates searched for a measured choice (as many as dev/gemm_candidates.cu
+// times).
+constexpr int kOffered = 16;
 
 // The largest power of two, up to 256, that divides the address: what cuBLASLt's heuristic is
 // told of each pointer (an algorithm it picks may need that much).
@@ -84,6 +103,11 @@ void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s) {
 Gemm::Gemm(cudaStream_t s, void* workspace, size_t workspace_bytes)
     : stream_(s), workspace_(workspace), workspace_bytes_(workspace_bytes) {
   LT_CHECK(cublasLtCreate(&lt_));
+  int dev = 0;
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  gpu_ = prop.name;
 }
 
 Gemm::~Gemm() {
@@ -135,15 +159,25 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       const uint32_t b = uint32_t(bytes);
       LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &b, sizeof b));
     }
-    cublasLtMatmulHeuristicResult_t first{};
+    const char* want = nullptr;  // this problem's measured choice, if any
+    for (const GemmChoice* c = kChoices; c->gpu && ops == Operands::bf16 && batch == 1; ++c)
+      if (gpu_ == c->gpu && c->transA == transA && c->transB == transB && c->M == M &&
+          c->N == N && c->K == K && c->d_bf16 == d_bf16)
+        want = c->config;
+    cublasLtMatmulHeuristicResult_t offered[kOffered] = {};
     int found = 0;
-    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.d, p.d, pref, 1, &first,
-                                            &found));
+    LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.d, p.d, pref,
+                                            want ? kOffered : 1, offered, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     if (found == 0)
       LMT_FATAL(strf("cuBLASLt has no algorithm for a %lld x %lld x %lld matmul",
                      (long long)M, (long long)N, (long long)K));
-    p.algo = first.algo;
+    p.algo = offered[0].algo;
+    for (int i = 1; want && i < found; ++i)
+      if (algo_config(offered[i].algo) == want) {
+        p.algo = offered[i].algo;
+        break;
+      }
     it = plans_.emplace(key, p).first;
   }
   const Plan& p = it->second;

@@ -4,15 +4,22 @@
 // accumulation, D in bf16 where the model stores it so, the residual added in the epilogue of the
 // output projection and W2, W3 and W1 as one matmul), row-major as cuda/matmul.cu lays them out.
 //   gemm_candidates d_model d_ff vocab tokens layers
-// Each candidate: 2 runs, then the median of 5 batches of 20 back-to-back runs (as in a step);
-// its D compared bit for bit with the heuristic's first choice's ('=' same, 'D' differs, 'x' it
-// failed to run). After the table, every candidate of every matmul on a line of its own: its time,
-// the heuristic's waves count and its configuration attributes (cuBLASLt's
-// CUBLASLT_ALGO_CONFIG_*), the material for choosing among candidates by a rule that no timing
-// enters (cuda/matmul.cu takes the first).
+// Each candidate: 2 runs, then timed two ways: warm, the median of 5 batches of 20 back-to-back
+// runs (the operands stay in L2), and cold, the median of 15 runs each timed alone after a pass
+// that reads twice the L2's size (the operands come from memory). A step lies between: a matmul
+// there reads what the kernel before it wrote, and weights and saved activations from memory;
+// a configuration that wins warm can lose in the step (it did in xl's backward). Its D compared
+// bit for bit with the heuristic's first choice's ('=' same, 'D' differs, 'x' it failed to run).
+// After the table, every candidate of every matmul on a line of its own: its times, the
+// heuristic's waves count and its configuration attributes (cuBLASLt's CUBLASLT_ALGO_CONFIG_*);
+// last, for each matmul the candidate that does not split K with the best worse-of-the-two ratio
+// to the first's times, as a line of cuda/gemm_choices.inc (dev/gemm_choices.py keeps those
+// that beat the first), which cuda/matmul.cu takes over the first.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include "../cuda/gemm_config.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -39,6 +46,14 @@ struct Shape {
   long per_step;          // calls in one forward + backward
 };
 
+// Reads x[0, n) (zeros): evicts what L2 held. Never writes sink; the test keeps the loads.
+__global__ void evict(const float* x, long n, float* sink) {
+  float acc = 0;
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x)
+    acc += x[i];
+  if (acc != 0) *sink = acc;
+}
+
 // Values in [-0.5, 0.5) from a hash of the index: operands that are not all alike.
 __global__ void fill(__nv_bfloat16* p, long n, unsigned seed) {
   const long stride = long(gridDim.x) * blockDim.x;
@@ -49,29 +64,10 @@ __global__ void fill(__nv_bfloat16* p, long n, unsigned seed) {
   }
 }
 
-// "id 66 tile 0 stages 0 ..." : the algorithm's configuration attributes, each read at the size
-// cuBLASLt reports for it.
 std::string config_of(const cublasLtMatmulAlgo_t& algo) {
-  const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> attrs[] = {
-      {CUBLASLT_ALGO_CONFIG_ID, "id"},
-      {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
-      {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
-      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
-      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, "reduction"},
-      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
-      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"},
-      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
-      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
-  std::string out;
-  for (auto [attr, name] : attrs) {
-    size_t bytes = 0;
-    unsigned long long v = 0;  // little-endian: a 2- or 4-byte value fills the low bytes
-    CHECK_LT(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &bytes));
-    check(bytes <= sizeof v, "an attribute's size", __LINE__);
-    CHECK_LT(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, bytes, &bytes));
-    out += std::string(out.empty() ? "" : " ") + name + " " + std::to_string(v);
-  }
-  return out;
+  std::string c = lmt::cuda::algo_config(algo);
+  check(!c.empty(), "reading an algorithm's configuration", __LINE__);
+  return c;
 }
 
 cublasLtMatrixLayout_t layout(cudaDataType t, long rows, long cols, long ld) {
@@ -94,7 +90,7 @@ int main(int argc, char** argv) {
       {"fwd wo +res", false, true, n, d, d, false, true, L},
       {"fwd w3,w1", false, true, n, 2 * f, d, true, false, L},
       {"fwd w2 +res", false, true, n, d, f, false, true, L},
-      {"fwd head", false, true, n, V, d, false, false, 1},
+      {"fwd head", false, true, n, V, d, true, false, 1},  // bf16 logits
       {"dgrad head", false, false, n, d, V, false, false, 1},
       {"dgrad w2", false, false, n, f, d, true, false, L},
       {"dgrad w3,w1", false, false, n, d, 2 * f, false, false, L},
@@ -123,15 +119,27 @@ int main(int argc, char** argv) {
   cudaEvent_t start, stop;
   CHECK_CUDA(cudaEventCreate(&start));
   CHECK_CUDA(cudaEventCreate(&stop));
+  constexpr int kCold = 15;  // cold runs, each between its own events
+  cudaEvent_t starts[kCold], stops[kCold];
+  for (int r = 0; r < kCold; ++r) {
+    CHECK_CUDA(cudaEventCreate(&starts[r]));
+    CHECK_CUDA(cudaEventCreate(&stops[r]));
+  }
 
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  const long evict_n = 2L * prop.l2CacheSize / 4;  // floats
+  float* evict_buf;
+  CHECK_CUDA(cudaMalloc(&evict_buf, size_t(evict_n + 1) * 4));
+  CHECK_CUDA(cudaMemset(evict_buf, 0, size_t(evict_n + 1) * 4));
   std::printf("# %s; d_model %ld, d_ff %ld, vocab %ld, %ld tokens, %ld layers\n", prop.name, d, f,
               V, n, L);
-  std::printf("%-12s %6s %6s %6s %9s %9s %7s %9s  %s\n", "matmul", "M", "N", "K", "first us",
-              "best us", "TFLOP/s", "per step", "candidates");
-  double step_first = 0, step_best = 0;
+  std::printf("%-12s %6s %6s %6s %9s %9s %7s %10s %10s %9s  %s\n", "matmul", "M", "N", "K",
+              "first us", "best us", "TFLOP/s", "cold first", "cold best", "per step",
+              "candidates");
+  double step_first = 0, step_best = 0, cold_first = 0, cold_best = 0;
   std::string listing;  // every candidate, printed after the table
+  std::string choices;  // cuda/gemm_choices.inc's lines, printed last
   for (const Shape& s : shapes) {
     // cuBLASLt is column-major: row-major D = op(A) op(B) is its D^T = op(B)^T op(A)^T.
     cublasLtMatmulDesc_t op;
@@ -157,7 +165,11 @@ int main(int argc, char** argv) {
     const size_t d_bytes = size_t(s.M * s.N) * (s.d_bf16 ? 2 : 4);
     std::vector<char> first_d(d_bytes), this_d(d_bytes);
     std::string marks;
-    double first_us = 0, best_us = 0;  // 0: the first choice did not run
+    double first_us = 0, best_us = 0;  // warm; 0: the first choice did not run
+    double first_cold = 0, best_cold = 0;
+    // The choice: not splitting K, the best max(warm / first's warm, cold / first's cold).
+    double choice_ratio = 0, choice_us = 0, choice_cold = 0;
+    std::string choice;
     for (int i = 0; i < found; ++i) {
       auto run = [&] {
         return cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, s.residual ? C : D, ld, D, ld,
@@ -174,6 +186,20 @@ int main(int argc, char** argv) {
         CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
         us.push_back(ms * 1e3f / 20);
       }
+      std::vector<float> cold(kCold);
+      for (int r = 0; ok && r < kCold; ++r) {
+        evict<<<4 * prop.multiProcessorCount, 512, 0, stream>>>(evict_buf, evict_n,
+                                                                evict_buf + evict_n);
+        CHECK_CUDA(cudaEventRecord(starts[r], stream));
+        ok = ok && run() == CUBLAS_STATUS_SUCCESS;
+        CHECK_CUDA(cudaEventRecord(stops[r], stream));
+      }
+      CHECK_CUDA(cudaStreamSynchronize(stream));
+      for (int r = 0; ok && r < kCold; ++r) {
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, starts[r], stops[r]));
+        cold[r] = ms * 1e3f;
+      }
       if (!ok) {
         marks += 'x';
         listing += std::string(s.name) + " #" + std::to_string(i) + " x " +
@@ -184,24 +210,47 @@ int main(int argc, char** argv) {
                             cudaMemcpyDeviceToHost));
       marks += i == 0 || std::memcmp(first_d.data(), this_d.data(), d_bytes) == 0 ? '=' : 'D';
       std::nth_element(us.begin(), us.begin() + 2, us.end());
-      char line[96];
-      std::snprintf(line, sizeof line, " #%d %c %.1f us waves %.2f ", i, marks.back(), us[2],
-                    cand[i].wavesCount);
-      listing += s.name + std::string(line) + config_of(cand[i].algo) + "\n";
-      if (i == 0) first_us = best_us = us[2];
-      if (first_us > 0) best_us = std::min(best_us, double(us[2]));
+      std::nth_element(cold.begin(), cold.begin() + kCold / 2, cold.end());
+      const double warm_us = us[2], cold_us = cold[kCold / 2];
+      char line[128];
+      std::snprintf(line, sizeof line, " #%d %c %.1f us cold %.1f waves %.2f ", i, marks.back(),
+                    warm_us, cold_us, cand[i].wavesCount);
+      const std::string config = config_of(cand[i].algo);
+      listing += s.name + std::string(line) + config + "\n";
+      if (i == 0) first_us = best_us = warm_us, first_cold = best_cold = cold_us;
+      if (first_us <= 0) continue;
+      best_us = std::min(best_us, warm_us), best_cold = std::min(best_cold, cold_us);
+      const double ratio = std::max(warm_us / first_us, cold_us / first_cold);
+      if (config.find(" splitk 1 ") != std::string::npos && (choice.empty() || ratio < choice_ratio))
+        choice = config, choice_ratio = ratio, choice_us = warm_us, choice_cold = cold_us;
     }
     step_first += first_us * double(s.per_step), step_best += best_us * double(s.per_step);
-    std::printf("%-12s %6ld %6ld %6ld %9.1f %9.1f %7.0f %9ld  %s\n", s.name, s.M, s.N, s.K,
-                first_us, best_us, 2.0 * double(s.M) * double(s.N) * double(s.K) / best_us / 1e6,
-                s.per_step, marks.c_str());
+    cold_first += first_cold * double(s.per_step), cold_best += best_cold * double(s.per_step);
+    if (!choice.empty() && first_us > 0) {
+      char line[320];
+      std::snprintf(line, sizeof line, "{\"%s\", %s, %s, %ld, %ld, %ld, %s, \"", prop.name,
+                    s.transA ? "true" : "false", s.transB ? "true" : "false", s.M, s.N, s.K,
+                    s.d_bf16 ? "true" : "false");
+      char note[128];
+      std::snprintf(note, sizeof note, "\"},  // %s: %.1f us, first %.1f; cold %.1f, first %.1f\n",
+                    s.name, choice_us, first_us, choice_cold, first_cold);
+      choices += line + choice + note;
+    }
+    std::printf("%-12s %6ld %6ld %6ld %9.1f %9.1f %7.0f %10.1f %10.1f %9ld  %s\n", s.name, s.M,
+                s.N, s.K, first_us, best_us,
+                2.0 * double(s.M) * double(s.N) * double(s.K) / best_us / 1e6, first_cold,
+                best_cold, s.per_step, marks.c_str());
     cublasLtMatmulPreferenceDestroy(pref);
     for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
     cublasLtMatmulDescDestroy(op);
   }
   std::printf("a step's matmuls (forward + backward): %.2f ms with the heuristic's first choices, "
-              "%.2f ms with the fastest candidates\n", step_first / 1e3, step_best / 1e3);
-  std::printf("\n# every candidate: matmul #index, bits against #0, median time, the heuristic's "
-              "waves count, configuration\n%s", listing.c_str());
+              "%.2f ms with the fastest candidates (cold: %.2f, %.2f)\n", step_first / 1e3,
+              step_best / 1e3, cold_first / 1e3, cold_best / 1e3);
+  std::printf("\n# every candidate: matmul #index, bits against #0, median times warm and cold, "
+              "the heuristic's waves count, configuration\n%s", listing.c_str());
+  std::printf("\n# choices: per matmul, the candidate that does not split K with the best "
+              "worse-of-the-two ratio to the first's times (dev/gemm_choices.py gathers those "
+              "that beat it into cuda/gemm_choices.inc)\n%s", choices.c_str());
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <string>
 
 #include "cpu_ops.hpp"
 #include "plan.hpp"
@@ -72,7 +73,8 @@ enum class Operands { fp32, tf32, bf16 };
 
 // Row-major D[M,N] = alpha op(A) op(B) (+ C), batched with strides, through cuBLASLt with fp32
 // accumulation, on one stream with one workspace; each problem's algorithm, cuBLASLt's heuristic's
-// first choice (never a timing: cuda/matmul.cu), is chosen on its first call and kept. A and B are
+// first choice or the table's measured one (never a timing at run time: cuda/matmul.cu), is
+// chosen on its first call and kept. A and B are
 // float* or, for Operands::bf16, __nv_bfloat16*; D is float*, or __nv_bfloat16* (rounded from the
 // fp32 result) with d_bf16, for bf16 operands only. C, if given, is an fp32 buffer laid out as D
 // (the epilogue adds it: D = alpha op(A) op(B) + C without a pass of its own), or D itself (D +=
@@ -101,6 +103,7 @@ class Gemm {
   // alignments: what the plan depends on (whether C is added is beta, given at each call).
   using Key = std::array<int64_t, 18>;
   cublasLtHandle_t lt_ = nullptr;
+  std::string gpu_;  // the device's name, as cuda/gemm_choices.inc names GPUs
   cudaStream_t stream_;
   void* workspace_;
   size_t workspace_bytes_;
