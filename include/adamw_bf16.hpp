@@ -128,30 +128,33 @@ template <typename T, typename M> LMT_HD inline M store_moment(T x, uint32_t r) 
   else return x;
 }
 
-// Element `index` (of the flat buffer) with bf16 moments: p, and m, v as bf16 bits, updated in
-// place (m rounded by bits 0-15 of rounding_bits, v by bits 16-31).
-template <typename T>
-LMT_HD inline T adamw_bf16_element(T p, T g, uint16_t& m, uint16_t& v, uint64_t index,
-                                   const AdamWBf16Scalars<T>& k) {
+// AdamW's rule on an element whose moments are stored as M (above): m and v loaded, updated and
+// stored back (bf16 ones rounded by bits 0-15 of r for m, 16-31 for v); the new p returned.
+template <typename T, typename M>
+LMT_HD inline T adamw_stored_moments(T p, T g, M& m, M& v, uint64_t r,
+                                     const AdamWBf16Scalars<T>& k) {
   T mi = load_moment<T>(m), vi = load_moment<T>(v);
   p = adamw_rule(p, g, mi, vi, k);
-  const uint64_t r = rounding_bits(k.key, index);
-  m = store_moment<T, uint16_t>(mi, uint32_t(r));
-  v = store_moment<T, uint16_t>(vi, uint32_t(r >> 16));
+  m = store_moment<T, M>(mi, uint32_t(r));
+  v = store_moment<T, M>(vi, uint32_t(r >> 16));
   return p;
 }
 
+// Element `index` (of the flat buffer) with bf16 moments: p, and m, v as bf16 bits, updated in
+// place.
+template <typename T>
+LMT_HD inline T adamw_bf16_element(T p, T g, uint16_t& m, uint16_t& v, uint64_t index,
+                                   const AdamWBf16Scalars<T>& k) {
+  return adamw_stored_moments(p, g, m, v, rounding_bits(k.key, index), k);
+}
+
 // Element `index` of a weight without an fp32 master: w its bf16 bits, m and v as stored (M: T,
-// or bf16 bits), all updated in place; w rounded by bits 32-47 of rounding_bits (and bf16
-// moments as above).
+// or bf16 bits), all updated in place; w rounded by bits 32-47 of rounding_bits.
 template <typename T, typename M>
 LMT_HD inline void adamw_bf16_weight_element(uint16_t& w, T g, M& m, M& v, uint64_t index,
                                              const AdamWBf16Scalars<T>& k) {
-  T mi = load_moment<T>(m), vi = load_moment<T>(v);
-  const T p = adamw_rule(T(bf16_to_float(w)), g, mi, vi, k);
   const uint64_t r = rounding_bits(k.key, index);
-  m = store_moment<T, M>(mi, uint32_t(r));
-  v = store_moment<T, M>(vi, uint32_t(r >> 16));
+  const T p = adamw_stored_moments(T(bf16_to_float(w)), g, m, v, r, k);
   w = round_bf16_stochastic(float(p), uint32_t(r >> 32));
 }
 

@@ -5,7 +5,8 @@
 // the weights' bf16 copy (written by AdamW in the same pass, whether it updates all the weights
 // or a ZeRO-1 piece, or updated by it in place where a weight has no fp32 master; cast after a
 // collective wrote them), activations that only matmuls read stored in bf16 by the kernel that
-// makes them, and bf16 copies of other operands made just before the matmul. The residual adds are the matmuls' epilogues (cuda::Gemm's C).
+// makes them, and bf16 copies of other operands made just before the matmul. The residual adds
+// are the matmuls' epilogues (cuda::Gemm's C).
 // Attention is FlashAttention-2 (cuda/attention/, saving the rows' logsumexp) or the naive
 // baseline: scores materialised by a batched matmul (in bf16 under bf16), a causal softmax
 // kernel, a second matmul (saving the probabilities at key <= query in fp32). Under bf16 its
