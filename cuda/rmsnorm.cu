@@ -1,7 +1,8 @@
 // RMSNorm over rows of length d: y = x * r * g, r = (mean(x^2) + eps)^(-1/2), statistics in fp32;
 // y stored in fp32, or rounded to bf16 when only bf16 matmuls read it.
 // Backward, s = sum_j g_j dy_j x_j:  dx_i += r g_i dy_i - x_i r^3 s / d;  dg_i = sum_rows dy_i x_i r;
-// the updated dx also rounded to bf16 where the next matmul reads it so (no cast pass of its own).
+// dy read in fp32, or in bf16 as the matmuls under bf16 write it; the updated dx also rounded to
+// bf16 where the next matmul reads it so (no cast pass of its own).
 // Forward: one block per row, four values a load where d is a multiple of 4 (Vec4: rows then
 // 16-byte aligned, the launcher checks the pointers), else one. Backward in one pass over x and
 // dy, deterministic (fixed partition and order, no atomics): the rows are cut into at most
@@ -21,9 +22,9 @@ constexpr int kThreads = 256;
 constexpr int kSumCols = 8, kSumLanes = 32;  // a dg sum block: columns x row lanes
 
 // Element i of a row, and its vector of four under Vec4 (a float4 of four consecutive values).
-template <bool Vec4> __device__ inline float4 at4(const float* p, int64_t i) {
+template <bool Vec4, typename E> __device__ inline float4 at4(const E* p, int64_t i) {
   if constexpr (Vec4) return load4(p + 4 * i);
-  else return make_float4(p[i], 0.0f, 0.0f, 0.0f);
+  else return make_float4(float(p[i]), 0.0f, 0.0f, 0.0f);
 }
 template <bool Vec4, typename Out> __device__ inline void put4(Out* p, int64_t i, float4 v) {
   if constexpr (Vec4) store4(p + 4 * i, v);
@@ -56,9 +57,9 @@ __global__ void rmsnorm_fwd_kernel(const float* x, const float* g, Out* y, float
 // Rows [b * per, (b + 1) * per) of block b, one after another, the block's threads across a row:
 // dx, and the sum of dy x r over the block's rows in d floats of shared memory (a thread owns the
 // same columns in every row), written at the end to the block's row of partials.
-template <bool Vec4>
+template <typename DY, bool Vec4>
 __global__ void rmsnorm_bwd_kernel(const float* x, const float* g, const float* rstd,
-                                   const float* dy, float* dx, __nv_bfloat16* dx16,
+                                   const DY* dy, float* dx, __nv_bfloat16* dx16,
                                    float* partials, int64_t rows, int64_t per, int64_t d) {
   extern __shared__ float4 acc4[];  // d floats
   float* acc = reinterpret_cast<float*>(acc4);
@@ -68,7 +69,8 @@ __global__ void rmsnorm_bwd_kernel(const float* x, const float* g, const float* 
     put4<Vec4>(acc, i, make_float4(0.0f, 0.0f, 0.0f, 0.0f));
   const int64_t begin = blockIdx.x * per, end = begin + per < rows ? begin + per : rows;
   for (int64_t row = begin; row < end; ++row) {
-    const float *xr = x + row * d, *dyr = dy + row * d;
+    const float* xr = x + row * d;
+    const DY* dyr = dy + row * d;
     float s = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
       s += sum4(mul(mul(at4<Vec4>(g, i), at4<Vec4>(dyr, i)), at4<Vec4>(xr, i)));
@@ -138,12 +140,13 @@ void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rs
   else launch_fwd(x, g, static_cast<float*>(y), rstd, rows, d, float(eps), s);
 }
 
-void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                 void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d, bool add_dg,
-                 cudaStream_t s) {
-  auto* dx16 = static_cast<__nv_bfloat16*>(dx_bf16);
-  const int64_t blocks = std::min<int64_t>(kRmsnormDgChunks, rows);
-  const int64_t per = (rows + blocks - 1) / blocks;
+namespace {
+
+// The backward's pass over the rows (blocks of `per` consecutive rows each), dy as stored.
+template <typename DY>
+void launch_bwd(const float* x, const float* g, const float* rstd, const DY* dy, float* dx,
+                __nv_bfloat16* dx16, float* scratch, int64_t blocks, int64_t per, int64_t rows,
+                int64_t d, cudaStream_t s) {
   const size_t smem = size_t(d) * sizeof(float);
   auto launch = [&](auto kernel, int64_t n) {  // n: a row's loads; a thread each, up to kThreads
     if (smem > 48 * 1024)  // past the default: opt in (up to the device's limit, else it fails)
@@ -154,8 +157,24 @@ void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float*
                                                    d);
     CUDA_LAUNCH_CHECK();
   };
-  if (vec4_rows(d, {x, g, dy, dx, dx16, scratch})) launch(rmsnorm_bwd_kernel<true>, d / 4);
-  else launch(rmsnorm_bwd_kernel<false>, d);
+  if (vec4_rows(d, {x, g, dy, dx, dx16, scratch})) launch(rmsnorm_bwd_kernel<DY, true>, d / 4);
+  else launch(rmsnorm_bwd_kernel<DY, false>, d);
+}
+
+}  // namespace
+
+void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const void* dy, bool dy_bf16,
+                 float* dx, void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d,
+                 bool add_dg, cudaStream_t s) {
+  auto* dx16 = static_cast<__nv_bfloat16*>(dx_bf16);
+  const int64_t blocks = std::min<int64_t>(kRmsnormDgChunks, rows);
+  const int64_t per = (rows + blocks - 1) / blocks;
+  if (dy_bf16)
+    launch_bwd(x, g, rstd, static_cast<const __nv_bfloat16*>(dy), dx, dx16, scratch, blocks, per,
+               rows, d, s);
+  else
+    launch_bwd(x, g, rstd, static_cast<const float*>(dy), dx, dx16, scratch, blocks, per, rows, d,
+               s);
   rmsnorm_dg_sum_kernel<<<unsigned(blocks_for(d, kSumCols)), dim3(kSumCols, kSumLanes), 0, s>>>(
       scratch, blocks, dg, d, add_dg);
   CUDA_LAUNCH_CHECK();

@@ -1,10 +1,11 @@
 // Rotary position embedding, in place: pair i of head h at position t,
 // (x[2i], x[2i+1]) rotated by angle t * theta^(-2i/dh) (inverse: by minus that angle).
 // Element (b, t, h, c) lives at x[(b*T + t)*row_stride + h*dh + c]. The launcher's caller gives
-// (cos, sin) of every (t, i) in a table computed once in fp64 (an fp32 angle at t ~ 1e3 is off by
-// ~1e-4 rad), so the kernel is a pure streaming pass. x is fp32, or bf16 (read, rotated in fp32,
-// rounded to nearest even).
+// (cos, sin) of every (t, i) in a table (rope_table: computed once in fp64, an fp32 angle at
+// t ~ 1e3 being off by ~1e-4 rad), so the kernel is a pure streaming pass. x is fp32, or bf16
+// (read, rotated in fp32, rounded to nearest even).
 #include <algorithm>
+#include <cmath>
 
 #include "common.cuh"
 #include "cuda_kernels.hpp"
@@ -60,6 +61,17 @@ void launch_rope(void* x, const float2* cs, int64_t rows, int64_t T, int64_t H, 
 }
 
 }  // namespace
+
+std::vector<float> rope_table(int64_t T, int64_t dh, double theta) {
+  std::vector<float> host(size_t(T * dh));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < dh / 2; ++i) {
+      const double a = double(t) * std::pow(theta, -2.0 * double(i) / double(dh));
+      host[size_t(t * dh + 2 * i)] = float(std::cos(a));
+      host[size_t(t * dh + 2 * i + 1)] = float(std::sin(a));
+    }
+  return host;
+}
 
 void rope(void* x, bool bf16, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,
           int64_t row_stride, bool inverse, cudaStream_t s) {

@@ -141,7 +141,8 @@ template <typename T> class Backend {
   // bf16 activations (Stored::bf16): under the bf16 policy the model stores in bf16 what
   // autocast would make bf16 and what only matmuls read, so that no matmul casts its operands:
   // the RMSNorms' outputs, the QKV projection's output (rotated in place), attention's output,
-  // SwiGLU's input u and output, the logits; in backward their gradients, and the residual
+  // SwiGLU's input u and output, the logits; in backward their gradients (the RMSNorms' output
+  // gradients as the matmuls write them, which the RMSNorm backward reads), and the residual
   // stream's gradient where matmuls read it (rmsnorm_bwd writes it twice: in T for the residual
   // sums and, given dx_bf16, rounded). The values are what a matmul would have rounded its
   // operand to, so results do not change. The GPU packs them as 2-byte bf16 (half the memory);
@@ -159,15 +160,18 @@ template <typename T> class Backend {
                           GradWrite gw = GradWrite::set) = 0;
   virtual void rmsnorm_fwd(const T* x, const T* g, View<T> y, T* rstd, int64_t rows, int64_t d,
                            double eps) = 0;
-  virtual void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
+  virtual void rmsnorm_bwd(const T* x, const T* g, const T* rstd, View<const T> dy, T* dx, T* dg,
                            int64_t rows, int64_t d, T* dx_bf16, GradWrite gw = GradWrite::set) = 0;
+  // RoPE's rotation, forward only: its inverse rides on attention_bwd.
   virtual void rope(View<T> x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
-                    double theta, bool inverse) = 0;
+                    double theta) = 0;
   // Attention saves `saved` for backward: the probabilities [B, H, T, T] (naive, where only the
   // causal part, key <= query, need be written; the CPU reference always), or the rows'
   // logsumexp [B, H, T] (flash), in fp32; attention_saved() says how many elements. Backward
   // reads qkv, the forward's out and saved. Under p = bf16, qkv, out, dout and dqkv are bf16
-  // activations (above).
+  // activations (above). rope_theta: 0, or the theta by which rope rotated q and k (in place,
+  // after the projection): dq and dk are then the gradients of the unrotated q and k, rotated
+  // back before they are stored (on the GPU, flash's kernels do so as they write them).
   virtual int64_t attention_saved(int64_t B, int64_t T_, int64_t H, int64_t dh,
                                   AttentionImpl a) const {
     (void)dh, (void)a;
@@ -177,7 +181,7 @@ template <typename T> class Backend {
                              int64_t dh, Precision p, AttentionImpl a) = 0;
   virtual void attention_bwd(const T* qkv, const T* out, const T* saved, const T* dout, T* dqkv,
                              int64_t B, int64_t T_, int64_t H, int64_t dh, Precision p,
-                             AttentionImpl a) = 0;
+                             AttentionImpl a, double rope_theta) = 0;
   // u[rows, 2f] is [W3's output | W1's] per row, one matmul's output (cpu_ops.hpp). SwiGLU's
   // tensors share one storage.
   virtual void swiglu_fwd(View<const T> u, View<T> g, int64_t rows, int64_t f) = 0;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "cpu_ops.hpp"
 #include "plan.hpp"
@@ -22,15 +23,19 @@ void embedding_bwd(const int32_t* tokens, const int32_t* order, const float* dou
 // y is float*, or __nv_bfloat16* with y_bf16 (rounded to nearest even).
 void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rstd, int64_t rows,
                  int64_t d, double eps, cudaStream_t s);
-// scratch: kRmsnormDgChunks (plan.hpp) * d floats (dg's partial sums). dx_bf16: null, or
-// __nv_bfloat16* that receives the updated dx rounded. add_dg: dg += the sum (else dg = it).
-void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                 void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d, bool add_dg,
-                 cudaStream_t s);
+// dy is float*, or __nv_bfloat16* with dy_bf16. scratch: kRmsnormDgChunks (plan.hpp) * d floats
+// (dg's partial sums). dx_bf16: null, or __nv_bfloat16* that receives the updated dx rounded.
+// add_dg: dg += the sum (else dg = it).
+void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const void* dy, bool dy_bf16,
+                 float* dx, void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d,
+                 bool add_dg, cudaStream_t s);
 // x is float*, or __nv_bfloat16* with bf16. table: float2 (cos, sin) of angle
-// t * theta^(-2i/dh) at [t * dh/2 + i], t < T.
+// t * theta^(-2i/dh) at [t * dh/2 + i], t < T: rope_table's values, on the device.
 void rope(void* x, bool bf16, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,
           int64_t row_stride, bool inverse, cudaStream_t s);
+// rope's table (T * dh floats), computed in fp64 on the host (an fp32 angle at t ~ 1e3 is off by
+// ~1e-4 rad).
+std::vector<float> rope_table(int64_t T, int64_t dh, double theta);
 // u[rows, 2f] ([b | a] per row), g[rows, f] (backward: u, dg, du) are float*, or all
 // __nv_bfloat16* with bf16.
 void swiglu_fwd(const void* u, void* g, bool bf16, int64_t rows, int64_t f, cudaStream_t s);

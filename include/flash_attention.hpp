@@ -40,9 +40,11 @@ bool flash_supports(int64_t head_dim);
 
 void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
                float* lse, cudaStream_t stream);
-// D: [B, H, T] fp32 scratch.
+// D: [B, H, T] fp32 scratch. rope: null, or the table (cuda::rope_table) by which RoPE rotated
+// q and k after the projection: dq and dk are then the gradients of the unrotated q and k (the
+// inverse rotation applied as they are stored, in fp32 before rounding, not a pass of its own).
 void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
                const void* dout, const float* lse, float* D, void* dq, void* dk, void* dv,
-               cudaStream_t stream);
+               const void* rope, cudaStream_t stream);
 
 }  // namespace lmt::cuda

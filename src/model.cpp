@@ -61,8 +61,9 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, nd16}, {&logits_, stored(n * V)},
                            {&row_loss_, n}})
     saved.push_back({ptr, size});
-  // dx16_: the residual stream's gradient as matmuls read it (under bf16 only).
-  for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, n * d}, {&dx16_, mm16 ? nd16 : 0},
+  // dx16_: the residual stream's gradient as matmuls read it (under bf16 only); dh_: an RMSNorm
+  // output's gradient, as the matmuls write it.
+  for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, nd16}, {&dx16_, mm16 ? nd16 : 0},
                            {&datt_, nd16}, {&dqkv_, qkv16}, {&dg_, nf16}, {&du_, u16}})
     scratch.push_back({ptr, size});
   be.set_weights(params_.data(), layout.total, masters);
@@ -225,7 +226,7 @@ template <typename T> void Model<T>::forward_ops(bool grad, double grad_divisor)
     const LayerActs& a = acts_[l];
     be.rmsnorm_fwd(x_[l], P + w.ln1, act(a.h1), a.rstd1, n, d, cfg.norm_eps);
     be.linear_fwd(act(a.h1), P + w.qkv, act(a.qkv), n, 3 * d, d, precision, nullptr);
-    be.rope(act(a.qkv), B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, false);  // q and k: 2H heads
+    be.rope(act(a.qkv), B, T_, 2 * H, dh, 3 * d, cfg.rope_theta);  // q and k: 2H heads
     be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention);
     be.linear_fwd(act(a.att), P + w.wo, a.x_mid, n, d, d, precision, x_[l]);  // + residual
     be.rmsnorm_fwd(a.x_mid, P + w.ln2, act(a.h2), a.rstd2, n, d, cfg.norm_eps);
@@ -259,9 +260,10 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) 
   // the copy rounded by the RMSNorm backward that last updated dx_.
   const View<const T> dres = act(mm16 ? dx16_ : dx_);
   // logits_ holds their gradient now (cross_entropy wrote it in place).
-  be.linear_bwd(act(hf_), P + head, act(logits_), dh_, G + head, n, V, d, precision, gw);
+  be.linear_bwd(act(hf_), P + head, act(logits_), act(dh_), G + head, n, V, d, precision, gw);
   be.zero_bytes(dx_, size_t(n * d) * sizeof(T));  // rmsnorm_bwd adds into it
-  be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, dh_, dx_, G + lnf, n, d, mm16 ? dx16_ : nullptr, gw);
+  be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, act(dh_), dx_, G + lnf, n, d, mm16 ? dx16_ : nullptr,
+                 gw);
   if (sync) sync->ready(0);
   for (int64_t l = L - 1; l >= 0; --l) {  // dx_ holds the gradient of x_[l + 1]
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
@@ -269,14 +271,16 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) 
     const LayerActs& a = acts_[size_t(l)];
     be.linear_bwd(act(a.g), P + w.w2, dres, act(dg_), G + w.w2, n, d, f, precision, gw);
     be.swiglu_bwd(act(a.u), act(dg_), act(du_), n, f);
-    be.linear_bwd(act(a.h2), P + w.w31, act(du_), dh_, G + w.w31, n, 2 * f, d, precision, gw);
-    be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, dh_, dx_, G + w.ln2, n, d,  // dx_: x_mid's
+    be.linear_bwd(act(a.h2), P + w.w31, act(du_), act(dh_), G + w.w31, n, 2 * f, d, precision,
+                  gw);
+    be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, act(dh_), dx_, G + w.ln2, n, d,  // dx_: x_mid's
                    mm16 ? dx16_ : nullptr, gw);
     be.linear_bwd(act(a.att), P + w.wo, dres, act(datt_), G + w.wo, n, d, d, precision, gw);
-    be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention);
-    be.rope(act(dqkv_), B, T_, 2 * H, dh, 3 * d, cfg.rope_theta, true);
-    be.linear_bwd(act(a.h1), P + w.qkv, act(dqkv_), dh_, G + w.qkv, n, 3 * d, d, precision, gw);
-    be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, dh_, dx_, G + w.ln1, n, d,  // x_[l]'s
+    be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention,
+                     cfg.rope_theta);  // dq and dk: the unrotated q's and k's
+    be.linear_bwd(act(a.h1), P + w.qkv, act(dqkv_), act(dh_), G + w.qkv, n, 3 * d, d, precision,
+                  gw);
+    be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, act(dh_), dx_, G + w.ln1, n, d,  // x_[l]'s
                    mm16 && l > 0 ? dx16_ : nullptr, gw);  // layer 0's goes to the embedding, in T
     if (sync) sync->ready(ParamLayout::layer_group(L, l));
   }

@@ -104,7 +104,7 @@ Plan make_plan(const Config& c) {
     // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf),
     // SwiGLU's input u, attention's qkv and att, and the logits packed in bf16: half of each
     // piece.
-    // Backward's dg, du (SwiGLU's output and input gradients), datt, dqkv and dx16
+    // Backward's dg, du (SwiGLU's output and input gradients), datt, dqkv, dh and dx16
     // likewise, in its workspace.
     // Its fp32 scratch, the largest request: RMSNorm backward's partial sums of dg
     // (kRmsnormDgChunks rows of d); flash backward's D; naive's scores and, in backward,
@@ -125,7 +125,7 @@ Plan make_plan(const Config& c) {
       p.bf16_inputs_saved =
           (L * (2 * saved(n * d) + saved(2 * n * fl) + saved(n * fl) + attn) + saved(n * d) +
            saved(n * Vl)) * a;
-      p.bf16_scratch_saved = (saved(2 * n * fl) + saved(n * fl) + attn + saved(n * d)) * w;
+      p.bf16_scratch_saved = (saved(2 * n * fl) + saved(n * fl) + attn + 2 * saved(n * d)) * w;
       acts_cuda -= p.bf16_inputs_saved;
     }
     p.logits_cuda = (bf16 ? piece(ceil_div(n * Vl, 2)) : piece(n * Vl)) * a;

@@ -18,6 +18,10 @@ struct Params {
   const void *q, *k, *v, *o, *dout;
   void *out, *dq, *dk, *dv;
   float *lse, *D;
+  // Backward: where given, the (cos, sin) of each position and pair [T][dh / 2] by which RoPE
+  // rotated q and k; dQ and dK are then stored rotated back (unrotate), the gradients of the
+  // unrotated q and k.
+  const float2* rope;
   int64_t H, T;
   int64_t qkv_batch, qkv_row, o_batch, o_row;
   float scale;       // 1 / sqrt(dh)
@@ -256,6 +260,44 @@ __device__ __forceinline__ void mask_tile(float (&s)[MT][N / 8][4], int r0, int 
         const int key = KeysAreRows ? r : c, query = KeysAreRows ? c : r;
         if (key >= T || (causal && key > query)) s[i][n][e] = -INFINITY;
       }
+}
+
+// Where dQ and dK are rotated back by RoPE (p.rope given), a store looks up the (cos, sin) of
+// position t and pair `pair` through one of these: GlobalRope reads p.rope itself; SharedRope a
+// warp's rows r0 .. r0 + 15 of it, copied to shared memory as the kernel starts (stage_rope), so
+// that no global load's latency falls at the kernel's end.
+struct GlobalRope {
+  const float2* table;
+  int half;  // dh / 2
+  __device__ float2 operator()(int64_t t, int pair) const { return table[t * half + pair]; }
+};
+struct SharedRope {
+  const float2* rows;
+  int64_t r0;
+  int half;
+  __device__ float2 operator()(int64_t t, int pair) const { return rows[(t - r0) * half + pair]; }
+};
+// A warp's staging: rows r0 .. r0 + 15 (those before T) of p.rope into rows[16][DH / 2];
+// kRopeStageBytes<DH> a warp.
+template <int DH> constexpr size_t kRopeStageBytes = 16 * DH / 2 * sizeof(float2);
+template <int DH>
+__device__ __forceinline__ void stage_rope(const Params& p, int64_t r0, float2* rows, int lane) {
+  constexpr int kPer = 16 * DH / 2 / 32;  // float2s a lane
+  const int64_t n = (p.T - r0 < 16 ? p.T - r0 : 16) * DH / 2;
+  const float2* src = p.rope + r0 * DH / 2;
+  float2 v[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k)
+    if (lane + 32 * k < n) v[k] = src[lane + 32 * k];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k)
+    if (lane + 32 * k < n) rows[lane + 32 * k] = v[k];
+  __syncwarp();
+}
+// (x0, x1) rotated back by the angle whose (cos, sin) is cs (rope.cu's rotation with the sign
+// flipped): the gradient of the unrotated pair.
+__device__ __forceinline__ float2 unrotate(float2 cs, float x0, float x1) {
+  return {x0 * cs.x + x1 * cs.y, x1 * cs.x - x0 * cs.y};
 }
 
 // The kernels' launchers, by file; grid over B * H heads. fwd_tc / bwd_tc (mma.sync) and

@@ -73,11 +73,11 @@ void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v,
 
 void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
                const void* dout, const float* lse, float* D, void* dq, void* dk, void* dv,
-               cudaStream_t stream) {
+               const void* rope, cudaStream_t stream) {
   attn::Params p = params(s);
   check_aligned16({q, k, v, o, dout, dq, dk, dv}, kUnaligned);
   p.q = q, p.k = k, p.v = v, p.o = o, p.dout = dout, p.lse = const_cast<float*>(lse), p.D = D;
-  p.dq = dq, p.dk = dk, p.dv = dv;
+  p.dq = dq, p.dk = dk, p.dv = dv, p.rope = static_cast<const float2*>(rope);
   if (!s.bf16) {
     attn::bwd_rowsum<float>(p, s.B, s.dh, stream);
     attn::bwd_fp32(p, s.B, s.dh, stream);

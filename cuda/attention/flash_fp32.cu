@@ -107,7 +107,11 @@ template <int DH> __global__ void __launch_bounds__(kRows) flash_dkdv_fp32_kerne
   if (key >= p.T) return;
   float* dK = head<float>(p.dk, b, h, DH, p.qkv_batch) + key * p.qkv_row;
   float* dV = head<float>(p.dv, b, h, DH, p.qkv_batch) + key * p.qkv_row;
-  for (int i = 0; i < DH; ++i) dK[i] = dk[i] * p.scale, dV[i] = dv[i];
+  for (int i = 0; i < DH; i += 2) {
+    float2 x{dk[i] * p.scale, dk[i + 1] * p.scale};
+    if (p.rope) x = unrotate(p.rope[key * DH / 2 + i / 2], x.x, x.y);
+    dK[i] = x.x, dK[i + 1] = x.y, dV[i] = dv[i], dV[i + 1] = dv[i + 1];
+  }
 }
 
 template <int DH> __global__ void __launch_bounds__(kRows) flash_dq_fp32_kernel(const Params p) {
@@ -144,7 +148,11 @@ template <int DH> __global__ void __launch_bounds__(kRows) flash_dq_fp32_kernel(
   }
   if (row >= p.T) return;
   float* dQ = head<float>(p.dq, b, h, DH, p.qkv_batch) + row * p.qkv_row;
-  for (int i = 0; i < DH; ++i) dQ[i] = dq[i] * p.scale;
+  for (int i = 0; i < DH; i += 2) {
+    float2 x{dq[i] * p.scale, dq[i + 1] * p.scale};
+    if (p.rope) x = unrotate(p.rope[row * DH / 2 + i / 2], x.x, x.y);
+    dQ[i] = x.x, dQ[i + 1] = x.y;
+  }
 }
 
 template <auto Kernel> void launch(const Params& p, int64_t B, size_t smem, cudaStream_t s) {

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(DkdvTraits<DH>::kWarps * 32) flash_dkdv_kernel
   for (; i < masked_end; ++i) step(i, std::true_type{});
   for (; i < tiles; ++i) step(i, std::false_type{});
 
-  store_dkdv<MT, DH>(p, b, h, key, dk, dv, lane);
+  store_dkdv<MT, DH>(p, b, h, key, dk, dv, lane, GlobalRope{p.rope, DH / 2});
 }
 
 template <int DH>
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
   for (; j < clean; ++j) step(j, std::false_type{});
   for (; j < tiles; ++j) step(j, std::true_type{});
 
-  store_dq<MT, DH>(p, b, h, row, dq, lane);
+  store_dq<MT, DH>(p, b, h, row, dq, lane, GlobalRope{p.rope, DH / 2});
 }
 
 template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {

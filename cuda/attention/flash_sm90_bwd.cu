@@ -28,11 +28,13 @@ template <int DH> struct TmaDkdv {
   static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = T::kStages;
   using KRing = Ring<1, BC, DH>;
   using QRing = Ring<kStages, BR, DH>;
-  // The rings, then each consumer's L and D, two tiles of each.
+  // The rings, then each consumer's L and D, two tiles of each, then each consumer warp's rows
+  // of the RoPE table (stage_rope).
   struct Smem : SmemRings<KRing, KRing, QRing, QRing> {
     static constexpr size_t kStatsFloats = size_t(kGroups) * 2 * 2 * BR;
-    static constexpr size_t kBytes =
-        SmemRings<KRing, KRing, QRing, QRing>::kBytes + kStatsFloats * sizeof(float);
+    static constexpr size_t kBytes = SmemRings<KRing, KRing, QRing, QRing>::kBytes +
+                                     kStatsFloats * sizeof(float) +
+                                     4 * kGroups * kRopeStageBytes<DH>;
   };
 };
 
@@ -66,6 +68,11 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     const bool signal = lane == 0;  // one arrival per warp frees a buffer
     const int64_t group_k0 = k0 + 64 * group, warp_k0 = group_k0 + 16 * warp,
                   key = warp_k0 + lane / 4;
+    auto rope_rows = [&] {  // this warp's, found again at the end (held, it spilled at dh 128)
+      return reinterpret_cast<float2*>(stats + F::Smem::kStatsFloats) +
+             (4 * group + warp) * kRopeStageBytes<DH> / sizeof(float2);
+    };
+    if (p.rope) stage_rope<DH>(p, warp_k0, rope_rows(), lane);
     float* sL = stats + group * 4 * BR;  // L of tiles in buffers 0, 1, then D of them
     float* sD = sL + 2 * BR;
     const int barrier = kFirstGroupBarrier + group;
@@ -156,7 +163,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     for (; i < masked_end; ++i) step(i, std::true_type{});
     for (; i < tiles; ++i) step(i, std::false_type{});
     turns.end();
-    store_dkdv<1, DH>(p, b, h, key, dk, dv, lane);
+    store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, SharedRope{rope_rows(), warp_k0, DH / 2});
   };
   specialize<G>(produce, consume);
 #else
@@ -165,7 +172,8 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
 }
 
 // dQ for one consumer warpgroup's queries 64 group .. + 63 of the block's tile at q0 (sQ and sdO
-// hold its BR rows): key tile t at K.tile(t), value tile t at V.tile(t). Software-pipelined by
+// hold its BR rows): key tile t at K.tile(t), value tile t at V.tile(t); rope_rows: this warp's
+// staging of the RoPE table (stage_rope), filled here before the first tile. Software-pipelined by
 // one tile as the forward is (key_pipeline): while the tensor cores run dQ += dS_j K_j, the
 // warpgroup turns S_{j+1} and dP_{j+1}, issued just before it, into dS_{j+1}; so K_j and K_{j+1}
 // are read in iteration j. advance(j) is key_pipeline's (K_{j+1} and V_{j+1} ready once it
@@ -176,8 +184,8 @@ template <int DH, int BR, int BC, typename KTiles, typename VTiles, typename Adv
           typename Issued, typename Release>
 __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, int64_t q0, int group,
                                         const bf16* sQ, const bf16* sdO, const KTiles& K,
-                                        const VTiles& V, Advance&& advance, Issued&& issued,
-                                        Release&& release) {
+                                        const VTiles& V, float2* rope_rows, Advance&& advance,
+                                        Issued&& issued, Release&& release) {
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int64_t bh = b * p.H + h;
   const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
@@ -186,6 +194,7 @@ __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, i
   float L[1][2], D[1][2], dq[1][DH / 8][4], s[1][BC / 8][4], ds[1][BC / 8][4];  // s, ds: S/P, dP/dS
   uint32_t dsa[BC / 16][4];  // dS_j, the A operand of dS K
   row_stats(L, D, p, bh, row);
+  if (p.rope) stage_rope<DH>(p, warp_q0, rope_rows, lane);
   zero(dq);
 
   auto scores = [&](int64_t t) {  // s = Q K_t^T, ds = dO V_t^T
@@ -213,7 +222,7 @@ __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, i
   };
   key_pipeline(tiles, mine, clean, scores, grads, dsk, after, advance);
 
-  store_dq<1, DH>(p, b, h, row, dq, lane);
+  store_dq<1, DH>(p, b, h, row, dq, lane, SharedRope{rope_rows, warp_q0, DH / 2});
 }
 
 // Warpgroup 0 produces (TMA: Q and dO once, then K_t and V_t in order), warpgroups
@@ -224,7 +233,11 @@ template <int DH> struct TmaDq {
   using QRing = Ring<1, BR, DH>;
   using KRing = Ring<3, BC, DH>;
   using VRing = Ring<2, BC, DH>;
-  using Smem = SmemRings<QRing, QRing, KRing, VRing>;
+  // The rings, then each consumer warp's rows of the RoPE table (stage_rope).
+  struct Smem : SmemRings<QRing, QRing, KRing, VRing> {
+    static constexpr size_t kBytes =
+        SmemRings<QRing, QRing, KRing, VRing>::kBytes + 4 * kGroups * kRopeStageBytes<DH>;
+  };
 };
 
 template <int DH>
@@ -267,7 +280,9 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
       if constexpr (decltype(has_next)::value) V.release(j + 1, signal);
       if (j >= 0) K.release(j, signal);
     };
-    dq_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, advance,
+    float2* rope_rows = smem.template rest<float2>() +
+                        (4 * me + threadIdx.x / 32 % 4) * kRopeStageBytes<DH> / sizeof(float2);
+    dq_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, rope_rows, advance,
                         [&] { turns.pass(); }, release);
     turns.end();
   };

@@ -4,6 +4,7 @@
 // row + 16 i + lane / 4 (+ 8 for elements 2, 3), columns 8 n + 2 (lane % 4) (+ 1 for odd e).
 #pragma once
 #include <cmath>
+#include <type_traits>
 
 #include "flash.cuh"
 #include "mma.cuh"
@@ -51,21 +52,31 @@ __device__ __forceinline__ void rescale(float (&o)[MT][DH / 8][4], const float (
 }
 
 // acc * scale[i][hh] into rows t = row + 16 i + 8 hh < T of a [T, DH] tensor (row t at
-// base + t * row_stride).
-template <int MT, int DH>
-__device__ __forceinline__ void store_rows(bf16* base, int64_t row_stride, int64_t row, int64_t T,
-                                           const float (&acc)[MT][DH / 8][4],
-                                           const float (&scale)[MT][2], int lane) {
+// base + t * row_stride); with a rope lookup (flash.cuh: GlobalRope, SharedRope) each pair of
+// columns rotated back by its angle (a thread holds whole pairs, columns 2c and 2c + 1; a row's
+// (cos, sin) are read before its stores, which the compiler would not move loads past).
+struct NoRope {};
+template <int MT, int DH, typename Rope = NoRope>
+__device__ __forceinline__ void store_rows(const Params& p, bf16* base, int64_t row_stride,
+                                           int64_t row, const float (&acc)[MT][DH / 8][4],
+                                           const float (&scale)[MT][2], int lane, Rope rope = {}) {
+  constexpr bool kRope = !std::is_same_v<Rope, NoRope>;
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int64_t t = row + 16 * i + 8 * hh;
-      if (t >= T) continue;
+      if (t >= p.T) continue;
+      float2 cs[DH / 8];
+      if constexpr (kRope)
 #pragma unroll
-      for (int n = 0; n < DH / 8; ++n)
-        store2(base + t * row_stride + n * 8 + 2 * (lane % 4), acc[i][n][2 * hh] * scale[i][hh],
-               acc[i][n][2 * hh + 1] * scale[i][hh]);
+        for (int n = 0; n < DH / 8; ++n) cs[n] = rope(t, n * 4 + lane % 4);
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n) {
+        float2 x{acc[i][n][2 * hh] * scale[i][hh], acc[i][n][2 * hh + 1] * scale[i][hh]};
+        if constexpr (kRope) x = unrotate(cs[n], x.x, x.y);
+        store2(base + t * row_stride + n * 8 + 2 * (lane % 4), x.x, x.y);
+      }
     }
 }
 template <int MT> __device__ __forceinline__ void fill(float (&x)[MT][2], float v) {
@@ -91,7 +102,7 @@ __device__ __forceinline__ void store_fwd(const Params& p, int64_t b, int64_t h,
       const int64_t t = row + 16 * i + 8 * hh;
       if (t < p.T && lane % 4 == 0) p.lse[bh * p.T + t] = m[i][hh] * p.scale + log2f(sum) * kLn2;
     }
-  store_rows<MT, DH>(head<bf16>(p.out, b, h, DH, p.o_batch), p.o_row, row, p.T, o, inv, lane);
+  store_rows<MT, DH>(p, head<bf16>(p.out, b, h, DH, p.o_batch), p.o_row, row, o, inv, lane);
 }
 
 // The backward's statistics of one thread's query rows: L (times log2 e) and D; 0 past T.
@@ -167,23 +178,30 @@ __device__ __forceinline__ auto by_col(const float* x, int lane) {
 }
 
 // The backward's outputs: dQ = scale dS K for one thread's query rows; dK = scale dS^T Q and
-// dV = P^T dO for its key rows.
-template <int MT, int DH>
+// dV = P^T dO for its key rows; where p.rope is given, dQ and dK rotated back by RoPE, looking
+// the angles up through `rope` (flash.cuh's GlobalRope or SharedRope).
+template <int MT, int DH, typename Rope>
 __device__ __forceinline__ void store_dq(const Params& p, int64_t b, int64_t h, int64_t row,
-                                         const float (&dq)[MT][DH / 8][4], int lane) {
+                                         const float (&dq)[MT][DH / 8][4], int lane,
+                                         Rope rope) {
   float scale[MT][2];
   fill(scale, p.scale);
-  store_rows<MT, DH>(head<bf16>(p.dq, b, h, DH, p.qkv_batch), p.qkv_row, row, p.T, dq, scale, lane);
+  bf16* out = head<bf16>(p.dq, b, h, DH, p.qkv_batch);
+  if (!p.rope) return store_rows<MT, DH>(p, out, p.qkv_row, row, dq, scale, lane);
+  store_rows<MT, DH>(p, out, p.qkv_row, row, dq, scale, lane, rope);
 }
-template <int MT, int DH>
+template <int MT, int DH, typename Rope>
 __device__ __forceinline__ void store_dkdv(const Params& p, int64_t b, int64_t h, int64_t key,
                                            const float (&dk)[MT][DH / 8][4],
-                                           const float (&dv)[MT][DH / 8][4], int lane) {
+                                           const float (&dv)[MT][DH / 8][4], int lane,
+                                           Rope rope) {
   float scale[MT][2], one[MT][2];
   fill(scale, p.scale);
   fill(one, 1.0f);
-  store_rows<MT, DH>(head<bf16>(p.dk, b, h, DH, p.qkv_batch), p.qkv_row, key, p.T, dk, scale, lane);
-  store_rows<MT, DH>(head<bf16>(p.dv, b, h, DH, p.qkv_batch), p.qkv_row, key, p.T, dv, one, lane);
+  bf16* out = head<bf16>(p.dk, b, h, DH, p.qkv_batch);
+  if (!p.rope) store_rows<MT, DH>(p, out, p.qkv_row, key, dk, scale, lane);
+  else store_rows<MT, DH>(p, out, p.qkv_row, key, dk, scale, lane, rope);
+  store_rows<MT, DH>(p, head<bf16>(p.dv, b, h, DH, p.qkv_batch), p.qkv_row, key, dv, one, lane);
 }
 
 }  // namespace lmt::cuda::attn

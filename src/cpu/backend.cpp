@@ -73,16 +73,16 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::rmsnorm_fwd(x, g, y.data, rstd, rows, d, eps);
     if (y.bf16()) round_bf16(y.data, rows * d);
   }
-  void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg,
+  void rmsnorm_bwd(const T* x, const T* g, const T* rstd, View<const T> dy, T* dx, T* dg,
                    int64_t rows, int64_t d, T* dx_bf16, GradWrite gw) override {
-    cpu::rmsnorm_bwd(x, g, rstd, dy, dx, dg, rows, d, gw);
+    cpu::rmsnorm_bwd(x, g, rstd, dy.data, dx, dg, rows, d, gw);
     if (!dx_bf16) return;
     std::copy(dx, dx + rows * d, dx_bf16);
     round_bf16(dx_bf16, rows * d);
   }
   void rope(View<T> x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t stride,
-            double theta, bool inverse) override {
-    cpu::rope(x.data, B, T_, H, dh, stride, theta, inverse);
+            double theta) override {
+    cpu::rope(x.data, B, T_, H, dh, stride, theta, false);
     if (x.bf16())  // the rotated heads of each row
       for (int64_t r = 0; r < B * T_; ++r) round_bf16(x.data + r * stride, H * dh);
   }
@@ -92,9 +92,12 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::attention_fwd(qkv, out, probs, B, T_, H, dh, p);
     if (p == Precision::bf16) round_bf16(out, B * T_ * H * dh);
   }
+  // dq and dk rotated back (rope_theta) before dqkv is rounded, as the GPU's flash kernels do.
   void attention_bwd(const T* qkv, const T*, const T* probs, const T* dout, T* dqkv, int64_t B,
-                     int64_t T_, int64_t H, int64_t dh, Precision p, AttentionImpl) override {
+                     int64_t T_, int64_t H, int64_t dh, Precision p, AttentionImpl,
+                     double rope_theta) override {
     cpu::attention_bwd(qkv, probs, dout, dqkv, B, T_, H, dh, p);
+    if (rope_theta != 0) cpu::rope(dqkv, B, T_, 2 * H, dh, 3 * H * dh, rope_theta, true);
     if (p == Precision::bf16) round_bf16(dqkv, B * T_ * 3 * H * dh);
   }
   void swiglu_fwd(View<const T> u, View<T> g, int64_t rows, int64_t f) override {

@@ -174,16 +174,16 @@ class CudaBackend : public Backend<float> {
                    int64_t d, double eps) override {
     cuda::rmsnorm_fwd(x, g, y.data, y.bf16(), rstd, rows, d, eps, stream_);
   }
-  void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const float* dy, float* dx,
-                   float* dg, int64_t rows, int64_t d, float* dx_bf16, GradWrite gw) override {
-    cuda::rmsnorm_bwd(x, g, rstd, dy, dx, dx_bf16, dg,
+  void rmsnorm_bwd(const float* x, const float* g, const float* rstd, View<const float> dy,
+                   float* dx, float* dg, int64_t rows, int64_t d, float* dx_bf16,
+                   GradWrite gw) override {
+    cuda::rmsnorm_bwd(x, g, rstd, dy.data, dy.bf16(), dx, dx_bf16, dg,
                       workspace(size_t(kRmsnormDgChunks * d)), rows, d,
                       gw == GradWrite::add, stream_);
   }
   void rope(View<float> x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride,
-            double theta, bool inverse) override {
-    cuda::rope(x.data, x.bf16(), rope_table(T, dh, theta), B, T, H, dh, stride, inverse,
-               stream_);
+            double theta) override {
+    cuda::rope(x.data, x.bf16(), rope_table(T, dh, theta), B, T, H, dh, stride, false, stream_);
   }
   int64_t attention_saved(int64_t B, int64_t T, int64_t H, int64_t dh,
                           AttentionImpl a) const override {
@@ -228,13 +228,14 @@ class CudaBackend : public Backend<float> {
   }
   void attention_bwd(const float* qkv, const float* out, const float* saved, const float* dout,
                      float* dqkv, int64_t B, int64_t T, int64_t H, int64_t dh, Precision p,
-                     AttentionImpl a) override {
+                     AttentionImpl a, double rope_theta) override {
     const int64_t d = H * dh, ld = 3 * d;
+    const void* rope = rope_theta != 0 ? rope_table(T, dh, rope_theta) : nullptr;
     if (a == AttentionImpl::flash) {
       NvtxRange r("flash attention backward");
       cuda::flash_bwd(flash_shape(B, T, H, dh, p), qkv, at(qkv, d, p), at(qkv, 2 * d, p), out,
                       dout, saved, workspace(size_t(B * H * T)), dqkv, at(dqkv, d, p),
-                      at(dqkv, 2 * d, p), stream_);
+                      at(dqkv, 2 * d, p), rope, stream_);
       return;
     }
     // dP = dO V^T (in bf16 under bf16) is scratch: the softmax's backward turns it into dS in
@@ -260,6 +261,7 @@ class CudaBackend : public Backend<float> {
       (*gemm_)(true, false, T, dh, T, 1, dS, T, T * T, q, ld, dh, dk, ld, dh, H,
                ops(p), b16);
     }
+    if (rope) cuda::rope(dqkv, b16, rope, B, T, 2 * H, dh, ld, true, stream_);  // dq and dk
   }
   void swiglu_fwd(View<const float> u, View<float> g, int64_t rows, int64_t f) override {
     LMT_ASSERT(u.stored == g.stored, "SwiGLU's tensors share one storage");
@@ -379,16 +381,10 @@ class CudaBackend : public Backend<float> {
     auto* w = reinterpret_cast<const char*>(weights_);
     if (weights_ && c < w + weights_n_ * sizeof(float) && w < c + bytes) weights_fresh_ = false;
   }
-  // (cos, sin) for every position and pair, computed in fp64 once per (T, dh, theta).
+  // cuda::rope_table on the device, made once per (T, dh, theta).
   const void* rope_table(int64_t T, int64_t dh, double theta) {
     if (rope_key_ != std::tuple{T, dh, theta}) {
-      std::vector<float> host(size_t(T * dh));
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < dh / 2; ++i) {
-          double a = double(t) * std::pow(theta, -2.0 * double(i) / double(dh));
-          host[size_t(t * dh + 2 * i)] = float(std::cos(a));
-          host[size_t(t * dh + 2 * i + 1)] = float(std::sin(a));
-        }
+      const std::vector<float> host = cuda::rope_table(T, dh, theta);
       synchronize();
       release(rope_);
       rope_ = allocate(host.size() * sizeof(float), MemTag::workspace);

@@ -85,7 +85,7 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       cuda::FlashShape s{B, H, T, dh, pt.mask == "causal", bf16,
                          /*wgmma=*/pt.impl == "flash", {T * d, d}, {T * d, d}};
       fwd = [=] { cuda::flash_fwd(s, q, k, v, o, lse, stream); };
-      bwd = [=] { cuda::flash_bwd(s, q, k, v, o, g, lse, D, dq, dk, dv, stream); };
+      bwd = [=] { cuda::flash_bwd(s, q, k, v, o, g, lse, D, dq, dk, dv, nullptr, stream); };
     } else {
       // The backend's: under bf16, qkv, out and their gradients in bf16 (Backend::attention_fwd).
       auto* qkv = reinterpret_cast<float*>(alloc(3 * n, es));
@@ -100,7 +100,7 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       Backend<float>* b = be.get();
       fwd = [=] { b->attention_fwd(qkv, o, probs, B, T, H, dh, p, AttentionImpl::naive); };
       bwd = [=] {
-        b->attention_bwd(qkv, o, probs, g, dqkv, B, T, H, dh, p, AttentionImpl::naive);
+        b->attention_bwd(qkv, o, probs, g, dqkv, B, T, H, dh, p, AttentionImpl::naive, 0.0);
       };
     }
     auto run = [](const std::function<void()>& f) {

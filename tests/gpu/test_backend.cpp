@@ -174,7 +174,7 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
   SUBCASE("rmsnorm forward and backward") {
     // The backward's blocks take consecutive rows, at most kRmsnormDgChunks blocks: a row a
     // block, and many rows a block; d a multiple of 4 (four values a load, a load a thread or
-    // several) and not, and a row of sums past 48 KiB of shared memory.
+    // several) and not, and a row of sums past 48 KiB of shared memory; dy in fp32 and in bf16.
     for (auto [rows, d] : {std::pair<int64_t, int64_t>{33, 77}, {1001, 45}, {57, 1036},
                            {5003, 36}, {3, 12292}, {5, 12301}}) {
       INFO(rows << " rows");
@@ -200,9 +200,18 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
       gpu->rmsnorm_bwd(gx, gw, gr, g.up(dy), gdx2, gdg, rows, d, gdx16);
       CHECK(g.down(gdx2, rows * d) == g.down(gdx, rows * d));
       CHECK(rounds_of(g.down16(gdx16, rows * d), g.down(gdx2, rows * d)));
+      // dy stored in bf16, as the matmuls write it under bf16: the bits of the fp32 dy path on
+      // the same rounded values.
+      float* gdy16 = g.up16(dy);
+      const Vec dyr = g.down16(gdy16, rows * d);
+      float *gdx3 = g.up(dx0), *gdx4 = g.up(dx0), *gdg3 = g.poisoned(d), *gdg4 = g.poisoned(d);
+      gpu->rmsnorm_bwd(gx, gw, gr, g.up(dyr), gdx3, gdg3, rows, d, nullptr);
+      gpu->rmsnorm_bwd(gx, gw, gr, packed(gdy16), gdx4, gdg4, rows, d, nullptr);
+      CHECK(g.down(gdx4, rows * d) == g.down(gdx3, rows * d));
+      CHECK(g.down(gdg4, d) == g.down(gdg3, d));
     }
   }
-  SUBCASE("rope forward and inverse on strided rows") {
+  SUBCASE("rope on strided rows (its inverse: the attention tests, on dq and dk)") {
     // Rows wider than the heads; dh 10, stride 97 one pair a thread, dh 12, stride 40 two.
     for (auto [dh, stride] : {std::pair<int64_t, int64_t>{10, 97}, {12, 40}}) {
       INFO("dh " << dh << ", stride " << stride);
@@ -211,17 +220,14 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
       float* gx = g.up(x);
       float* gx16 = g.up16(x);
       cpu::rope(ref.data(), B, T, H, dh, stride, 10000.0, false);
-      gpu->rope(gx, B, T, H, dh, stride, 10000.0, false);
+      gpu->rope(gx, B, T, H, dh, stride, 10000.0);
       CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
       // In bf16: each rotated value the rounding of the fp32 kernel's on the same bf16 inputs, the
       // columns past the heads untouched.
       float* gr = g.up(g.down16(gx16, x.size()));
-      gpu->rope(gr, B, T, H, dh, stride, 10000.0, false);
-      gpu->rope(packed(gx16), B, T, H, dh, stride, 10000.0, false);
+      gpu->rope(gr, B, T, H, dh, stride, 10000.0);
+      gpu->rope(packed(gx16), B, T, H, dh, stride, 10000.0);
       CHECK(rounds_of(g.down16(gx16, x.size()), g.down(gr, x.size())));
-      cpu::rope(ref.data(), B, T, H, dh, stride, 500.0, true);
-      gpu->rope(gx, B, T, H, dh, stride, 500.0, true);
-      CHECK(rel_err(g.down(gx, x.size()), ref) < 2e-6);
     }
   }
   SUBCASE("swiglu forward and backward over rows [b | a]") {
@@ -325,41 +331,43 @@ TEST_CASE("gpu classifier: the loss and the in-place gradient match the fp64 ref
   }
 }
 
-TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per precision" *
-          doctest::skip(gpu_count() == 0)) {
+TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per precision, dq and "
+          "dk also rotated back by RoPE" * doctest::skip(gpu_count() == 0)) {
   auto gpu = make_cuda_backend();
   const int64_t B = 2, T = 37, H = 3, dh = 8, d = H * dh;
-  for (Precision p : kPolicies) {
-    INFO("precision " << name_of(p));
-    Pair g{*gpu, {}};
-    Vec qkv = as_float(randn<double>(B * T * 3 * d)), dout = as_float(randn<double>(B * T * d));
-    std::vector<float> qf(qkv.begin(), qkv.end()), df(dout.begin(), dout.end());
-    Vec out(B * T * d), probs(B * H * T * T), dqkv(qkv.size());
-    // Reference in float with the same policy (operands rounded), against double inputs.
-    std::vector<float> outf(out.size()), pf(probs.size()), dqf(qkv.size());
-    cpu::attention_fwd(qf.data(), outf.data(), pf.data(), B, T, H, dh, p);
-    cpu::attention_bwd(qf.data(), pf.data(), df.data(), dqf.data(), B, T, H, dh, p);
-    // The GPU saves P at key <= query only, row after row: T(T+1)/2 values a head.
-    const size_t tri = size_t(T * (T + 1) / 2);
-    REQUIRE(gpu->attention_saved(B, T, H, dh, AttentionImpl::naive) == int64_t(B * H * tri));
-    // Under bf16, qkv, out, dout and dqkv are stored in bf16.
-    const bool b16 = p == Precision::bf16;
-    auto up = [&](const Vec& v) { return b16 ? g.up16(v) : g.up(v); };
-    auto poisoned = [&](size_t n) { return b16 ? g.poisoned16(n) : g.poisoned(n); };
-    auto down = [&](const float* x, size_t n) { return b16 ? g.down16(x, n) : g.down(x, n); };
-    float *gq = up(qkv), *go = poisoned(out.size()), *gp = g.poisoned(B * H * tri);
-    float* gdq = poisoned(qkv.size());
-    gpu->attention_fwd(gq, go, gp, B, T, H, dh, p, AttentionImpl::naive);
-    gpu->attention_bwd(gq, go, gp, up(dout), gdq, B, T, H, dh, p, AttentionImpl::naive);
-    double t = p == Precision::fp32 ? 1e-5 : 2e-2;
-    CHECK(rel_err(down(go, out.size()), outf) < t);
-    const Vec packed = g.down(gp, B * H * tri);
-    Vec gprobs(probs.size());  // zero above the diagonal, as the reference
-    for (size_t r = 0, at = 0; r < size_t(B * H * T); ++r)
-      for (size_t j = 0; j <= r % size_t(T); ++j) gprobs[r * size_t(T) + j] = packed[at++];
-    CHECK(rel_err(gprobs, pf) < t);
-    CHECK(rel_err(down(gdq, qkv.size()), dqf) < t);
-  }
+  for (Precision p : kPolicies)
+    for (double theta : {0.0, 500.0}) {
+      INFO("precision " << name_of(p) << ", rope_theta " << theta);
+      Pair g{*gpu, {}};
+      Vec qkv = as_float(randn<double>(B * T * 3 * d)), dout = as_float(randn<double>(B * T * d));
+      std::vector<float> qf(qkv.begin(), qkv.end()), df(dout.begin(), dout.end());
+      Vec out(B * T * d), probs(B * H * T * T), dqkv(qkv.size());
+      // Reference in float with the same policy (operands rounded), against double inputs.
+      std::vector<float> outf(out.size()), pf(probs.size()), dqf(qkv.size());
+      cpu::attention_fwd(qf.data(), outf.data(), pf.data(), B, T, H, dh, p);
+      cpu::attention_bwd(qf.data(), pf.data(), df.data(), dqf.data(), B, T, H, dh, p);
+      if (theta != 0) cpu::rope(dqf.data(), B, T, 2 * H, dh, 3 * d, theta, true);  // dq and dk
+      // The GPU saves P at key <= query only, row after row: T(T+1)/2 values a head.
+      const size_t tri = size_t(T * (T + 1) / 2);
+      REQUIRE(gpu->attention_saved(B, T, H, dh, AttentionImpl::naive) == int64_t(B * H * tri));
+      // Under bf16, qkv, out, dout and dqkv are stored in bf16.
+      const bool b16 = p == Precision::bf16;
+      auto up = [&](const Vec& v) { return b16 ? g.up16(v) : g.up(v); };
+      auto poisoned = [&](size_t n) { return b16 ? g.poisoned16(n) : g.poisoned(n); };
+      auto down = [&](const float* x, size_t n) { return b16 ? g.down16(x, n) : g.down(x, n); };
+      float *gq = up(qkv), *go = poisoned(out.size()), *gp = g.poisoned(B * H * tri);
+      float* gdq = poisoned(qkv.size());
+      gpu->attention_fwd(gq, go, gp, B, T, H, dh, p, AttentionImpl::naive);
+      gpu->attention_bwd(gq, go, gp, up(dout), gdq, B, T, H, dh, p, AttentionImpl::naive, theta);
+      double t = p == Precision::fp32 ? 1e-5 : 2e-2;
+      CHECK(rel_err(down(go, out.size()), outf) < t);
+      const Vec packed = g.down(gp, B * H * tri);
+      Vec gprobs(probs.size());  // zero above the diagonal, as the reference
+      for (size_t r = 0, at = 0; r < size_t(B * H * T); ++r)
+        for (size_t j = 0; j <= r % size_t(T); ++j) gprobs[r * size_t(T) + j] = packed[at++];
+      CHECK(rel_err(gprobs, pf) < t);
+      CHECK(rel_err(down(gdq, qkv.size()), dqf) < t);
+    }
 }
 
 TEST_CASE("gpu adamw and reductions match the CPU" * doctest::skip(gpu_count() == 0)) {

@@ -1,8 +1,9 @@
 // FlashAttention kernels against an fp64 reference that materialises the T x T matrices: O and
 // the logsumexp L forward, dQ, dK, dV backward; causal and not, odd lengths, every head dim, fp32
 // (storage and arithmetic) and bf16 (storage, tensor cores); the model's fused QKV layout and
-// separate tensors; outputs poisoned with NaN first; repeated runs bit-identical. Then flash
-// against the naive GPU path through the backend. Skipped where no GPU is visible.
+// separate tensors; dQ and dK rotated back by RoPE's table or not; outputs poisoned with NaN
+// first; repeated runs bit-identical. Then flash against the naive GPU path through the backend
+// (RoPE's inverse: flash's stores against the naive path's rope pass). Skipped where no GPU is visible.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "../helpers.hpp"
 
 #ifdef LMTRAIN_CUDA
+#include "cuda_kernels.hpp"
 #include "flash_attention.hpp"
 
 using namespace lmt;
@@ -123,7 +125,10 @@ const Mode kModes[] = {{"fp32", false, false, 2e-5},
 
 // Runs forward and backward for one problem and mode; `fused` puts q, k, v (and dq, dk, dv)
 // side by side in one [B*T, 3*H*dh] buffer as the model does, else each is its own tensor.
-void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, bool fused) {
+// rope_theta: 0, or the backward given RoPE's table for it, dq and dk then rotated back (the
+// reference's by cpu::rope's inverse, in fp64).
+void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, bool fused,
+                   double rope_theta) {
   const size_t n = size_t(B * T * H * dh), rs = size_t(H * dh);
   auto input = [&] {  // bf16-exact values: every mode then computes on the same inputs
     Vec x = randn<double>(n);
@@ -132,10 +137,18 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
   };
   Vec q = input(), k = input(), v = input(), g = input();
   Reference ref(q, k, v, g, B, T, H, dh, causal);
+  DeviceArray rope(size_t(T * dh), false);
+  if (rope_theta != 0) {
+    for (Vec* x : {&ref.dq, &ref.dk})
+      cpu::rope(x->data(), B, T, H, dh, int64_t(rs), rope_theta, true);
+    const std::vector<float> table = cuda::rope_table(T, dh, rope_theta);
+    rope.put(Vec(table.begin(), table.end()), table.size(), table.size(), 0);
+  }
+  const void* rope_table = rope_theta != 0 ? rope.p : nullptr;
   for (const Mode& m : kModes) {
     INFO(std::string(m.name) << ", B " << B << " T " << T << " H " << H << " dh " << dh
                 << std::string(causal ? " causal" : " full")
-                << std::string(fused ? " fused qkv" : " separate"));
+                << std::string(fused ? " fused qkv" : " separate") << " rope_theta " << rope_theta);
     const size_t qs = fused ? 3 * rs : rs;  // row stride of q, k, v, dq, dk, dv
     DeviceArray qkv(size_t(B * T) * qs * (fused ? 1 : 3), m.bf16);
     DeviceArray dqkv(qkv.n, m.bf16), o(n, m.bf16), dout(n, m.bf16);
@@ -154,7 +167,7 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
                     static_cast<float*>(lse.p), nullptr);
     cuda::flash_bwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p, dout.p,
                     static_cast<float*>(lse.p), static_cast<float*>(D.p), ptr(dqkv, off[0]),
-                    ptr(dqkv, off[1]), ptr(dqkv, off[2]), nullptr);
+                    ptr(dqkv, off[1]), ptr(dqkv, off[2]), rope_table, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
     const double e_o = rel_err(o.get(n, rs, rs, 0), ref.o);
     const double e_l = rel_err(lse.get(lse.n, lse.n, lse.n, 0), ref.lse);
@@ -181,7 +194,7 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
     std::vector<char> first = dqkv.raw();
     cuda::flash_bwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p, dout.p,
                     static_cast<float*>(lse.p), static_cast<float*>(D.p), ptr(dqkv, off[0]),
-                    ptr(dqkv, off[1]), ptr(dqkv, off[2]), nullptr);
+                    ptr(dqkv, off[1]), ptr(dqkv, off[2]), rope_table, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(dqkv.raw() == first);
   }
@@ -190,15 +203,15 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
 }  // namespace
 
 TEST_CASE("flash attention: O, L, dQ, dK, dV match fp64 for odd lengths, every head dim, causal "
-          "and not" * doctest::skip(gpu_count() == 0)) {
+          "and not, with and without RoPE's rotation of dQ and dK" * doctest::skip(gpu_count() == 0)) {
   for (int64_t dh : {16, 32, 64, 80, 128})
     for (bool causal : {true, false}) {
-      check_problem(2, 1, 3, dh, causal, true);
-      check_problem(2, 17, 3, dh, causal, false);
-      check_problem(1, 127, 2, dh, causal, true);
-      check_problem(1, 65, 2, dh, causal, false);  // a Hopper tile (64 or 128 rows) and one more
-      check_problem(1, 129, 2, dh, causal, true);
-      check_problem(1, 1000, 2, dh, causal, false);
+      check_problem(2, 1, 3, dh, causal, true, 500.0);
+      check_problem(2, 17, 3, dh, causal, false, 500.0);
+      check_problem(1, 127, 2, dh, causal, true, 0.0);
+      check_problem(1, 65, 2, dh, causal, false, 0.0);  // a Hopper tile (64 or 128 rows), one more
+      check_problem(1, 129, 2, dh, causal, true, 10000.0);
+      check_problem(1, 1000, 2, dh, causal, false, 10000.0);
     }
 }
 
@@ -233,7 +246,8 @@ TEST_CASE("flash attention matches the naive GPU path through the backend" *
       upload(q, qkv);
       upload(g, dout);
       gpu->attention_fwd(q.data(), o.data(), saved.data(), B, T, H, dh, p, a);
-      gpu->attention_bwd(q.data(), o.data(), saved.data(), g.data(), dq.data(), B, T, H, dh, p, a);
+      gpu->attention_bwd(q.data(), o.data(), saved.data(), g.data(), dq.data(), B, T, H, dh, p, a,
+                         500.0);
       const int i = a == AttentionImpl::flash;
       out[i].resize(dout.size()), dqkv[i].resize(qkv.size());
       download(out[i], o);
@@ -251,5 +265,5 @@ TEST_CASE("flash attention matches the naive GPU path through the backend" *
 TEST_CASE("flash attention: 150 heads, more tiles than SMs, match fp64" *
           doctest::skip(gpu_count() == 0)) {
   for (int64_t dh : {64, 128})
-    for (bool causal : {true, false}) check_problem(1, 301, 150, dh, causal, true);
+    for (bool causal : {true, false}) check_problem(1, 301, 150, dh, causal, true, 10000.0);
 }

@@ -159,8 +159,9 @@ TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, u, g, h2, hf and the lo
   CHECK(p.logits_cuda == n * V * 2);  // one buffer, the gradient written over the logits
   CHECK(p.activations_cuda ==
         p.activations - p.attn_probs + L * B * H * T * (T + 1) / 2 * 4 - p.bf16_inputs_saved);
-  // dg, du (2f wide); datt, dqkv; dx16 (the residual gradient that matmuls read)
-  CHECK(p.bf16_scratch_saved == (3 * n * f + 5 * n * d) / 2 * 4);
+  // dg, du (2f wide); datt, dqkv; dh (an RMSNorm output's gradient, as the matmuls write it);
+  // dx16 (the residual gradient that matmuls read)
+  CHECK(p.bf16_scratch_saved == (3 * n * f + 6 * n * d) / 2 * 4);
   // On the GPU: the weights' bf16 copy besides; the step adds state and workspace.
   CHECK(p.forward_cuda == p.params + p.param_count * 2 + p.activations_cuda);
   // The backend's scratch: the scores of the batch, P and dS of one sequence in bf16 (the
