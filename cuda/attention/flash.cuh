@@ -264,8 +264,8 @@ __device__ __forceinline__ void mask_tile(float (&s)[MT][N / 8][4], int r0, int 
 
 // Where dQ and dK are rotated back by RoPE (p.rope given), a store looks up the (cos, sin) of
 // position t and pair `pair` through one of these: GlobalRope reads p.rope itself; SharedRope a
-// warp's rows r0 .. r0 + 15 of it, copied to shared memory as the kernel starts (stage_rope), so
-// that no global load's latency falls at the kernel's end.
+// block's rows r0 .. of it, copied to shared memory while the block computes (tma.cuh's
+// stage_rope), so that no global load's latency falls at the block's end.
 struct GlobalRope {
   const float2* table;
   int half;  // dh / 2
@@ -277,23 +277,6 @@ struct SharedRope {
   int half;
   __device__ float2 operator()(int64_t t, int pair) const { return rows[(t - r0) * half + pair]; }
 };
-// A warp's staging: rows r0 .. r0 + 15 (those before T) of p.rope into rows[16][DH / 2];
-// kRopeStageBytes<DH> a warp.
-template <int DH> constexpr size_t kRopeStageBytes = 16 * DH / 2 * sizeof(float2);
-template <int DH>
-__device__ __forceinline__ void stage_rope(const Params& p, int64_t r0, float2* rows, int lane) {
-  constexpr int kPer = 16 * DH / 2 / 32;  // float2s a lane
-  const int64_t n = (p.T - r0 < 16 ? p.T - r0 : 16) * DH / 2;
-  const float2* src = p.rope + r0 * DH / 2;
-  float2 v[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k)
-    if (lane + 32 * k < n) v[k] = src[lane + 32 * k];
-#pragma unroll
-  for (int k = 0; k < kPer; ++k)
-    if (lane + 32 * k < n) rows[lane + 32 * k] = v[k];
-  __syncwarp();
-}
 // (x0, x1) rotated back by the angle whose (cos, sin) is cs (rope.cu's rotation with the sign
 // flipped): the gradient of the unrotated pair.
 __device__ __forceinline__ float2 unrotate(float2 cs, float x0, float x1) {

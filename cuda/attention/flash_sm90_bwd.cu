@@ -28,13 +28,12 @@ template <int DH> struct TmaDkdv {
   static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = T::kStages;
   using KRing = Ring<1, BC, DH>;
   using QRing = Ring<kStages, BR, DH>;
-  // The rings, then each consumer's L and D, two tiles of each, then each consumer warp's rows
-  // of the RoPE table (stage_rope).
+  // The rings, then each consumer's L and D, two tiles of each, then the block's keys' rows of
+  // the RoPE table (stage_rope).
   struct Smem : SmemRings<KRing, KRing, QRing, QRing> {
     static constexpr size_t kStatsFloats = size_t(kGroups) * 2 * 2 * BR;
     static constexpr size_t kBytes = SmemRings<KRing, KRing, QRing, QRing>::kBytes +
-                                     kStatsFloats * sizeof(float) +
-                                     4 * kGroups * kRopeStageBytes<DH>;
+                                     kStatsFloats * sizeof(float) + kRopeStageBytes<DH, BC>;
   };
 };
 
@@ -53,6 +52,8 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
   const auto Q = smem.template next<typename F::QRing>();
   const auto dO = smem.template next<typename F::QRing>();
   float* stats = smem.template rest<float>();
+  // The RoPE rows' address, found where used (held across the loop, it spilled).
+  auto rope_rows = [] { return rope_stage(F::Smem::kRest + F::Smem::kStatsFloats * sizeof(float)); };
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
   const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
   init_barriers([&] { K.init(1), V.init(1), Q.init(4 * G), dO.init(4 * G); });
@@ -68,11 +69,6 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     const bool signal = lane == 0;  // one arrival per warp frees a buffer
     const int64_t group_k0 = k0 + 64 * group, warp_k0 = group_k0 + 16 * warp,
                   key = warp_k0 + lane / 4;
-    auto rope_rows = [&] {  // this warp's, found again at the end (held, it spilled at dh 128)
-      return reinterpret_cast<float2*>(stats + F::Smem::kStatsFloats) +
-             (4 * group + warp) * kRopeStageBytes<DH> / sizeof(float2);
-    };
-    if (p.rope) stage_rope<DH>(p, warp_k0, rope_rows(), lane);
     float* sL = stats + group * 4 * BR;  // L of tiles in buffers 0, 1, then D of them
     float* sD = sL + 2 * BR;
     const int barrier = kFirstGroupBarrier + group;
@@ -163,28 +159,32 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     for (; i < masked_end; ++i) step(i, std::true_type{});
     for (; i < tiles; ++i) step(i, std::false_type{});
     turns.end();
-    store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, SharedRope{rope_rows(), warp_k0, DH / 2});
+    if (p.rope) rope_staged<G>();
+    const float2* warp_rows = rope_rows() + (64 * group + 16 * warp) * DH / 2;
+    store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, SharedRope{warp_rows, warp_k0, DH / 2});
   };
-  specialize<G>(produce, consume);
+  specialize<G>(produce, consume, [&](int i) {
+    if (p.rope) stage_rope<DH, BC, G>(p, int64_t(blockIdx.x) * BC, rope_rows(), i);
+  });
 #else
   __trap();  // launched only where sm90() holds
 #endif
 }
 
 // dQ for one consumer warpgroup's queries 64 group .. + 63 of the block's tile at q0 (sQ and sdO
-// hold its BR rows): key tile t at K.tile(t), value tile t at V.tile(t); rope_rows: this warp's
-// staging of the RoPE table (stage_rope), filled here before the first tile. Software-pipelined by
-// one tile as the forward is (key_pipeline): while the tensor cores run dQ += dS_j K_j, the
+// hold its BR rows): key tile t at K.tile(t), value tile t at V.tile(t); rope_rows() gives the
+// block's rows of the RoPE table (stage_rope), from q0 on. Software-pipelined by one tile as the
+// forward is (key_pipeline): while the tensor cores run dQ += dS_j K_j, the
 // warpgroup turns S_{j+1} and dP_{j+1}, issued just before it, into dS_{j+1}; so K_j and K_{j+1}
 // are read in iteration j. advance(j) is key_pipeline's (K_{j+1} and V_{j+1} ready once it
 // returns); issued() follows the issue of each dS K; release(j, has_next) follows each tile's
 // matmuls (j = -1: the first scores), when V_{j+1} (if has_next) and K_j (if j >= 0) are no
 // longer read.
-template <int DH, int BR, int BC, typename KTiles, typename VTiles, typename Advance,
-          typename Issued, typename Release>
+template <int DH, int BR, int BC, typename KTiles, typename VTiles, typename RopeRows,
+          typename Advance, typename Issued, typename Release>
 __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, int64_t q0, int group,
                                         const bf16* sQ, const bf16* sdO, const KTiles& K,
-                                        const VTiles& V, float2* rope_rows, Advance&& advance,
+                                        const VTiles& V, RopeRows&& rope_rows, Advance&& advance,
                                         Issued&& issued, Release&& release) {
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int64_t bh = b * p.H + h;
@@ -194,7 +194,6 @@ __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, i
   float L[1][2], D[1][2], dq[1][DH / 8][4], s[1][BC / 8][4], ds[1][BC / 8][4];  // s, ds: S/P, dP/dS
   uint32_t dsa[BC / 16][4];  // dS_j, the A operand of dS K
   row_stats(L, D, p, bh, row);
-  if (p.rope) stage_rope<DH>(p, warp_q0, rope_rows, lane);
   zero(dq);
 
   auto scores = [&](int64_t t) {  // s = Q K_t^T, ds = dO V_t^T
@@ -222,7 +221,9 @@ __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, i
   };
   key_pipeline(tiles, mine, clean, scores, grads, dsk, after, advance);
 
-  store_dq<1, DH>(p, b, h, row, dq, lane, SharedRope{rope_rows, warp_q0, DH / 2});
+  if (p.rope) rope_staged<BR / 64>();
+  const float2* warp_rows = rope_rows() + (64 * group + 16 * warp) * DH / 2;
+  store_dq<1, DH>(p, b, h, row, dq, lane, SharedRope{warp_rows, warp_q0, DH / 2});
 }
 
 // Warpgroup 0 produces (TMA: Q and dO once, then K_t and V_t in order), warpgroups
@@ -233,10 +234,10 @@ template <int DH> struct TmaDq {
   using QRing = Ring<1, BR, DH>;
   using KRing = Ring<3, BC, DH>;
   using VRing = Ring<2, BC, DH>;
-  // The rings, then each consumer warp's rows of the RoPE table (stage_rope).
+  // The rings, then the block's queries' rows of the RoPE table (stage_rope).
   struct Smem : SmemRings<QRing, QRing, KRing, VRing> {
     static constexpr size_t kBytes =
-        SmemRings<QRing, QRing, KRing, VRing>::kBytes + 4 * kGroups * kRopeStageBytes<DH>;
+        SmemRings<QRing, QRing, KRing, VRing>::kBytes + kRopeStageBytes<DH, BR>;
   };
 };
 
@@ -254,6 +255,7 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
   const auto V = smem.template next<typename F::VRing>();
   const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
   const int64_t tiles = key_tiles(p, q0, BR, BC);
+  auto rope_rows = [] { return rope_stage(F::Smem::kRest); };  // as dK/dV's
   init_barriers([&] { Q.init(1), dO.init(1), K.init(4 * G), V.init(4 * G); });
 
   auto produce = [&] {
@@ -280,13 +282,13 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
       if constexpr (decltype(has_next)::value) V.release(j + 1, signal);
       if (j >= 0) K.release(j, signal);
     };
-    float2* rope_rows = smem.template rest<float2>() +
-                        (4 * me + threadIdx.x / 32 % 4) * kRopeStageBytes<DH> / sizeof(float2);
     dq_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, rope_rows, advance,
                         [&] { turns.pass(); }, release);
     turns.end();
   };
-  specialize<G>(produce, consume);
+  specialize<G>(produce, consume, [&](int i) {
+    if (p.rope) stage_rope<DH, BR, G>(p, query_tile(p) * BR, rope_rows(), i);
+  });
 #else
   __trap();  // launched only where sm90() holds
 #endif
