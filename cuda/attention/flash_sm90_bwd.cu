@@ -53,7 +53,9 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
   const auto dO = smem.template next<typename F::QRing>();
   float* stats = smem.template rest<float>();
   // The RoPE rows' address, found where used (held across the loop, it spilled).
-  auto rope_rows = [] { return rope_stage(F::Smem::kRest + F::Smem::kStatsFloats * sizeof(float)); };
+  auto rope_rows = [] {
+    return rope_stage(F::Smem::kRest + F::Smem::kStatsFloats * sizeof(float));
+  };
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
   const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
   init_barriers([&] { K.init(1), V.init(1), Q.init(4 * G), dO.init(4 * G); });

@@ -130,7 +130,8 @@ template <int STAGES, int ROWS, int DH> struct Ring {
 // every ring's tiles (from a 1024-byte boundary), then every ring's barriers.
 template <typename... Rs> struct SmemRings {
   static constexpr size_t kTileBytes = (Rs::kTileBytes + ...);
-  static constexpr size_t kRest = kTileBytes + (Rs::kBarriers + ...) * sizeof(uint64_t);  // rest()'s
+  // Where rest() begins, from the tiles' 1024-byte boundary.
+  static constexpr size_t kRest = kTileBytes + (Rs::kBarriers + ...) * sizeof(uint64_t);
   static constexpr size_t kBytes = kRest + kSmemAlignSlack;
   char *tiles = reinterpret_cast<char*>(smem_1024()), *bars = tiles + kTileBytes;
   template <typename R> __device__ R next() {
@@ -211,7 +212,8 @@ __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume)
 // (rope_stage), by the helpers (specialize's help(i)), who then arrive on kRopeBarrier; the
 // consumers wait there (rope_staged) before their stores read them. Where p.rope is null neither
 // side takes part.
-template <int DH, int ROWS> constexpr size_t kRopeStageBytes = size_t(ROWS) * DH / 2 * sizeof(float2) + 16;
+template <int DH, int ROWS>
+constexpr size_t kRopeStageBytes = size_t(ROWS) * DH / 2 * sizeof(float2) + 16;
 // The staging of a kernel whose shared memory puts it `offset` bytes on (rounded up to 16).
 __device__ __forceinline__ float2* rope_stage(size_t offset) {
   return reinterpret_cast<float2*>(reinterpret_cast<char*>(smem_1024()) + (offset + 15) / 16 * 16);

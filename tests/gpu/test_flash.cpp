@@ -3,7 +3,8 @@
 // (storage and arithmetic) and bf16 (storage, tensor cores); the model's fused QKV layout and
 // separate tensors; dQ and dK rotated back by RoPE's table or not; outputs poisoned with NaN
 // first; repeated runs bit-identical. Then flash against the naive GPU path through the backend
-// (RoPE's inverse: flash's stores against the naive path's rope pass). Skipped where no GPU is visible.
+// (RoPE's inverse: flash's stores against the naive path's rope pass). Skipped where no GPU is
+// visible.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -203,7 +204,8 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
 }  // namespace
 
 TEST_CASE("flash attention: O, L, dQ, dK, dV match fp64 for odd lengths, every head dim, causal "
-          "and not, with and without RoPE's rotation of dQ and dK" * doctest::skip(gpu_count() == 0)) {
+          "and not, with and without RoPE's rotation of dQ and dK" *
+          doctest::skip(gpu_count() == 0)) {
   for (int64_t dh : {16, 32, 64, 80, 128})
     for (bool causal : {true, false}) {
       check_problem(2, 1, 3, dh, causal, true, 500.0);
