@@ -66,7 +66,7 @@ std::vector<float> rope_table(int64_t T, int64_t dh, double theta) {
   std::vector<float> host(size_t(T * dh));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < dh / 2; ++i) {
-      const double a = double(t) * std::pow(theta, -2.0 * double(i) / double(dh));
+      const double a = cpu::rope_angle(t, i, dh, theta);
       host[size_t(t * dh + 2 * i)] = float(std::cos(a));
       host[size_t(t * dh + 2 * i + 1)] = float(std::sin(a));
     }

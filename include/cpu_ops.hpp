@@ -6,6 +6,7 @@
 // stream's gradient, the embedding's rows), every other output is overwritten, but for the weight
 // gradients, which each op writes as its GradWrite says.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -50,9 +51,12 @@ template <typename T>
 void rmsnorm_bwd(const T* x, const T* g, const T* rstd, const T* dy, T* dx, T* dg, int64_t rows,
                  int64_t d, GradWrite gw = GradWrite::set);
 
-// Rotates adjacent pairs (x[2i], x[2i+1]) of each head by angle t * theta^(-2i/dh), in place.
-// Element (b, t, h, i) lives at x[(b*T + t)*row_stride + h*dh + i]. inverse = rotate back, which
-// is also the backward (the rotation is orthogonal).
+// Rotates adjacent pairs (x[2i], x[2i+1]) of each head by angle t * theta^(-2i/dh) (rope_angle),
+// in place. Element (b, t, h, i) lives at x[(b*T + t)*row_stride + h*dh + i]. inverse = rotate
+// back, which is also the backward (the rotation is orthogonal).
+inline double rope_angle(int64_t t, int64_t i, int64_t dh, double theta) {
+  return double(t) * std::pow(theta, -2.0 * double(i) / double(dh));
+}
 template <typename T>
 void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride, double theta,
           bool inverse);

@@ -263,8 +263,8 @@ __device__ __forceinline__ void mask_tile(float (&s)[MT][N / 8][4], int r0, int 
 }
 
 // Where dQ and dK are rotated back by RoPE (p.rope given), a store looks up the (cos, sin) of
-// position t and pair `pair` through one of these: GlobalRope reads p.rope itself; SharedRope a
-// block's rows r0 .. of it, copied to shared memory while the block computes (tma.cuh's
+// position t and pair `pair` through one of these: GlobalRope reads p.rope itself; SharedRope its
+// rows from r0 on in shared memory (a block's, copied while the block computes by tma.cuh's
 // stage_rope), so that no global load's latency falls at the block's end.
 struct GlobalRope {
   const float2* table;

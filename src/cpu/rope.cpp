@@ -10,7 +10,7 @@ void rope(T* x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride
           bool inverse) {
   for (int64_t t = 0; t < T_; ++t)
     for (int64_t i = 0; i < dh / 2; ++i) {
-      double angle = double(t) * std::pow(theta, -2.0 * double(i) / double(dh));
+      const double angle = rope_angle(t, i, dh, theta);
       double c = std::cos(angle), s = inverse ? -std::sin(angle) : std::sin(angle);
       for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < H; ++h) {
