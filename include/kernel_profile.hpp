@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lmt {
@@ -14,12 +15,23 @@ struct KernelStat {
   double total_ms = 0;
 };
 
+// A region's kernels by total time, largest first; span_ms from the first kernel's start to the
+// last one's end; busy_ms of that span with at least one kernel running (the rest: the GPU idle
+// between kernels).
+struct KernelSummary {
+  std::vector<KernelStat> kernels;
+  double span_ms = 0, busy_ms = 0;
+};
+
+// The length of the union of [start, end) intervals (nanoseconds), in ms: in any order,
+// overlapping or not.
+double busy_ms(std::vector<std::pair<uint64_t, uint64_t>> intervals);
+
 class KernelProfile {
  public:
   static bool available();
   void start();  // enables kernel activity records (adds overhead: never inside timed regions)
-  // Flushes the records and returns kernels by total time, largest first.
-  std::vector<KernelStat> stop();
+  KernelSummary stop();  // flushes the records
 };
 
 }  // namespace lmt

@@ -1,7 +1,24 @@
 // CUPTI activity records of kernels (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL): CUPTI asks us for
 // buffers, fills them with one record per kernel (name, start, end), hands them back; we total
-// the durations by kernel name.
+// the durations by kernel name and keep the intervals for the region's span and busy time.
 #include "kernel_profile.hpp"
+
+#include <algorithm>
+
+namespace lmt {
+
+double busy_ms(std::vector<std::pair<uint64_t, uint64_t>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  uint64_t total = 0, end = 0;  // end: how far the union reaches so far
+  for (auto [b, e] : intervals) {
+    b = std::max(b, end);  // what lies before was counted
+    if (e > b) total += e - b;
+    end = std::max(end, e);
+  }
+  return double(total) * 1e-6;
+}
+
+}  // namespace lmt
 
 #ifdef LMTRAIN_CUDA
 #include <cuda_runtime.h>
@@ -31,6 +48,7 @@ namespace {
 
 std::mutex g_mutex;
 std::map<std::string, KernelStat> g_stats;  // by mangled name, filled from CUPTI's thread
+std::vector<std::pair<uint64_t, uint64_t>> g_spans;  // every kernel's [start, end), ns
 
 std::string pretty(const char* mangled) {
   int status = 0;
@@ -60,6 +78,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     KernelStat& s = g_stats[k->name];
     s.calls += 1;
     s.total_ms += double(k->end - k->start) * 1e-6;
+    g_spans.push_back({uint64_t(k->start), uint64_t(k->end)});
   }
   std::free(buffer);
 }
@@ -80,25 +99,33 @@ void KernelProfile::start() {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_stats.clear();
+    g_spans.clear();
   }
   CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
 }
 
-std::vector<KernelStat> KernelProfile::stop() {
+KernelSummary KernelProfile::stop() {
   cudaDeviceSynchronize();
   CUPTI_CHECK(cuptiActivityFlushAll(1));
   CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   std::map<std::string, KernelStat> merged;  // several mangled names can print alike
+  KernelSummary out;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     for (auto& [mangled, s] : g_stats) {
       KernelStat& m = merged[pretty(mangled.c_str())];
       m.calls += s.calls, m.total_ms += s.total_ms;
     }
+    if (!g_spans.empty()) {
+      uint64_t first = g_spans[0].first, last = g_spans[0].second;
+      for (auto [b, e] : g_spans) first = std::min(first, b), last = std::max(last, e);
+      out.span_ms = double(last - first) * 1e-6;
+      out.busy_ms = busy_ms(g_spans);
+    }
   }
-  std::vector<KernelStat> out;
-  for (auto& [name, s] : merged) out.push_back({name, s.calls, s.total_ms});
-  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.total_ms > b.total_ms; });
+  for (auto& [name, s] : merged) out.kernels.push_back({name, s.calls, s.total_ms});
+  std::sort(out.kernels.begin(), out.kernels.end(),
+            [](auto& a, auto& b) { return a.total_ms > b.total_ms; });
   return out;
 }
 
@@ -109,7 +136,7 @@ std::vector<KernelStat> KernelProfile::stop() {
 namespace lmt {
 bool KernelProfile::available() { return false; }
 void KernelProfile::start() {}
-std::vector<KernelStat> KernelProfile::stop() { return {}; }
+KernelSummary KernelProfile::stop() { return {}; }
 }  // namespace lmt
 
 #endif

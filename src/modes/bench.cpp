@@ -192,7 +192,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     write_trace(cl.trace_path, rt, rank_trace(rt.rank, starts, phases, held, comm_spans, waits));
 
   // Kernel summary per phase, in untimed repetitions (CUPTI adds overhead).
-  std::vector<std::pair<const char*, std::vector<KernelStat>>> kernels;
+  std::vector<std::pair<const char*, KernelSummary>> kernels;
   if (c.bench.kernels > 0 && std::string(be.name()) == "cuda" && KernelProfile::available()) {
     KernelProfile prof;
     prof.start();
@@ -249,7 +249,8 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
            human_bytes(tag(MemTag::workspace)).c_str(), human_bytes(double(mem.peak)).c_str(),
            human_bytes(tag(MemTag::params) + tag(MemTag::activations)).c_str());
     printf("loss after the timed steps %.4f (finite: the steps computed something)\n", loss);
-    for (auto& [phase, list] : kernels) {
+    for (auto& [phase, summary] : kernels) {
+      const std::vector<KernelStat>& list = summary.kernels;
       double total = 0;
       for (auto& k : list) total += k.total_ms;
       printf("\ntop kernels, %s (one pass, %.3f ms of kernels in all)\n", phase, total);
@@ -257,6 +258,10 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
       for (size_t i = 0; i < list.size() && i < size_t(c.bench.kernels); ++i)
         printf("  %8.3f %5.1f%% %6lld  %s\n", list[i].total_ms, 100 * list[i].total_ms / total,
                (long long)list[i].calls, list[i].name.c_str());
+      // Between the kernels: what graphs (run.graphs) and fewer, fused kernels would recover.
+      printf("  first kernel's start to last one's end %.3f ms, the GPU idle between kernels "
+             "for %.3f ms of it (under CUPTI's tracing)\n",
+             summary.span_ms, summary.span_ms - summary.busy_ms);
     }
     if (!cl.csv_path.empty()) {
       CsvRow row = bench_columns(c);
