@@ -53,14 +53,18 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
   const auto dO = smem.template next<typename F::QRing>();
   float* stats = smem.template rest<float>();
   // The RoPE rows' address, found where used (held across the loop, it spilled).
-  auto rope_rows = [] {
+  auto rope = [] {  // found where used (held across the loop, a pointer spilled)
     return rope_stage(F::Smem::kRest + F::Smem::kStatsFloats * sizeof(float));
   };
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
   const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
-  init_barriers([&] { K.init(1), V.init(1), Q.init(4 * G), dO.init(4 * G); });
+  init_barriers([&] {
+    K.init(1), V.init(1), Q.init(4 * G), dO.init(4 * G);
+    mbar_init(rope().bar, 1);
+  });
 
   auto produce = [&] {
+    if (p.rope) stage_rope<DH, BC>(p, k0, rope());
     K.fill(0, k_map, k0, b, h);
     V.fill(0, v_map, k0, b, h);
     for (int64_t i = first; i < tiles; ++i)
@@ -161,32 +165,30 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     for (; i < masked_end; ++i) step(i, std::true_type{});
     for (; i < tiles; ++i) step(i, std::false_type{});
     turns.end();
-    if (p.rope) rope_staged<G>();
-    const float2* warp_rows = rope_rows() + (64 * group + 16 * warp) * DH / 2;
+    if (p.rope) mbar_wait(rope().bar, 0);
+    const float2* warp_rows = rope().rows + (64 * group + 16 * warp) * DH / 2;
     store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, SharedRope{warp_rows, warp_k0, DH / 2});
   };
-  specialize<G>(produce, consume, [&](int i) {
-    if (p.rope) stage_rope<DH, BC, G>(p, int64_t(blockIdx.x) * BC, rope_rows(), i);
-  });
+  specialize<G>(produce, consume);
 #else
   __trap();  // launched only where sm90() holds
 #endif
 }
 
 // dQ for one consumer warpgroup's queries 64 group .. + 63 of the block's tile at q0 (sQ and sdO
-// hold its BR rows): key tile t at K.tile(t), value tile t at V.tile(t); rope_rows() gives the
-// block's rows of the RoPE table (stage_rope), from q0 on. Software-pipelined by one tile as the
-// forward is (key_pipeline): while the tensor cores run dQ += dS_j K_j, the
+// hold its BR rows): key tile t at K.tile(t), value tile t at V.tile(t); rope() gives the
+// block's staging of the RoPE table (stage_rope), its rows from q0 on. Software-pipelined by one
+// tile as the forward is (key_pipeline): while the tensor cores run dQ += dS_j K_j, the
 // warpgroup turns S_{j+1} and dP_{j+1}, issued just before it, into dS_{j+1}; so K_j and K_{j+1}
 // are read in iteration j. advance(j) is key_pipeline's (K_{j+1} and V_{j+1} ready once it
 // returns); issued() follows the issue of each dS K; release(j, has_next) follows each tile's
 // matmuls (j = -1: the first scores), when V_{j+1} (if has_next) and K_j (if j >= 0) are no
 // longer read.
-template <int DH, int BR, int BC, typename KTiles, typename VTiles, typename RopeRows,
+template <int DH, int BR, int BC, typename KTiles, typename VTiles, typename Rope,
           typename Advance, typename Issued, typename Release>
 __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, int64_t q0, int group,
                                         const bf16* sQ, const bf16* sdO, const KTiles& K,
-                                        const VTiles& V, RopeRows&& rope_rows, Advance&& advance,
+                                        const VTiles& V, Rope&& rope, Advance&& advance,
                                         Issued&& issued, Release&& release) {
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int64_t bh = b * p.H + h;
@@ -223,8 +225,8 @@ __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, i
   };
   key_pipeline(tiles, mine, clean, scores, grads, dsk, after, advance);
 
-  if (p.rope) rope_staged<BR / 64>();
-  const float2* warp_rows = rope_rows() + (64 * group + 16 * warp) * DH / 2;
+  if (p.rope) mbar_wait(rope().bar, 0);
+  const float2* warp_rows = rope().rows + (64 * group + 16 * warp) * DH / 2;
   store_dq<1, DH>(p, b, h, row, dq, lane, SharedRope{warp_rows, warp_q0, DH / 2});
 }
 
@@ -257,10 +259,14 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
   const auto V = smem.template next<typename F::VRing>();
   const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
   const int64_t tiles = key_tiles(p, q0, BR, BC);
-  auto rope_rows = [] { return rope_stage(F::Smem::kRest); };  // as dK/dV's
-  init_barriers([&] { Q.init(1), dO.init(1), K.init(4 * G), V.init(4 * G); });
+  auto rope = [] { return rope_stage(F::Smem::kRest); };  // as dK/dV's
+  init_barriers([&] {
+    Q.init(1), dO.init(1), K.init(4 * G), V.init(4 * G);
+    mbar_init(rope().bar, 1);
+  });
 
   auto produce = [&] {
+    if (p.rope) stage_rope<DH, BR>(p, q0, rope());
     Q.fill(0, q_map, q0, b, h);
     dO.fill(0, do_map, q0, b, h);
     for (int64_t t = 0; t < tiles; ++t) K.fill(t, k_map, t * BC, b, h), V.fill(t, v_map, t * BC, b, h);
@@ -284,13 +290,11 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
       if constexpr (decltype(has_next)::value) V.release(j + 1, signal);
       if (j >= 0) K.release(j, signal);
     };
-    dq_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, rope_rows, advance,
+    dq_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, rope, advance,
                         [&] { turns.pass(); }, release);
     turns.end();
   };
-  specialize<G>(produce, consume, [&](int i) {
-    if (p.rope) stage_rope<DH, BR, G>(p, query_tile(p) * BR, rope_rows(), i);
-  });
+  specialize<G>(produce, consume);
 #else
   __trap();  // launched only where sm90() holds
 #endif

@@ -74,9 +74,8 @@ constexpr int kMaxConsumers = 4;
 enum NamedBarrier : int {
   kFirstTurnBarrier = 1,  // Turns: consumer c's turn is kFirstTurnBarrier + c
   kFirstGroupBarrier = kFirstTurnBarrier + kMaxConsumers,  // consumer c's own 128 threads
-  kRopeBarrier = kFirstGroupBarrier + kMaxConsumers,  // the RoPE rows staged (stage_rope)
 };
-static_assert(kRopeBarrier < kNamedBarriers);
+static_assert(kFirstGroupBarrier + kMaxConsumers <= kNamedBarriers);
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -185,50 +184,46 @@ template <int GROUPS, bool ON> struct Turns {
 };
 
 // A block of 128 (GROUPS + 1) threads after its barriers are initialized: thread 0 runs produce(),
-// the producer warpgroup's warps 1-3 help(i) (i: 0 .. 95, a no-op by default) and leave; consumer
-// c runs consume(c). The producer keeps 24 registers per thread, the consumers share the rest of
-// the 64 K (at most 240 each).
-constexpr int kHelpers = 96;
-template <int GROUPS, typename Produce, typename Consume, typename Help>
-__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume, Help&& help) {
+// the other producer threads leave; consumer c runs consume(c). The producer keeps 24 registers
+// per thread, the consumers share the rest of the 64 K (at most 240 each).
+template <int GROUPS, typename Produce, typename Consume>
+__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
   constexpr int kProducerRegs = 24, kShare = (65536 / 128 - kProducerRegs) / GROUPS / 8 * 8;
   constexpr int kConsumerRegs = kShare > 240 ? 240 : kShare;
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (threadIdx.x == 0) produce();
-    else if (threadIdx.x >= 32) help(int(threadIdx.x) - 32);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     consume(int(threadIdx.x / 128) - 1);
   }
 }
-template <int GROUPS, typename Produce, typename Consume>
-__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
-  specialize<GROUPS>(produce, consume, [](int) {});
-}
 
 // The backward's RoPE rows (flash.cuh's SharedRope): a block's rows r0 .. r0 + ROWS - 1 of p.rope
-// (those before T) copied into shared memory, kRopeStageBytes<DH, ROWS> from a 16-byte boundary
-// (rope_stage), by the helpers (specialize's help(i)), who then arrive on kRopeBarrier; the
-// consumers wait there (rope_staged) before their stores read them. Where p.rope is null neither
-// side takes part.
+// (those before T) in shared memory, copied by the producer thread with one bulk copy (TMA's 1-d
+// form, cp.async.bulk) as it starts and signalled on the staging's own mbarrier, which the
+// consumers wait on before their stores: the copy runs under the block's matmuls and takes no
+// thread's registers. Where p.rope is null neither side takes part. A kernel's staging lies
+// `offset` bytes past its tiles' 1024-byte boundary, rounded up to 16: the mbarrier, then the
+// rows 16 bytes on; kRopeStageBytes<DH, ROWS> with the rounding.
 template <int DH, int ROWS>
-constexpr size_t kRopeStageBytes = size_t(ROWS) * DH / 2 * sizeof(float2) + 16;
-// The staging of a kernel whose shared memory puts it `offset` bytes on (rounded up to 16).
-__device__ __forceinline__ float2* rope_stage(size_t offset) {
-  return reinterpret_cast<float2*>(reinterpret_cast<char*>(smem_1024()) + (offset + 15) / 16 * 16);
+constexpr size_t kRopeStageBytes = 16 + 16 + size_t(ROWS) * DH / 2 * sizeof(float2);
+struct RopeStage {
+  uint64_t* bar;
+  float2* rows;
+};
+__device__ __forceinline__ RopeStage rope_stage(size_t offset) {
+  char* at = reinterpret_cast<char*>(smem_1024()) + (offset + 15) / 16 * 16;
+  return {reinterpret_cast<uint64_t*>(at), reinterpret_cast<float2*>(at + 16)};
 }
-template <int DH, int ROWS, int CONSUMERS>
-__device__ __forceinline__ void stage_rope(const Params& p, int64_t r0, float2* rows, int i) {
-  const int chunks = int(min64(p.T - r0, ROWS)) * (DH / 4);  // 16 bytes, two pairs each
-  const float4* src = reinterpret_cast<const float4*>(p.rope) + r0 * (DH / 4);
-  float4* dst = reinterpret_cast<float4*>(rows);
-#pragma unroll 1  // a helper has 24 registers (specialize)
-  for (int k = i; k < chunks; k += kHelpers) dst[k] = src[k];
-  bar_arrive(kRopeBarrier, kHelpers + 128 * CONSUMERS);
-}
-template <int CONSUMERS> __device__ __forceinline__ void rope_staged() {
-  bar_sync(kRopeBarrier, kHelpers + 128 * CONSUMERS);
+template <int DH, int ROWS>
+__device__ __forceinline__ void stage_rope(const Params& p, int64_t r0, const RopeStage& s) {
+  const uint32_t bytes = uint32_t(min64(p.T - r0, ROWS) * DH / 2 * sizeof(float2));
+  mbar_expect(s.bar, bytes);
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(smem_addr(s.rows)), "l"(p.rope + r0 * DH / 2), "r"(bytes), "r"(smem_addr(s.bar))
+      : "memory");
 }
 
 // Host: one head's [T, dh] bf16 rows (row t at base + b batch + t row + h dh, element strides) as
