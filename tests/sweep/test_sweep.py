@@ -9,7 +9,8 @@ FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward an
 its allocator-trace reconstruction for bench --mem-timeline gives the right running totals and
 phases (both skipped without torch); scripts/report.py's --check passes on the repository and
 fails on a copy with one data value changed; scripts/ddp_timeline.py sums a synthetic two-rank
-trace's step as it should; scripts/optimizer_state.py reports each choice's own run.
+trace's step as it should; scripts/optimizer_state.py reports each choice's own run;
+scripts/clocks_table.py summarises the busy samples of an nvidia-smi log.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
@@ -461,6 +462,59 @@ class DdpTimeline(unittest.TestCase):
             self.assertEqual(r.returncode, 2)
             self.assertEqual(len(r.stderr.strip().splitlines()), 1)
             self.assertIn("not a Chrome trace", r.stderr)
+
+
+class ClocksTable(unittest.TestCase):
+    """scripts/clocks_table.py on random nvidia-smi samples (busy and idle, some at the power cap,
+    the last line cut short as when the sampler is stopped) and a bench log: the row it writes is
+    the busy samples' figures, computed here apart; a log without a step is refused in one line."""
+
+    def test_the_busy_samples_figures_and_a_bad_log(self):
+        import random
+        import statistics
+        rnd = random.Random()
+        n = rnd.randrange(41, 90)
+        rows = []
+        for i in range(n):
+            busy = rnd.random() < 0.6
+            rows.append((1000 + 15 * rnd.randrange(40) if busy else 345, rnd.uniform(60, 700),
+                         rnd.choice([91, 100]) if busy else rnd.randrange(0, 90),
+                         rnd.choice([0x0, 0x4, 0x5, 0x1])))
+        busy = [r for r in rows if r[2] >= 90]
+        lines = ["timestamp, name, clocks.current.sm [MHz], clocks.max.sm [MHz], power.draw [W], "
+                 "power.limit [W], utilization.gpu [%], clocks_event_reasons.active"]
+        for i, (sm, w, util, why) in enumerate(rows):
+            lines.append(f"2026/11/26 08:00:{i // 50:02d}.{20 * (i % 50):03d}, GPU X, {sm}, 1980, {w:.2f}, "
+                         f"700.00, {util}, 0x{why:016x}")
+        lines.append("2026/11/26 08:01:00.000, GPU X, 19")
+        log = ("== lmtrain bench: 162.22M on GPU X, bf16, batch 16 x context 1024, warm-up 3, 10 timed ==\n"
+               "ms                          mean       std    median       min       max\n"
+               "step (with AdamW)         32.707     1.442    31.915    31.717    35.347\n")
+        with tempfile.TemporaryDirectory() as d:
+            csv_path, log_path = os.path.join(d, "clocks_gpt2-small.csv"), os.path.join(d, "b.log")
+            png = os.path.join(d, "c.png")
+            with open(csv_path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            with open(log_path, "w") as f:
+                f.write(log)
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/clocks_table.py"), csv_path, log_path, png],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sm = [b[0] for b in busy]
+            capped = sum(1 for b in busy if b[3] & 0x4)
+            want = ["GPU X", "2026-11-26", "gpt2-small, 16 x 1024", "31.91", f"{len(busy)} of {n}",
+                    f"{statistics.median(sm):.0f} ({min(sm)}–{max(sm)})", "1980",
+                    f"{statistics.median(float(f'{b[1]:.2f}') for b in busy):.0f}", "700",
+                    f"{capped} ({100 * capped / len(busy):.0f}%)"]
+            self.assertEqual(r.stdout.splitlines()[2], "| " + " | ".join(want) + " |")
+            self.assertGreater(os.path.getsize(png), 10000)
+            with open(log_path, "w") as f:
+                f.write(log.splitlines()[0] + "\n")
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/clocks_table.py"), csv_path, log_path, png],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 2)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1)
+            self.assertIn("no bench header or step line", r.stderr)
 
 
 class MemoryTimeline(unittest.TestCase):
