@@ -27,6 +27,7 @@ from model_names import model_name, model_shape, size_order  # noqa: E402
 import attention_table  # noqa: E402
 import batch_table  # noqa: E402
 import bench_table  # noqa: E402
+import clocks_table  # noqa: E402
 import ddp_table  # noqa: E402
 import gpt2_table  # noqa: E402
 
@@ -348,6 +349,13 @@ def kernels(data, name):
     for phase in ("forward", "backward", "optimizer"):
         if phase not in out:
             raise Missing(f"{name}: no kernel table for {phase}")
+    # Each phase's span and the GPU's idle time in it, in the phases' order (profiles since bench
+    # printed them; with the replay, "graphs": true).
+    spans = re.findall(r"^  first kernel's start to last one's end ([\d.]+) ms, the GPU idle between "
+                       r"kernels for ([\d.]+) ms", text, re.M)
+    for phase, (span, idle) in zip(("forward", "backward", "optimizer"), spans):
+        out[phase + "_span"], out[phase + "_idle"] = float(span), float(idle)
+    out["graphs"] = "forward and backward as CUDA graphs" in text
     return out
 
 
@@ -373,8 +381,15 @@ def b_kernels_bwd(data):
 def b_kprof_fwd(data):
     k = kernels(data, KFLASH)
     grid = num(e2e(data, "bf16", 5, "xl", 512), "fwd_ms_median")
-    return (f"{f2(grid)} ms (the e2e grid's median, §1.1.3(b)); in the profiled run the kernels take "
-            f"{k['forward_total']:.2f} ms, {100 * k['forward_total'] / k['fwd_median']:.0f}% of that run's forward")
+    if not k["graphs"] or "forward_idle" not in k:
+        raise Missing(f"{KFLASH}: not profiled with CUDA graphs, or no idle time")
+    return (f"{f2(grid)} ms (the e2e grid's median, §1.1.3(b), forward launched kernel by kernel); "
+            f"in the profiled run, forward and backward replayed as CUDA graphs, the forward takes "
+            f"{k['fwd_median']:.2f} ms and its kernels {k['forward_total']:.2f} ms, "
+            f"{100 * k['forward_total'] / k['fwd_median']:.0f}% of it: from its first kernel's start to "
+            f"its last one's end ({k['forward_span']:.2f} ms) the GPU sits idle between kernels for "
+            f"{k['forward_idle']:.2f} ms, and the backward for {k['backward_idle']:.2f} of "
+            f"{k['backward_span']:.2f} ms")
 
 
 def b_kprof_top(data):
@@ -1066,6 +1081,28 @@ def b_gpt2_classifier(data):
     ms = sum(m for m, _, _, name in k["forward"] + k["backward"] if name.startswith("cross_entropy"))
     device, date, cmd = data.provenance(KGPT2)
     return f"{ms:.2f} ms ({device}, {date}, `{cmd}` → [{KGPT2}]({KGPT2}))"
+
+
+def b_gpt2_idle(data):
+    k = kernels(data, KGPT2)
+    if not k["graphs"] or "forward_idle" not in k:
+        raise Missing(f"{KGPT2}: not profiled with CUDA graphs, or no idle time")
+    kernel_ms = k["forward_total"] + k["backward_total"] + k["optimizer_total"]
+    return (f"{k['forward_idle']:.2f} ms of the forward's {k['forward_span']:.2f} and "
+            f"{k['backward_idle']:.2f} of the backward's {k['backward_span']:.2f} (one pass each; the "
+            f"profiled run's kernels {kernel_ms:.2f} ms, its step {k['step_median']:.2f})")
+
+
+def b_gpt2_clocks(data):
+    name = "clocks_gpt2-small"
+    s = clocks_table.summary(data.text(name + ".csv"), data.text(name + ".log"), "gpt2-small")
+    device, date, cmd = data.provenance(name + ".md")
+    return (f"while bench timed {s['shape'].split(', ')[1].replace(' x ', ' × ')} (a {s['step']:.2f} ms step), "
+            f"the SM clock of the busy samples had a median of {s['sm']:.0f} MHz ({s['sm_min']:.0f}–"
+            f"{s['sm_max_seen']:.0f}) against the GPU's {s['sm_max']:.0f}, at a median {s['power']:.0f} W "
+            f"of its {s['power_limit']:.0f} W limit, {100 * s['capped'] / s['busy']:.0f}% of them under the "
+            f"software power cap ({device}, {date}, `{cmd}` → [{name}.md]({name}.md), "
+            f"[{name}.png]({name}.png))")
 
 
 # ---- training a real model: micro-batches and AdamW's state -------------------------------------------
