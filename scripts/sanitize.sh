@@ -17,7 +17,8 @@
 # racecheck is by far the slowest tool (the whole attention grid took over 4 minutes on an H100
 # before reaching its last rows), so it takes one odd length and our own attention kernels
 # (flash, flash-mma), which are the ones with shared memory to race on.
-# Prints one line per tool and exits 1 if any tool found an error; full logs in $LOGS.
+# Prints one line per tool (each run's verdict and seconds) and exits 1 if any tool found an error;
+# full logs in $LOGS.
 #   scripts/sanitize.sh
 # Env: LMTRAIN (build/lmtrain), LOGS (a new temporary folder), SANITIZER (compute-sanitizer).
 set -uo pipefail
@@ -43,8 +44,9 @@ for tool in memcheck racecheck synccheck initcheck; do
     declare -n args=$run
     [ "$tool" = racecheck ] && [ "$run" = attention ] && declare -n args=attention_racecheck
     log=$logs/$tool-$run.log
+    start=$SECONDS
     "$san" --tool "$tool" --error-exitcode 99 --print-limit 1000 "$bin" "${args[@]}" > "$log" 2>&1
-    rc=$?
+    rc=$? took=$((SECONDS - start))
     n=$(grep -aoE "(ERROR|RACECHECK) SUMMARY: [0-9]+" "$log" | grep -oE "[0-9]+$" | tail -1)
     library=0
     if [ "$tool" = racecheck ]; then
@@ -56,9 +58,9 @@ for tool in memcheck racecheck synccheck initcheck; do
     fi
     if [ "$rc" -ne 0 ] || [ "${n:-0}" -ne 0 ]; then
       errors=$((errors + (${n:-0} > 0 ? ${n:-0} : 1)))  # a failed run with no report counts
-      line+=" $run: ${n:-?} errors (exit $rc, $log);"
+      line+=" $run: ${n:-?} errors (exit $rc, $log, ${took} s);"
     else
-      line+=" $run: clean$([ "$library" -gt 0 ] && echo " (cuBLASLt's nvjet_ hazards left out: $library)");"
+      line+=" $run: clean$([ "$library" -gt 0 ] && echo " (cuBLASLt's nvjet_ hazards left out: $library)") ${took} s;"
     fi
   done
   printf "%-10s %s\n" "$tool" "${line% ;}"
