@@ -1148,6 +1148,14 @@ def b_no_masters(data):
             f"{gib(a):.2f} → {gib(b):.2f} GiB (xl, 4 x 1, bf16 moments)")
 
 
+def b_no_masters_split(data):
+    a, b = batch_row(data, "bf16", 4, 1, "false"), batch_row(data, "bf16", 16, 1, "false")
+    c, d = batch_row(data, "bf16", 4, 1), batch_row(data, "bf16", 16, 1)
+    ms = lambda r: f2(num(r, "optimizer_ms_median"))
+    return (f"{ms(b)} ms at 16 x 1 against {ms(a)} at 4 x 1, where with masters it takes "
+            f"{ms(d)} and {ms(c)}")
+
+
 def b_optimizer_state(data):
     rows = data.csv("optimizer_state.csv")
     latest = {(r["optim.state_dtype"], batch_table.masters(r)): r for r in rows}
