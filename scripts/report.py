@@ -370,6 +370,14 @@ def kernel_table(data, name, phase, top):
             + source(device, date, cmd, [name]))
 
 
+def replayed_kernels(data, name):
+    """kernels(data, name) of a profile taken with CUDA graphs, with each phase's idle time."""
+    k = kernels(data, name)
+    if not k["graphs"] or "forward_idle" not in k:
+        raise Missing(f"{name}: not profiled with CUDA graphs, or no idle time")
+    return k
+
+
 def b_kernels_fwd(data):
     return kernel_table(data, KFLASH, "forward", 11)
 
@@ -379,10 +387,8 @@ def b_kernels_bwd(data):
 
 
 def b_kprof_fwd(data):
-    k = kernels(data, KFLASH)
+    k = replayed_kernels(data, KFLASH)
     grid = num(e2e(data, "bf16", 5, "xl", 512), "fwd_ms_median")
-    if not k["graphs"] or "forward_idle" not in k:
-        raise Missing(f"{KFLASH}: not profiled with CUDA graphs, or no idle time")
     return (f"{f2(grid)} ms (the e2e grid's median, §1.1.3(b), forward launched kernel by kernel); "
             f"in the profiled run, forward and backward replayed as CUDA graphs, the forward takes "
             f"{k['fwd_median']:.2f} ms and its kernels {k['forward_total']:.2f} ms, "
@@ -1084,9 +1090,7 @@ def b_gpt2_classifier(data):
 
 
 def b_gpt2_idle(data):
-    k = kernels(data, KGPT2)
-    if not k["graphs"] or "forward_idle" not in k:
-        raise Missing(f"{KGPT2}: not profiled with CUDA graphs, or no idle time")
+    k = replayed_kernels(data, KGPT2)
     kernel_ms = k["forward_total"] + k["backward_total"] + k["optimizer_total"]
     return (f"{k['forward_idle']:.2f} ms of the forward's {k['forward_span']:.2f} and "
             f"{k['backward_idle']:.2f} of the backward's {k['backward_span']:.2f} (one pass each; the "

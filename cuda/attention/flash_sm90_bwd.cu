@@ -52,8 +52,8 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
   const auto Q = smem.template next<typename F::QRing>();
   const auto dO = smem.template next<typename F::QRing>();
   float* stats = smem.template rest<float>();
-  // The RoPE rows' address, found where used (held across the loop, it spilled).
-  auto rope = [] {  // found where used (held across the loop, a pointer spilled)
+  // The RoPE rows' staging, found where used (held across the loop, a pointer spilled).
+  auto rope = [] {
     return rope_stage(F::Smem::kRest + F::Smem::kStatsFloats * sizeof(float));
   };
   const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
