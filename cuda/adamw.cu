@@ -69,11 +69,26 @@ __device__ inline void store_part(uint16_t* x, const uint16_t* r, size_t at, siz
   for (int j = 0; j < 4 && at + j < n; ++j) x[at + j] = r[j];
 }
 
+// One element of adamw_fours_kernel's: an fp32 master updated and its bf16 copy rounded to
+// nearest into `rounded`, or a weight held only as bf16 updated in place.
+template <typename W, typename M>
+__device__ inline void adamw_element(W& p, float g, M& m, M& v, uint16_t& rounded, uint64_t index,
+                                     const AdamWBf16Scalars<float>& k) {
+  if constexpr (std::is_same_v<W, float>) {
+    p = adamw_bf16_element(p, g, m, v, index, k);
+    rounded = __bfloat16_as_ushort(__float2bfloat16_rn(p));
+  } else {
+    adamw_bf16_weight_element(p, g, m, v, index, k);
+  }
+}
+
 // Four consecutive elements a thread (fewer in the last), loaded and stored as vectors where Vec
-// says every array is aligned for them (more bytes in flight per thread for a kernel bound by
-// memory traffic), else element by element. The weights p: fp32 masters (W float, moments M bf16
-// bits; p16 null or the weights' bf16 copy of p's part), or weights held only as bf16 (W bf16
-// bits, p16 null, moments M float or bf16 bits).
+// says every array is aligned for them (more bytes in flight per thread), else element by
+// element. The weights p: fp32 masters (W float, moments M bf16 bits; p16 null or the weights'
+// bf16 copy of p's part), or weights held only as bf16 (W bf16 bits, p16 null, moments M float
+// or bf16 bits). A whole vector's four elements run without a bound check each: the kernel issues
+// about as many instructions as its memory traffic allows (the hash, a division, a square root and
+// up to three roundings an element), so every one saved counts.
 template <typename W, typename M, bool Vec>
 __global__ void adamw_fours_kernel(W* p, const float* g, M* m, M* v, uint16_t* p16, size_t n,
                                    uint64_t index, AdamWBf16Scalars<float> k) {
@@ -86,14 +101,14 @@ __global__ void adamw_fours_kernel(W* p, const float* g, M* m, M* v, uint16_t* p
   uint16_t rounded[4];
   load_part(p, ps, at, n, vec), load_part(g, gs, at, n, vec);
   load_part(m, ms, at, n, vec), load_part(v, vs, at, n, vec);
+  if (vec) {
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if (at + j >= n) break;
-    if constexpr (std::is_same_v<W, float>) {
-      ps[j] = adamw_bf16_element(ps[j], gs[j], ms[j], vs[j], index + at + j, k);
-      rounded[j] = __bfloat16_as_ushort(__float2bfloat16_rn(ps[j]));
-    } else {
-      adamw_bf16_weight_element(ps[j], gs[j], ms[j], vs[j], index + at + j, k);
+    for (int j = 0; j < 4; ++j) adamw_element(ps[j], gs[j], ms[j], vs[j], rounded[j], index + at + j, k);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (at + j >= n) break;
+      adamw_element(ps[j], gs[j], ms[j], vs[j], rounded[j], index + at + j, k);
     }
   }
   store_part(p, ps, at, n, vec), store_part(m, ms, at, n, vec), store_part(v, vs, at, n, vec);

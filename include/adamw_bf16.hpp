@@ -73,12 +73,13 @@ LMT_HD inline float bf16_to_float(uint16_t b) {
 }
 // x rounded to bf16 stochastically by the 16 random bits r: the 16 bits bf16 drops are added to
 // r, the carry (with probability dropped / 2^16) rounds the magnitude up; so E[result] = x
-// exactly (for finite x whose neighbours are finite). Infinities stay; NaN stays NaN.
+// exactly (for finite x whose neighbours are finite). Infinities stay (their dropped bits are
+// zero: no carry); NaN stays a quiet NaN (the sum could carry out of its payload). A select, not
+// a branch: no divergent paths in the kernel that runs this three times an element.
 LMT_HD inline uint16_t round_bf16_stochastic(float x, uint32_t r) {
-  uint32_t u = float_bits(x);
-  if ((u & 0x7f800000u) == 0x7f800000u)
-    return uint16_t((u >> 16) | ((u & 0x7fffffu) ? 0x40u : 0u));  // inf, or a quiet NaN
-  return uint16_t((u + (r & 0xffffu)) >> 16);
+  const uint32_t u = float_bits(x);
+  const uint32_t rounded = (u + (r & 0xffffu)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 // Each op rounded once, as IEEE says, on the host and on the GPU whatever nvcc's flags (the
@@ -86,20 +87,19 @@ LMT_HD inline uint16_t round_bf16_stochastic(float x, uint32_t r) {
 template <typename T> LMT_HD inline T fma_rn(T a, T b, T c) {
   return LMT_HOST_OR_DEVICE(std::fma(a, b, c), __fmaf_rn(a, b, c));
 }
-template <typename T> LMT_HD inline T add_rn(T a, T b) { return LMT_HOST_OR_DEVICE(a + b, __fadd_rn(a, b)); }
 template <typename T> LMT_HD inline T mul_rn(T a, T b) { return LMT_HOST_OR_DEVICE(a * b, __fmul_rn(a, b)); }
 template <typename T> LMT_HD inline T div_rn(T a, T b) { return LMT_HOST_OR_DEVICE(a / b, __fdiv_rn(a, b)); }
 template <typename T> LMT_HD inline T sqrt_rn(T a) { return LMT_HOST_OR_DEVICE(std::sqrt(a), __fsqrt_rn(a)); }
 
 // One step's scalars in T, made on the host from the step (both backends use these bits).
 template <typename T> struct AdamWBf16Scalars {
-  T grad_scale, b1, one_minus_b1, b2, one_minus_b2, decay, step_size, bc2_sqrt, eps;
+  T grad_scale, b1, one_minus_b1, b2, one_minus_b2, decay, step_size, inv_bc2_sqrt, eps;
   uint64_t key;  // rounding_key(s.seed, s.t)
 };
 template <typename T> AdamWBf16Scalars<T> adamw_bf16_scalars(const AdamWStep& s) {
   const double bc1 = 1.0 - std::pow(s.beta1, double(s.t)), bc2 = 1.0 - std::pow(s.beta2, double(s.t));
   return {T(s.grad_scale), T(s.beta1),       T(1.0 - s.beta1),    T(s.beta2),
-          T(1.0 - s.beta2), T(1.0 - s.lr * s.weight_decay), T(s.lr / bc1), T(std::sqrt(bc2)),
+          T(1.0 - s.beta2), T(1.0 - s.lr * s.weight_decay), T(s.lr / bc1), T(1.0 / std::sqrt(bc2)),
           T(s.eps),         rounding_key(s.seed, s.t)};
 }
 
@@ -107,12 +107,14 @@ template <typename T> AdamWBf16Scalars<T> adamw_bf16_scalars(const AdamWStep& s)
 // new p returned.
 //   g *= grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p = p (1 - lr wd) - lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)
+// sqrt(v)/sqrt(bc2) + eps is one fma by 1/sqrt(bc2) (the host's): a division fewer than the fp32
+// kernel's torch-shaped expression, in a kernel whose instruction issue is near its limit.
 template <typename T>
 LMT_HD inline T adamw_rule(T p, T g, T& m, T& v, const AdamWBf16Scalars<T>& k) {
   const T gi = mul_rn(g, k.grad_scale);
   m = fma_rn(k.b1, m, mul_rn(k.one_minus_b1, gi));
   v = fma_rn(k.b2, v, mul_rn(mul_rn(k.one_minus_b2, gi), gi));
-  const T denom = add_rn(div_rn(sqrt_rn(v), k.bc2_sqrt), k.eps);
+  const T denom = fma_rn(sqrt_rn(v), k.inv_bc2_sqrt, k.eps);
   const T update = div_rn(mul_rn(k.step_size, m), denom);
   return fma_rn(p, k.decay, -update);
 }
