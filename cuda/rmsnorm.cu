@@ -6,10 +6,16 @@
 // Forward: one block per row, four values a load where d is a multiple of 4 (Vec4: rows then
 // 16-byte aligned, the launcher checks the pointers), else one. Backward in one pass over x and
 // dy, deterministic (fixed partition and order, no atomics): the rows are cut into at most
-// kRmsnormDgChunks blocks of consecutive rows, each block's threads across one row at a time
-// (up to 256, one load each: fewer for a short row), each thread adding its columns' dy x r into
-// shared memory, then the block's sums into its row of scratch; then each column adds the
-// blocks' rows in order. (dg in a pass of its own would read x and dy a second time.)
+// kRmsnormDgChunks blocks of consecutive rows, each block's threads across one row at a time,
+// each thread adding its columns' dy x r over the block's rows, then the block's sums into its
+// row of scratch; then each column adds the blocks' rows in order. (dg in a pass of its own
+// would read x and dy a second time.) Rows of up to 1024 loads (d up to 4096, or 1024 where not a
+// multiple of 4) take rmsnorm_bwd_kernel: a thread a load, x, dy and dx read once into
+// registers, the next row's while this row's sum is reduced, the column sums in registers. Wider
+// rows take rmsnorm_bwd_wide_kernel: up to 256 threads a row, each row read twice (for the sum,
+// then for dx), the column sums in shared memory. On an H100 at xl's rows (8192 x 1600) the
+// wide kernel's dependent reads (x and dy for the sum, dx only after it) kept DRAM at 69 % of its
+// bandwidth.
 #include <algorithm>
 
 #include "common.cuh"
@@ -19,6 +25,7 @@ namespace lmt::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxRowThreads = 1024;  // the widest backward block: a row of 1024 loads
 constexpr int kSumCols = 8, kSumLanes = 32;  // a dg sum block: columns x row lanes
 
 // Element i of a row, and its vector of four under Vec4 (a float4 of four consecutive values).
@@ -54,11 +61,55 @@ __global__ void rmsnorm_fwd_kernel(const float* x, const float* g, Out* y, float
     put4<Vec4>(yr, i, mul(mul(at4<Vec4>(xr, i), rr), at4<Vec4>(g, i)));
 }
 
-// Rows [b * per, (b + 1) * per) of block b, one after another, the block's threads across a row:
-// dx, and the sum of dy x r over the block's rows in d floats of shared memory (a thread owns the
-// same columns in every row), written at the end to the block's row of partials.
+// Rows [b * per, (b + 1) * per) of block b, one after another, a thread a load of each row (the
+// launcher makes the block as wide as the row): the row's x, dy and dx in registers (the next
+// row's loaded before this row's sum is reduced), dx updated, and the sum of dy x r over the
+// block's rows in registers (a thread owns the same columns in every row), written at the end to
+// the block's row of partials. At most 48 registers a thread (the bf16, four-a-load kernel needs
+// 55 uncapped, and spills nothing at 48): at xl's rows, blocks of 416 threads, three fit an SM
+// instead of two; on an H100 the kernel's 97 calls took 7.29 and 7.30 ms against 7.43 and 7.42
+// uncapped (bench's kernel summary, two runs each in one call).
 template <typename DY, bool Vec4>
-__global__ void rmsnorm_bwd_kernel(const float* x, const float* g, const float* rstd,
+__global__ void __maxnreg__(48)
+    rmsnorm_bwd_kernel(const float* x, const float* g, const float* rstd, const DY* dy, float* dx,
+                       __nv_bfloat16* dx16, float* partials, int64_t rows, int64_t per,
+                       int64_t d) {
+  __shared__ float scratch[32];
+  const int64_t n = Vec4 ? d / 4 : d, i = threadIdx.x;
+  const bool mine = i < n;  // the block's last warp may reach past the row
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float4 gi = mine ? at4<Vec4>(g, i) : zero;
+  float4 acc = zero, xs = zero, dys = zero, dxs = zero;
+  float r_next = 0;
+  auto load = [&](int64_t row) {
+    if (mine)
+      xs = at4<Vec4>(x + row * d, i), dys = at4<Vec4>(dy + row * d, i), dxs = at4<Vec4>(dx + row * d, i);
+    r_next = rstd[row];
+  };
+  const int64_t begin = blockIdx.x * per, end = begin + per < rows ? begin + per : rows;
+  if (begin < end) load(begin);
+  for (int64_t row = begin; row < end; ++row) {
+    const float4 xi = xs, dyi = dys;
+    float4 v = dxs;
+    const float r = r_next;
+    if (row + 1 < end) load(row + 1);
+    const float s = block_reduce<false>(sum4(mul(mul(gi, dyi), xi)), scratch);
+    const float c = r * r * r * s / float(d);
+    if (!mine) continue;
+    v.x += r * gi.x * dyi.x - xi.x * c, v.y += r * gi.y * dyi.y - xi.y * c;
+    v.z += r * gi.z * dyi.z - xi.z * c, v.w += r * gi.w * dyi.w - xi.w * c;
+    put4<Vec4>(dx + row * d, i, v);
+    if (dx16) put4<Vec4>(dx16 + row * d, i, v);
+    acc.x += dyi.x * xi.x * r, acc.y += dyi.y * xi.y * r, acc.z += dyi.z * xi.z * r,
+        acc.w += dyi.w * xi.w * r;
+  }
+  if (mine) put4<Vec4>(partials + blockIdx.x * d, i, acc);
+}
+
+// The same for rows of any width: up to 256 threads across a row, each row read twice, the sum
+// of dy x r over the block's rows in d floats of shared memory.
+template <typename DY, bool Vec4>
+__global__ void rmsnorm_bwd_wide_kernel(const float* x, const float* g, const float* rstd,
                                    const DY* dy, float* dx, __nv_bfloat16* dx16,
                                    float* partials, int64_t rows, int64_t per, int64_t d) {
   extern __shared__ float4 acc4[];  // d floats
@@ -147,18 +198,26 @@ template <typename DY>
 void launch_bwd(const float* x, const float* g, const float* rstd, const DY* dy, float* dx,
                 __nv_bfloat16* dx16, float* scratch, int64_t blocks, int64_t per, int64_t rows,
                 int64_t d, cudaStream_t s) {
-  const size_t smem = size_t(d) * sizeof(float);
-  auto launch = [&](auto kernel, int64_t n) {  // n: a row's loads; a thread each, up to kThreads
+  const bool vec = vec4_rows(d, {x, g, dy, dx, dx16, scratch});
+  const int64_t n = vec ? d / 4 : d;  // a row's loads
+  auto launch = [&](auto kernel, int64_t threads, size_t smem) {
     if (smem > 48 * 1024)  // past the default: opt in (up to the device's limit, else it fails)
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       int(smem)));
-    const int threads = int(std::min<int64_t>(kThreads, (n + 31) / 32 * 32));
-    kernel<<<unsigned(blocks), threads, smem, s>>>(x, g, rstd, dy, dx, dx16, scratch, rows, per,
-                                                   d);
+    kernel<<<unsigned(blocks), unsigned(threads), smem, s>>>(x, g, rstd, dy, dx, dx16, scratch,
+                                                             rows, per, d);
     CUDA_LAUNCH_CHECK();
   };
-  if (vec4_rows(d, {x, g, dy, dx, dx16, scratch})) launch(rmsnorm_bwd_kernel<DY, true>, d / 4);
-  else launch(rmsnorm_bwd_kernel<DY, false>, d);
+  if (n <= kMaxRowThreads) {  // a thread a load, the block a whole number of warps
+    const int64_t threads = (n + 31) / 32 * 32;
+    if (vec) launch(rmsnorm_bwd_kernel<DY, true>, threads, 0);
+    else launch(rmsnorm_bwd_kernel<DY, false>, threads, 0);
+  } else {
+    const int64_t threads = std::min<int64_t>(kThreads, (n + 31) / 32 * 32);
+    const size_t smem = size_t(d) * sizeof(float);
+    if (vec) launch(rmsnorm_bwd_wide_kernel<DY, true>, threads, smem);
+    else launch(rmsnorm_bwd_wide_kernel<DY, false>, threads, smem);
+  }
 }
 
 }  // namespace
