@@ -21,6 +21,16 @@
 namespace lmt::cuda {
 
 inline int blocks_for(int64_t n, int threads) { return int((n + threads - 1) / threads); }
+// The current device's SMs, asked once: a process drives one device.
+inline int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
+    return count;
+  }();
+  return n;
+}
 
 // v stored as Out: fp32 as it is, bf16 rounded to nearest even.
 template <typename Out> __device__ inline Out stored(float v) {

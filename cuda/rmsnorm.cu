@@ -193,17 +193,27 @@ void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rs
 
 namespace {
 
-// The backward's pass over the rows (blocks of `per` consecutive rows each), dy as stored.
+// The backward's pass over the rows, dy as stored: as many blocks as the GPU runs at once (at
+// most kRmsnormDgChunks, at most a block a row), each taking an equal run of consecutive rows,
+// so that no block waits for a second wave; returns the blocks, each of which writes a row of
+// partial sums to scratch. (A fixed count of 1024 blocks left 2.6 waves at xl's rows, the third
+// wave's SMs partly idle.) The partition depends on the GPU's SMs and the kernel's occupancy,
+// so the dg sums of two GPU models may differ in their last bits, as their matmuls' may; on one
+// GPU it is fixed.
 template <typename DY>
-void launch_bwd(const float* x, const float* g, const float* rstd, const DY* dy, float* dx,
-                __nv_bfloat16* dx16, float* scratch, int64_t blocks, int64_t per, int64_t rows,
-                int64_t d, cudaStream_t s) {
+int64_t launch_bwd(const float* x, const float* g, const float* rstd, const DY* dy, float* dx,
+                   __nv_bfloat16* dx16, float* scratch, int64_t rows, int64_t d, cudaStream_t s) {
   const bool vec = vec4_rows(d, {x, g, dy, dx, dx16, scratch});
   const int64_t n = vec ? d / 4 : d;  // a row's loads
+  int64_t blocks = 0;
   auto launch = [&](auto kernel, int64_t threads, size_t smem) {
     if (smem > 48 * 1024)  // past the default: opt in (up to the device's limit, else it fails)
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       int(smem)));
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(threads), smem));
+    blocks = std::min<int64_t>({int64_t(std::max(per_sm, 1)) * sm_count(), kRmsnormDgChunks, rows});
+    const int64_t per = (rows + blocks - 1) / blocks;
     kernel<<<unsigned(blocks), unsigned(threads), smem, s>>>(x, g, rstd, dy, dx, dx16, scratch,
                                                              rows, per, d);
     CUDA_LAUNCH_CHECK();
@@ -218,6 +228,7 @@ void launch_bwd(const float* x, const float* g, const float* rstd, const DY* dy,
     if (vec) launch(rmsnorm_bwd_wide_kernel<DY, true>, threads, smem);
     else launch(rmsnorm_bwd_wide_kernel<DY, false>, threads, smem);
   }
+  return blocks;
 }
 
 }  // namespace
@@ -226,14 +237,10 @@ void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const void* 
                  float* dx, void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d,
                  bool add_dg, cudaStream_t s) {
   auto* dx16 = static_cast<__nv_bfloat16*>(dx_bf16);
-  const int64_t blocks = std::min<int64_t>(kRmsnormDgChunks, rows);
-  const int64_t per = (rows + blocks - 1) / blocks;
-  if (dy_bf16)
-    launch_bwd(x, g, rstd, static_cast<const __nv_bfloat16*>(dy), dx, dx16, scratch, blocks, per,
-               rows, d, s);
-  else
-    launch_bwd(x, g, rstd, static_cast<const float*>(dy), dx, dx16, scratch, blocks, per, rows, d,
-               s);
+  const int64_t blocks =
+      dy_bf16 ? launch_bwd(x, g, rstd, static_cast<const __nv_bfloat16*>(dy), dx, dx16, scratch,
+                           rows, d, s)
+              : launch_bwd(x, g, rstd, static_cast<const float*>(dy), dx, dx16, scratch, rows, d, s);
   rmsnorm_dg_sum_kernel<<<unsigned(blocks_for(d, kSumCols)), dim3(kSumCols, kSumLanes), 0, s>>>(
       scratch, blocks, dg, d, add_dg);
   CUDA_LAUNCH_CHECK();

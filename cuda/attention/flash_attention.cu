@@ -51,16 +51,6 @@ bool attn::sm90(int64_t dh) {
   return hopper && attn::Sm90HeadDims::has(dh);
 }
 
-int attn::sm_count() {  // asked once, as sm90's answer is: a process drives one device
-  static const int n = [] {
-    int dev = 0, count = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
-    return count;
-  }();
-  return n;
-}
-
 void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
                float* lse, cudaStream_t stream) {
   attn::Params p = params(s);

@@ -266,7 +266,6 @@ __device__ __forceinline__ void for_each_item(const Work& w, F&& f) {
 }
 // Host: launches Kernel(p, work, maps...) as launch_specialized does, on work's items: persistent,
 // a block per SM (one fits), fewer if there are fewer items; else a block per item.
-int sm_count();
 template <auto Kernel, typename F, bool Persistent, typename... Maps>
 void launch_items(const Params& p, const Work& work, cudaStream_t s, const Maps&... maps) {
   allow_smem<Kernel>(F::Smem::kBytes);
