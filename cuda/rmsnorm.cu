@@ -8,8 +8,9 @@
 // once) up to 256 loads, else 256 threads looping over the row twice. (A thread a load up to 1024
 // loads was slower at xl's rows, 400 loads: the 97 calls took 3.14 and 3.16 ms against 2.94 and
 // 2.94 with 256 threads looping, on an H100; at gpt2-small's 192 loads 0.75 and 0.76 against
-// 0.89 and 0.83.) Backward in one pass over x and
-// dy, deterministic (fixed partition and order, no atomics): the rows are cut into at most
+// 0.89 and 0.83.)
+// Backward in one pass over x and dy, deterministic on a GPU (a partition fixed by the GPU and
+// the row width, a fixed order, no atomics): the rows are cut into at most
 // kRmsnormDgChunks blocks of consecutive rows, each block's threads across one row at a time,
 // each thread adding its columns' dy x r over the block's rows, then the block's sums into its
 // row of scratch; then each column adds the blocks' rows in order. (dg in a pass of its own
