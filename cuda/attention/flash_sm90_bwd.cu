@@ -300,17 +300,42 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
 #endif
 }
 
+// The dQ kernel runs beside the dK/dV kernel, on a stream of its own forked from the caller's
+// and joined back into it (a fork and a join in a captured graph too): the two read the same
+// inputs and write different outputs, and the SMs that one kernel's last, partly filled wave
+// leaves idle take the other's blocks. Made on the first call, which is never inside a capture
+// (a graph records a pass that ran before it), for the process's one device.
+struct Beside {
+  cudaStream_t stream;
+  cudaEvent_t fork, join;
+};
+const Beside& beside() {
+  static const Beside b = [] {
+    Beside b{};
+    CUDA_CHECK(cudaStreamCreateWithFlags(&b.stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&b.join, cudaEventDisableTiming));
+    return b;
+  }();
+  return b;
+}
+
 template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+  const Beside& b = beside();
+  CUDA_CHECK(cudaEventRecord(b.fork, stream));
+  CUDA_CHECK(cudaStreamWaitEvent(b.stream, b.fork, 0));
   using K = TmaDkdv<DH>;
   launch_specialized<dkdv_tma_kernel<DH>, K>(p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR),
                                               o_map(p, B, DH, p.dout, K::BR),
                                               qkv_map(p, B, DH, p.k, K::BC),
                                               qkv_map(p, B, DH, p.v, K::BC));
   using F = TmaDq<DH>;
-  launch_specialized<dq_tma_kernel<DH>, F>(p, B, F::BR, stream, qkv_map(p, B, DH, p.q, F::BR),
+  launch_specialized<dq_tma_kernel<DH>, F>(p, B, F::BR, b.stream, qkv_map(p, B, DH, p.q, F::BR),
                                            o_map(p, B, DH, p.dout, F::BR),
                                            qkv_map(p, B, DH, p.k, F::BC),
                                            qkv_map(p, B, DH, p.v, F::BC));
+  CUDA_CHECK(cudaEventRecord(b.join, b.stream));
+  CUDA_CHECK(cudaStreamWaitEvent(stream, b.join, 0));
 }
 
 }  // namespace
