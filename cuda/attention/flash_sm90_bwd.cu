@@ -165,9 +165,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     for (; i < masked_end; ++i) step(i, std::true_type{});
     for (; i < tiles; ++i) step(i, std::false_type{});
     turns.end();
-    if (p.rope) mbar_wait(rope().bar, 0);
-    const float2* warp_rows = rope().rows + (64 * group + 16 * warp) * DH / 2;
-    store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, SharedRope{warp_rows, warp_k0, DH / 2});
+    store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, warp_rope<DH>(p, rope(), group, warp, warp_k0));
   };
   specialize<G>(produce, consume);
 #else
@@ -225,9 +223,7 @@ __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, i
   };
   key_pipeline(tiles, mine, clean, scores, grads, dsk, after, advance);
 
-  if (p.rope) mbar_wait(rope().bar, 0);
-  const float2* warp_rows = rope().rows + (64 * group + 16 * warp) * DH / 2;
-  store_dq<1, DH>(p, b, h, row, dq, lane, SharedRope{warp_rows, warp_q0, DH / 2});
+  store_dq<1, DH>(p, b, h, row, dq, lane, warp_rope<DH>(p, rope(), group, warp, warp_q0));
 }
 
 // Warpgroup 0 produces (TMA: Q and dO once, then K_t and V_t in order), warpgroups

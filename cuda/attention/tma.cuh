@@ -226,6 +226,16 @@ __device__ __forceinline__ void stage_rope(const Params& p, int64_t r0, const Ro
       : "memory");
 }
 
+// Consumer warp `warp` of warpgroup `group`'s rows of the staging (the block's rows 64 group +
+// 16 warp on, the first at position r0) for its stores, once the copy has landed (no wait where
+// p.rope is null: the stores then read no table).
+template <int DH>
+__device__ __forceinline__ SharedRope warp_rope(const Params& p, const RopeStage& s, int group,
+                                                int warp, int64_t r0) {
+  if (p.rope) mbar_wait(s.bar, 0);
+  return {s.rows + (64 * group + 16 * warp) * DH / 2, r0, DH / 2};
+}
+
 // Host: one head's [T, dh] bf16 rows (row t at base + b batch + t row + h dh, element strides) as
 // TMA reads them: a 4-d tensor (column, row, head, batch) of p's B x H heads in boxes of 64
 // columns x `rows` rows, 128-byte swizzled. qkv_map: Q, K, V and their gradients' strides;
