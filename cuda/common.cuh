@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "check.hpp"
@@ -30,6 +32,15 @@ inline int sm_count() {
     return count;
   }();
   return n;
+}
+// Blocks of `kernel` with `threads` threads and `smem` bytes of dynamic shared memory that one SM
+// holds at once, asked of the runtime once per kernel and shape (launchers ask on every launch).
+inline int blocks_per_sm(const void* kernel, int threads, size_t smem) {
+  static std::map<std::tuple<const void*, int, size_t>, int> known;
+  auto [it, fresh] = known.try_emplace({kernel, threads, smem}, 0);
+  if (fresh)
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, smem));
+  return it->second;
 }
 
 // v stored as Out: fp32 as it is, bf16 rounded to nearest even.

@@ -224,8 +224,7 @@ int64_t launch_bwd(const float* x, const float* g, const float* rstd, const DY* 
     if (smem > 48 * 1024)  // past the default: opt in (up to the device's limit, else it fails)
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       int(smem)));
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, int(threads), smem));
+    const int per_sm = blocks_per_sm(reinterpret_cast<const void*>(kernel), int(threads), smem);
     blocks = std::min<int64_t>({int64_t(std::max(per_sm, 1)) * sm_count(), kRmsnormDgChunks, rows});
     const int64_t per = (rows + blocks - 1) / blocks;
     kernel<<<unsigned(blocks), unsigned(threads), smem, s>>>(x, g, rstd, dy, dx, dx16, scratch,
