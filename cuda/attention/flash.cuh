@@ -83,6 +83,7 @@ template <int DH> using DqTraits = MmaTraits<dq_tiles(DH)>;
 // warpgroup) and the streamed tile's rows; both tiles' row counts are wgmma N sizes (64 or 128).
 struct Sm90Tiles {
   int groups, tile;
+  int blocks = 1;  // blocks an SM (tma.cuh's specialize: one consumer of two gets 232 registers)
 };
 constexpr Sm90Tiles sm90_fwd_tiles([[maybe_unused]] int dh) {
 #ifdef LMT_FLASH_SM90_FWD_GROUPS  // a tuning build
@@ -126,8 +127,37 @@ constexpr Sm90Tiles sm90_fwd_short_tiles([[maybe_unused]] int dh) {
   return {2, 128};  // (3, 128) spills once persistent: 25% longer; (2, 64): 3-18% longer
 #endif
 }
+// The backward at short T (up to sm90_bwd_short_t) has tile entries of its own: blocks of one
+// consumer warpgroup, two an SM, so that one block's start and end (its barriers, first copies and
+// last stores) run under the other's matmuls; a block of two consumers takes all of an SM's
+// registers, so its start and end leave the tensor cores idle, and at short T a block has few
+// tiles to amortise them over.
+constexpr int64_t sm90_bwd_short_t([[maybe_unused]] int dh) {
+#ifdef LMT_FLASH_SM90_BWD_SHORT_T  // a tuning build
+  return LMT_FLASH_SM90_BWD_SHORT_T;
+#else
+  return dh >= 128 ? 0      // one consumer of 64 keys would spill at head dim 128
+                   : 2048;  // 4-13 % faster up to T 2048, 1 % slower at 4096
+#endif
+}
+constexpr Sm90Tiles sm90_dkdv_short_tiles([[maybe_unused]] int dh) {
+#ifdef LMT_FLASH_SM90_DKDV_SHORT_GROUPS  // a tuning build
+  return {LMT_FLASH_SM90_DKDV_SHORT_GROUPS, LMT_FLASH_SM90_DKDV_SHORT_TILE,
+          LMT_FLASH_SM90_DKDV_SHORT_BLOCKS};
+#else
+  return {1, 128, 2};
+#endif
+}
+constexpr Sm90Tiles sm90_dq_short_tiles([[maybe_unused]] int dh) {
+#ifdef LMT_FLASH_SM90_DQ_SHORT_GROUPS  // a tuning build
+  return {LMT_FLASH_SM90_DQ_SHORT_GROUPS, LMT_FLASH_SM90_DQ_SHORT_TILE,
+          LMT_FLASH_SM90_DQ_SHORT_BLOCKS};
+#else
+  return {1, 64, 2};  // (1, 128) spills under two blocks' 232 registers
+#endif
+}
 template <Sm90Tiles Tiles> struct Sm90Traits {
-  static constexpr int kGroups = Tiles.groups, kTile = Tiles.tile;
+  static constexpr int kGroups = Tiles.groups, kTile = Tiles.tile, kBlocks = Tiles.blocks;
 };
 template <int DH> struct Sm90FwdTraits : Sm90Traits<sm90_fwd_tiles(DH)> {
 #ifdef LMT_FLASH_SM90_FWD_STAGES
@@ -141,7 +171,8 @@ template <int DH> struct Sm90FwdTraits : Sm90Traits<sm90_fwd_tiles(DH)> {
   static constexpr bool kPingPong = true;  // consumers take turns at the tensor cores: 7% faster
 #endif
 };
-template <int DH> struct Sm90DkdvTraits : Sm90Traits<sm90_dkdv_tiles(DH)> {
+template <int DH, bool Short>
+struct Sm90DkdvTraits : Sm90Traits<Short ? sm90_dkdv_short_tiles(DH) : sm90_dkdv_tiles(DH)> {
 #ifdef LMT_FLASH_SM90_DKDV_STAGES
   static constexpr int kStages = LMT_FLASH_SM90_DKDV_STAGES;
 #else
@@ -153,7 +184,13 @@ template <int DH> struct Sm90DkdvTraits : Sm90Traits<sm90_dkdv_tiles(DH)> {
   static constexpr bool kPingPong = true;  // consumers take turns: 2-7% faster
 #endif
 };
-template <int DH> struct Sm90DqTraits : Sm90Traits<sm90_dq_tiles(DH)> {
+template <int DH, bool Short>
+struct Sm90DqTraits : Sm90Traits<Short ? sm90_dq_short_tiles(DH) : sm90_dq_tiles(DH)> {
+#ifdef LMT_FLASH_SM90_DQ_KSTAGES
+  static constexpr int kKStages = LMT_FLASH_SM90_DQ_KSTAGES;
+#else
+  static constexpr int kKStages = 3;  // the pipeline reads K_j and K_{j+1}, the third is in flight
+#endif
 #ifdef LMT_FLASH_SM90_DQ_PINGPONG
   static constexpr bool kPingPong = LMT_FLASH_SM90_DQ_PINGPONG;
 #else

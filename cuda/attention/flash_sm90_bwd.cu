@@ -23,8 +23,8 @@ namespace {
 // two a thread, the next tile's while it computes this one's), so that no barrier spans the block.
 // If kPingPong, the consumers take turns to issue their matmuls, two turns a tile (S^T and dP^T,
 // then dV and dK), so that one's elementwise work runs under another's matmuls.
-template <int DH> struct TmaDkdv {
-  using T = Sm90DkdvTraits<DH>;
+template <int DH, bool Short> struct TmaDkdv {
+  using T = Sm90DkdvTraits<DH, Short>;
   static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = T::kStages;
   using KRing = Ring<1, BC, DH>;
   using QRing = Ring<kStages, BR, DH>;
@@ -37,14 +37,15 @@ template <int DH> struct TmaDkdv {
   };
 };
 
-template <int DH>
-__global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
+template <int DH, bool Short>
+__global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
+                                  TmaDkdv<DH, Short>::T::kBlocks)
     dkdv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
                     const __grid_constant__ CUtensorMap do_map,
                     const __grid_constant__ CUtensorMap k_map,
                     const __grid_constant__ CUtensorMap v_map) {
 #ifdef LMT_SM90_DEVICE_CODE
-  using F = TmaDkdv<DH>;
+  using F = TmaDkdv<DH, Short>;
   constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
   typename F::Smem smem;
   const auto K = smem.template next<typename F::KRing>();
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     float dk[1][DH / 8][4], dv[1][DH / 8][4];
     zero(dk);
     zero(dv);
-    const Turns<G, Sm90DkdvTraits<DH>::kPingPong && (G > 1)> turns{group};
+    const Turns<G, F::T::kPingPong && (G > 1)> turns{group};
     turns.begin();
     // Query tiles at the diagonal are masked, the later ones not (as flash_sm80_bwd.cu).
     const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH>::kGroups + 1), 1)
     turns.end();
     store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, warp_rope<DH>(p, rope(), group, warp, warp_k0));
   };
-  specialize<G>(produce, consume);
+  specialize<G, F::T::kBlocks>(produce, consume);
 #else
   __trap();  // launched only where sm90() holds
 #endif
@@ -228,11 +229,11 @@ __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, i
 
 // Warpgroup 0 produces (TMA: Q and dO once, then K_t and V_t in order), warpgroups
 // 1 .. kGroups consume (tma.cuh), taking turns at the tensor cores if kPingPong.
-template <int DH> struct TmaDq {
-  using T = Sm90DqTraits<DH>;
+template <int DH, bool Short> struct TmaDq {
+  using T = Sm90DqTraits<DH, Short>;
   static constexpr int kGroups = T::kGroups, BR = 64 * kGroups, BC = T::kTile;
   using QRing = Ring<1, BR, DH>;
-  using KRing = Ring<3, BC, DH>;
+  using KRing = Ring<T::kKStages, BC, DH>;
   using VRing = Ring<2, BC, DH>;
   // The rings, then the block's queries' rows of the RoPE table (stage_rope).
   struct Smem : SmemRings<QRing, QRing, KRing, VRing> {
@@ -241,13 +242,14 @@ template <int DH> struct TmaDq {
   };
 };
 
-template <int DH>
-__global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
+template <int DH, bool Short>
+__global__ void __launch_bounds__(128 * (TmaDq<DH, Short>::kGroups + 1),
+                                  TmaDq<DH, Short>::T::kBlocks)
     dq_tma_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
                   const __grid_constant__ CUtensorMap do_map, const __grid_constant__ CUtensorMap k_map,
                   const __grid_constant__ CUtensorMap v_map) {
 #ifdef LMT_SM90_DEVICE_CODE
-  using F = TmaDq<DH>;
+  using F = TmaDq<DH, Short>;
   constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
   typename F::Smem smem;
   const auto Q = smem.template next<typename F::QRing>(), dO = smem.template next<typename F::QRing>();
@@ -268,7 +270,7 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
     for (int64_t t = 0; t < tiles; ++t) K.fill(t, k_map, t * BC, b, h), V.fill(t, v_map, t * BC, b, h);
   };
   auto consume = [&](int me) {
-    const Turns<G, Sm90DqTraits<DH>::kPingPong && (G > 1)> turns{me};
+    const Turns<G, F::T::kPingPong && (G > 1)> turns{me};
     const bool signal = threadIdx.x % 32 == 0;  // one arrival per warp frees a buffer
     const int64_t mine = key_tiles(p, q0 + 64 * me, 64, BC);
     Q.wait(0);
@@ -290,7 +292,7 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH>::kGroups + 1), 1)
                         [&] { turns.pass(); }, release);
     turns.end();
   };
-  specialize<G>(produce, consume);
+  specialize<G, F::T::kBlocks>(produce, consume);
 #else
   __trap();  // launched only where sm90() holds
 #endif
@@ -316,20 +318,18 @@ const Beside& beside() {
   return b;
 }
 
-template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   const Beside& b = beside();
   CUDA_CHECK(cudaEventRecord(b.fork, stream));
   CUDA_CHECK(cudaStreamWaitEvent(b.stream, b.fork, 0));
-  using K = TmaDkdv<DH>;
-  launch_specialized<dkdv_tma_kernel<DH>, K>(p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR),
-                                              o_map(p, B, DH, p.dout, K::BR),
-                                              qkv_map(p, B, DH, p.k, K::BC),
-                                              qkv_map(p, B, DH, p.v, K::BC));
-  using F = TmaDq<DH>;
-  launch_specialized<dq_tma_kernel<DH>, F>(p, B, F::BR, b.stream, qkv_map(p, B, DH, p.q, F::BR),
-                                           o_map(p, B, DH, p.dout, F::BR),
-                                           qkv_map(p, B, DH, p.k, F::BC),
-                                           qkv_map(p, B, DH, p.v, F::BC));
+  using K = TmaDkdv<DH, Short>;
+  launch_specialized<dkdv_tma_kernel<DH, Short>, K>(
+      p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR), o_map(p, B, DH, p.dout, K::BR),
+      qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC));
+  using F = TmaDq<DH, Short>;
+  launch_specialized<dq_tma_kernel<DH, Short>, F>(
+      p, B, F::BR, b.stream, qkv_map(p, B, DH, p.q, F::BR), o_map(p, B, DH, p.dout, F::BR),
+      qkv_map(p, B, DH, p.k, F::BC), qkv_map(p, B, DH, p.v, F::BC));
   CUDA_CHECK(cudaEventRecord(b.join, b.stream));
   CUDA_CHECK(cudaStreamWaitEvent(stream, b.join, 0));
 }
@@ -337,7 +337,12 @@ template <int DH> void launch(const Params& p, int64_t B, cudaStream_t stream) {
 }  // namespace
 
 void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  Sm90HeadDims::dispatch(dh, [&](auto d) { launch<decltype(d)::value>(p, B, s); });
+  Sm90HeadDims::dispatch(dh, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    if constexpr (sm90_bwd_short_t(D) > 0)
+      if (p.T <= sm90_bwd_short_t(D)) return launch<D, true>(p, B, s);
+    launch<D, false>(p, B, s);
+  });
 }
 
 }  // namespace lmt::cuda::attn

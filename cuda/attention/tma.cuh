@@ -184,11 +184,15 @@ template <int GROUPS, bool ON> struct Turns {
 };
 
 // A block of 128 (GROUPS + 1) threads after its barriers are initialized: thread 0 runs produce(),
-// the other producer threads leave; consumer c runs consume(c). The producer keeps 24 registers
-// per thread, the consumers share the rest of the 64 K (at most 240 each).
-template <int GROUPS, typename Produce, typename Consume>
+// the other producer threads leave; consumer c runs consume(c). A thread starts with the registers
+// that BLOCKS blocks an SM leave it (__launch_bounds__, in 8s); the producer keeps 24, the
+// consumers share the rest of the block's (at most 240 each), never more: setmaxnreg.inc would
+// wait for them forever.
+template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume>
 __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
-  constexpr int kProducerRegs = 24, kShare = (65536 / 128 - kProducerRegs) / GROUPS / 8 * 8;
+  constexpr int kThreads = 128 * (GROUPS + 1), kProducerRegs = 24;
+  constexpr int kFit = 65536 / BLOCKS / kThreads / 8 * 8, kStart = kFit > 248 ? 248 : kFit;
+  constexpr int kShare = (kStart * (GROUPS + 1) - kProducerRegs) / GROUPS / 8 * 8;
   constexpr int kConsumerRegs = kShare > 240 ? 240 : kShare;
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));

@@ -260,7 +260,6 @@ TEST_CASE("flash attention matches the naive GPU path through the backend" *
     CHECK(rel_err(dqkv[1], dqkv[0]) < t);
   }
 }
-#endif
 
 // More row tiles than a GPU has SMs: on Hopper each persistent block takes several (tma.cuh's
 // Work), its buffers' barriers and its consumers' turns running on from one to the next.
@@ -269,3 +268,11 @@ TEST_CASE("flash attention: 150 heads, more tiles than SMs, match fp64" *
   for (int64_t dh : {64, 128})
     for (bool causal : {true, false}) check_problem(1, 301, 150, dh, causal, true, 10000.0);
 }
+
+// Past the Hopper kernels' short-T entries at head dim 64 (flash.cuh's sm90_short_t, 4096, and
+// sm90_bwd_short_t, 2048): the long-T kernels, which the lengths above never reach there.
+TEST_CASE("flash attention: T 4097 at head dim 64, the long-T Hopper kernels, match fp64" *
+          doctest::skip(gpu_count() == 0)) {
+  for (bool causal : {true, false}) check_problem(1, 4097, 1, 64, causal, true, 10000.0);
+}
+#endif
