@@ -8,9 +8,12 @@ mma.sync kernels (fwd, dkdv, dq: run by flash-mma) take (warps per block, row ti
 warp, streamed tile); the Hopper wgmma kernels (sm90_fwd, sm90_fwd_short, sm90_dkdv, sm90_dq: run
 by flash on an H100 or H200) take (warpgroups per block, streamed tile), written to the CSV as
 warps = 4 x warpgroups, row_tiles = 1 (the computing warpgroups: each has one more, the TMA
-producer). sm90_fwd_short is the persistent forward's entry, which runs at T up to
-sm90_short_t (flash.cuh) and only there, sm90_fwd the forward's entry past it: time each at its
-lengths, the short one with enough heads to fill the GPU (--batch, --heads). Rows go to
+producer), and the backward's short-T entries (sm90_dkdv_short, sm90_dq_short) a third value,
+the blocks an SM (the CSV's blocks; 1 for the other Hopper entries, empty for mma.sync).
+sm90_fwd_short is the persistent forward's entry, which runs at T up to sm90_short_t
+(flash.cuh) and only there, sm90_fwd the forward's entry past it, and likewise the backward's
+with sm90_bwd_short_t: time each at its lengths, the short ones with enough heads to fill the GPU
+(--batch, --heads). Rows go to
 results/flash_tuning.csv; the best candidate per kernel and head dim is printed (forward time
 for the forward kernels, backward time for the others: the backward runs both of its kernels,
 the other one fixed at its table entry). The tables themselves live in
@@ -38,27 +41,33 @@ CANDIDATES = {
     "sm90_fwd_short": [(2, 128), (2, 64), (3, 64), (3, 128)],
     "sm90_dkdv": [(2, 64), (1, 64), (2, 128), (3, 64)],
     "sm90_dq": [(2, 64), (1, 64), (3, 64)],
+    "sm90_dkdv_short": [(1, 128, 2), (1, 64, 2), (2, 128, 1)],
+    "sm90_dq_short": [(1, 64, 2), (2, 128, 1), (2, 64, 1)],
 }
 # The object each kernel's table entry is compiled into, and the impl that runs it.
 SOURCE = {"fwd": "flash_sm80_fwd", "dkdv": "flash_sm80_bwd", "dq": "flash_sm80_bwd",
           "sm90_fwd": "flash_sm90_fwd", "sm90_fwd_short": "flash_sm90_fwd",
-          "sm90_dkdv": "flash_sm90_bwd", "sm90_dq": "flash_sm90_bwd"}
+          "sm90_dkdv": "flash_sm90_bwd", "sm90_dq": "flash_sm90_bwd",
+          "sm90_dkdv_short": "flash_sm90_bwd", "sm90_dq_short": "flash_sm90_bwd"}
 
 
 def flags(kernel, cand):
     k = kernel.upper()
     if kernel.startswith("sm90_"):
-        g, t = cand
-        return f"-DLMT_FLASH_{k}_GROUPS={g} -DLMT_FLASH_{k}_TILE={t}"
+        g, t = cand[:2]
+        blocks = f" -DLMT_FLASH_{k}_BLOCKS={cand[2]}" if len(cand) > 2 else ""
+        return f"-DLMT_FLASH_{k}_GROUPS={g} -DLMT_FLASH_{k}_TILE={t}" + blocks
     w, m, t = cand
     return f"-DLMT_FLASH_{k}_WARPS={w} -DLMT_FLASH_{k}_MTILES={m} -DLMT_FLASH_{k}_TILE={t}"
 
 
 def shape(kernel, cand):
-    """(warps, row_tiles, tile) for the CSV."""
-    return (4 * cand[0], 1, cand[1]) if kernel.startswith("sm90_") else cand
-COLUMNS = ["date_utc", "device_name", "kernel", "warps", "row_tiles", "tile", "batch", "heads",
-           "head_dim", "seq_len", "fwd_ms", "bwd_ms", "status"]
+    """(warps, row_tiles, tile, blocks) for the CSV."""
+    if kernel.startswith("sm90_"):
+        return (4 * cand[0], 1, cand[1], cand[2] if len(cand) > 2 else 1)
+    return (*cand, "")
+COLUMNS = ["date_utc", "device_name", "kernel", "warps", "row_tiles", "tile", "blocks", "batch",
+           "heads", "head_dim", "seq_len", "fwd_ms", "bwd_ms", "status"]
 
 
 def build(kernel, cand, env):
@@ -106,9 +115,9 @@ def main():
     rows = []
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     for (kernel, cand), (out, rc, log) in zip(todo, built):
-        w, m, t = shape(kernel, cand)
+        w, m, t, blocks = shape(kernel, cand)
         base = {"date_utc": date, "kernel": kernel, "warps": w, "row_tiles": m, "tile": t,
-                "batch": args.batch, "heads": args.heads}
+                "blocks": blocks, "batch": args.batch, "heads": args.heads}
         if rc != 0:
             print(f"{kernel} {cand}: build failed\n{log}", file=sys.stderr)
             rows.append({**base, "status": "build failed"})
@@ -148,18 +157,18 @@ def main():
         if new:
             w.writeheader()
         w.writerows({c: r.get(c, "") for c in COLUMNS} for r in rows)
-    print(f"{'kernel':9} {'dh':>4} {'warps,tiles,tile':>16} {'sum ms':>8}   (lower is better; * = best)")
+    print(f"{'kernel':15} {'dh':>4} {'warps,tiles,tile,blocks':>23} {'sum ms':>8}   (lower is better; * = best)")
     for kernel in args.kernels:
         col = "fwd_ms" if "fwd" in kernel else "bwd_ms"
         for dh in args.head_dims:
             scores = {}
             for r in rows:
                 if r["kernel"] == kernel and r.get("status") == "ok" and int(r["head_dim"]) == dh:
-                    key = (r["warps"], r["row_tiles"], r["tile"])
+                    key = (r["warps"], r["row_tiles"], r["tile"], r["blocks"])
                     scores[key] = scores.get(key, 0.0) + float(r[col])
             best = min(scores, key=scores.get) if scores else None
             for key, ms in sorted(scores.items()):
-                print(f"{kernel:9} {dh:4} {str(key):>16} {ms:8.3f} {'*' if key == best else ''}")
+                print(f"{kernel:15} {dh:4} {str(key):>23} {ms:8.3f} {'*' if key == best else ''}")
 
 
 if __name__ == "__main__":
