@@ -83,7 +83,7 @@ template <int DH> using DqTraits = MmaTraits<dq_tiles(DH)>;
 // warpgroup) and the streamed tile's rows; both tiles' row counts are wgmma N sizes (64 or 128).
 struct Sm90Tiles {
   int groups, tile;
-  int blocks = 1;  // blocks an SM (tma.cuh's specialize: one consumer of two gets 232 registers)
+  int blocks = 1;  // blocks an SM (with two, tma.cuh's specialize gives one consumer 232 registers)
 };
 constexpr Sm90Tiles sm90_fwd_tiles([[maybe_unused]] int dh) {
 #ifdef LMT_FLASH_SM90_FWD_GROUPS  // a tuning build
@@ -189,7 +189,14 @@ struct Sm90DqTraits : Sm90Traits<Short ? sm90_dq_short_tiles(DH) : sm90_dq_tiles
 #ifdef LMT_FLASH_SM90_DQ_KSTAGES
   static constexpr int kKStages = LMT_FLASH_SM90_DQ_KSTAGES;
 #else
-  static constexpr int kKStages = 3;  // the pipeline reads K_j and K_{j+1}, the third is in flight
+  // The pipeline reads K_j and K_{j+1}, two more in flight: 4-6 % faster than one more at T 512
+  // to 2048, 3-9 % at 8192 and 16384 (head dim 128); six were no faster.
+  static constexpr int kKStages = 4;
+#endif
+#ifdef LMT_FLASH_SM90_DQ_VSTAGES
+  static constexpr int kVStages = LMT_FLASH_SM90_DQ_VSTAGES;
+#else
+  static constexpr int kVStages = 2;  // three (with four K buffers) were slower
 #endif
 #ifdef LMT_FLASH_SM90_DQ_PINGPONG
   static constexpr bool kPingPong = LMT_FLASH_SM90_DQ_PINGPONG;

@@ -234,7 +234,7 @@ template <int DH, bool Short> struct TmaDq {
   static constexpr int kGroups = T::kGroups, BR = 64 * kGroups, BC = T::kTile;
   using QRing = Ring<1, BR, DH>;
   using KRing = Ring<T::kKStages, BC, DH>;
-  using VRing = Ring<2, BC, DH>;
+  using VRing = Ring<T::kVStages, BC, DH>;
   // The rings, then the block's queries' rows of the RoPE table (stage_rope).
   struct Smem : SmemRings<QRing, QRing, KRing, VRing> {
     static constexpr size_t kBytes =
