@@ -191,7 +191,7 @@ template <int GROUPS, bool ON> struct Turns {
 template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume>
 __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
   constexpr int kThreads = 128 * (GROUPS + 1), kProducerRegs = 24;
-  constexpr int kFit = 65536 / BLOCKS / kThreads / 8 * 8, kStart = kFit > 248 ? 248 : kFit;
+  constexpr int kStart = 65536 / BLOCKS / kThreads / 8 * 8;
   constexpr int kShare = (kStart * (GROUPS + 1) - kProducerRegs) / GROUPS / 8 * 8;
   constexpr int kConsumerRegs = kShare > 240 ? 240 : kShare;
   if (threadIdx.x < 128) {
