@@ -74,7 +74,8 @@ __device__ __forceinline__ void fwd_rows(const Params& p, int64_t b, int64_t h, 
 
 // Warpgroup 0 produces (TMA: each item's Q, then its K_t and V_t in order), warpgroups 1 ..
 // kGroups consume (tma.cuh). Short: a persistent block (sm90_short_t), its own tiles, and two Q
-// buffers, so that the next item's Q arrives under this one's last tiles.
+// buffers, so that the next item's Q arrives under this one's last tiles; Pairs: its items in
+// pairs (tma.cuh's Work), else longest first.
 template <int DH, bool Short> struct TmaFwd {
   static constexpr Sm90Tiles kTiles = Short ? sm90_fwd_short_tiles(DH) : sm90_fwd_tiles(DH);
   static constexpr int kGroups = kTiles.groups, BR = 64 * kGroups, BC = kTiles.tile;
@@ -83,7 +84,7 @@ template <int DH, bool Short> struct TmaFwd {
   using Smem = SmemRings<QRing, KVRing, KVRing>;
 };
 
-template <int DH, bool Short>
+template <int DH, bool Short, bool Pairs>
 __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
     fwd_tma_kernel(const Params p, const Work work, const __grid_constant__ CUtensorMap q_map,
                    const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
 
   auto produce = [&] {
     int n = 0, kv = 0;
-    for_each_item<Short>(work, [&](int bh, int k) {
+    for_each_item<Short, Pairs>(work, [&](int bh, int k) {
       const Item it = item(bh, k);
       Q.fill(n++, q_map, it.q0, it.b, it.h);
       for (int t = 0; t < it.tiles; ++t)
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
     const Turns<G, Sm90FwdTraits<DH>::kPingPong && (G > 1)> turns{me};
     const bool signal = threadIdx.x % 32 == 0;  // one arrival per warp frees a buffer
     int n = 0, kv = 0;
-    for_each_item<Short>(work, [&](int bh, int k) {
+    for_each_item<Short, Pairs>(work, [&](int bh, int k) {
       const Item it = item(bh, k);
       const auto Kt = K.at(kv), Vt = V.at(kv);
       const int64_t mine = key_tiles(p, it.q0 + 64 * me, 64, BC);
@@ -152,11 +153,18 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
 #endif
 }
 
-template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+template <int DH, bool Short, bool Pairs>
+void launch(const Params& p, int64_t B, const Work& work, cudaStream_t stream) {
   using F = TmaFwd<DH, Short>;
-  launch_items<fwd_tma_kernel<DH, Short>, F, Short>(
-      p, Work{int(B * p.H), int(ceil_div(p.T, F::BR))}, stream, qkv_map(p, B, DH, p.q, F::BR),
-      qkv_map(p, B, DH, p.k, F::BC), qkv_map(p, B, DH, p.v, F::BC));
+  launch_items<fwd_tma_kernel<DH, Short, Pairs>, F, Short>(
+      p, work, stream, qkv_map(p, B, DH, p.q, F::BR), qkv_map(p, B, DH, p.k, F::BC),
+      qkv_map(p, B, DH, p.v, F::BC));
+}
+template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+  const Work work = make_work(int(B * p.H), int(ceil_div(p.T, TmaFwd<DH, Short>::BR)));
+  if constexpr (Short)
+    if (work.pairs) return launch<DH, Short, true>(p, B, work, stream);
+  launch<DH, Short, false>(p, B, work, stream);
 }
 
 }  // namespace
