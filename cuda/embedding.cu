@@ -1,4 +1,5 @@
-// Token embedding. Forward: out[i, :] = table[tokens[i], :] (a row gather).
+// Token embedding. Forward: out[i, :] = table[tokens[i], :] (a row gather; out in fp32, or bf16
+// where the residual stream is kept so).
 // Backward: dtable[v, :] += sum over i with tokens[i] == v of dout[i, :]. `order` lists the
 // positions sorted by token (ties by position); the block that starts each run of one token sums
 // the run's rows in that order and adds once: deterministic, no atomics, O(n d) work.
@@ -8,10 +9,11 @@
 namespace lmt::cuda {
 namespace {
 
-__global__ void embedding_fwd_kernel(const int32_t* tokens, const float* table, float* out,
+template <typename Out>
+__global__ void embedding_fwd_kernel(const int32_t* tokens, const float* table, Out* out,
                                      int64_t d) {
   const float* row = table + int64_t(tokens[blockIdx.x]) * d;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[blockIdx.x * d + c] = row[c];
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[blockIdx.x * d + c] = stored<Out>(row[c]);
 }
 
 __global__ void embedding_bwd_kernel(const int32_t* tokens, const int32_t* order,
@@ -30,9 +32,12 @@ __global__ void embedding_bwd_kernel(const int32_t* tokens, const int32_t* order
 
 }  // namespace
 
-void embedding_fwd(const int32_t* tokens, const float* table, float* out, int64_t n, int64_t d,
-                   cudaStream_t s) {
-  embedding_fwd_kernel<<<unsigned(n), 256, 0, s>>>(tokens, table, out, d);
+void embedding_fwd(const int32_t* tokens, const float* table, void* out, bool out_bf16, int64_t n,
+                   int64_t d, cudaStream_t s) {
+  if (out_bf16)
+    embedding_fwd_kernel<<<unsigned(n), 256, 0, s>>>(tokens, table,
+                                                     static_cast<__nv_bfloat16*>(out), d);
+  else embedding_fwd_kernel<<<unsigned(n), 256, 0, s>>>(tokens, table, static_cast<float*>(out), d);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -4,9 +4,9 @@
 // Accumulation is fp32, and so is D unless asked for in bf16. Operands are fp32 (compute fp32,
 // or TF32 tensor cores under the tf32 policy) or bf16 (bf16 tensor cores; to_bf16 rounds fp32 to
 // nearest even first).
-// D = alpha op(A) op(B) + beta C, beta 1 where C is given (laid out as D: the epilogue adds it,
-// so the residual adds of the model cost no pass of their own; or D itself, D += op(A) op(B): the
-// weight gradients of gradient accumulation's later micro-batches), else 0.
+// D = alpha op(A) op(B) + beta C, beta 1 where C is given (laid out and typed as D: the epilogue
+// adds it in fp32, so the residual adds of the model cost no pass of their own; or D itself,
+// D += op(A) op(B): the weight gradients of gradient accumulation's later micro-batches), else 0.
 // Each problem's plan (descriptors and algorithm) is made on its first call and kept, so a later
 // call costs one map lookup on the host. The algorithm is cuBLASLt's heuristic's first choice,
 // unless cuda/gemm_choices.inc names for this GPU and problem a configuration that the heuristic
@@ -125,7 +125,6 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
                       int64_t strideB, void* D, int64_t ldd, int64_t strideD, int64_t batch,
                       Operands ops, bool d_bf16, const void* C) {
   LMT_ASSERT(!d_bf16 || ops == Operands::bf16, "a bf16 D takes bf16 operands");
-  LMT_ASSERT(!C || !d_bf16, "an addend C is fp32, as D");
   const void* addend = C ? C : D;
   const int64_t align_a = alignment(A), align_b = alignment(B), align_c = alignment(addend),
                 align_d = alignment(D);

@@ -151,17 +151,25 @@ template <typename T> class Backend {
   // out and their gradients) are stored so under p = bf16.
   virtual int64_t bf16_elems(int64_t n) const { return n; }
   // Residual adds ride on the matmuls (on the GPU, in their epilogue: no pass of their own):
-  // linear_fwd's residual, if not null, is added to y (y = x w^T + residual, both in T).
+  // linear_fwd's residual, if not null, is stored as y is and added to y (y = x w^T + residual,
+  // summed in T, then stored).
+  //
+  // The residual stream in bf16 (model.residual_dtype): unlike the activations above, which hold
+  // what a matmul would round them to, this changes results: the stream (the embedding's output,
+  // each residual add's sum) is rounded to bf16 where it is stored, as llm.c keeps it; the
+  // RMSNorms read it so (rmsnorm_fwd's and rmsnorm_bwd's x), the sums are taken in fp32. Its
+  // gradient stays in T.
   virtual void linear_fwd(View<const T> x, const T* w, View<T> y, int64_t M, int64_t N,
                           int64_t K, Precision p, const T* residual) = 0;
   // The weight gradients (linear_bwd's dw, rmsnorm_bwd's dg) are written or added to as gw says.
   virtual void linear_bwd(View<const T> x, const T* w, View<const T> dy, View<T> dx, T* dw,
                           int64_t M, int64_t N, int64_t K, Precision p,
                           GradWrite gw = GradWrite::set) = 0;
-  virtual void rmsnorm_fwd(const T* x, const T* g, View<T> y, T* rstd, int64_t rows, int64_t d,
-                           double eps) = 0;
-  virtual void rmsnorm_bwd(const T* x, const T* g, const T* rstd, View<const T> dy, T* dx, T* dg,
-                           int64_t rows, int64_t d, T* dx_bf16, GradWrite gw = GradWrite::set) = 0;
+  virtual void rmsnorm_fwd(View<const T> x, const T* g, View<T> y, T* rstd, int64_t rows,
+                           int64_t d, double eps) = 0;
+  virtual void rmsnorm_bwd(View<const T> x, const T* g, const T* rstd, View<const T> dy, T* dx,
+                           T* dg, int64_t rows, int64_t d, T* dx_bf16,
+                           GradWrite gw = GradWrite::set) = 0;
   // RoPE's rotation, forward only: its inverse rides on attention_bwd.
   virtual void rope(View<T> x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
                     double theta) = 0;
@@ -187,7 +195,7 @@ template <typename T> class Backend {
   virtual void swiglu_fwd(View<const T> u, View<T> g, int64_t rows, int64_t f) = 0;
   virtual void swiglu_bwd(View<const T> u, View<const T> dg, View<T> du, int64_t rows,
                           int64_t f) = 0;
-  virtual void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n,
+  virtual void embedding_fwd(const int32_t* tokens, const T* table, View<T> out, int64_t n,
                              int64_t d) = 0;
   // order: cpu::token_order of tokens, in backend memory.
   virtual void embedding_bwd(const int32_t* tokens, const int32_t* order, const T* dout,

@@ -1,5 +1,5 @@
 // The config keys whose value is one of a few words, as enums: run.mode, ddp.strategy,
-// model.precision, optim.state_dtype. Config holds these; the TOML and --set layer (config.cpp) parses the word
+// model.precision, model.residual_dtype, optim.state_dtype. Config holds these; the TOML and --set layer (config.cpp) parses the word
 // once, and name_of() gives it back for --print-config, the CSV and messages.
 #pragma once
 #include <cstddef>
@@ -14,8 +14,9 @@ enum class Mode { train, bench, attention, plan, allreduce };
 enum class Strategy { naive, flat, overlap, bucketed, zero1 };
 // What the matmul operands are rounded to (the precision policy; accumulation stays T).
 enum class Precision { fp64, fp32, tf32, bf16 };
-// How AdamW stores m and v: as the parameters' type (fp32; fp64 under precision fp64), or bf16.
-enum class StateDtype { fp32, bf16 };
+// How a tensor that lives across steps or layers is stored (AdamW's m and v, the residual stream):
+// as the parameters' type (fp32; fp64 under precision fp64), or bf16.
+enum class Dtype { fp32, bf16 };
 
 // The words users type, in enum order.
 template <class E> struct Choices;
@@ -28,7 +29,7 @@ template <> struct Choices<Strategy> {
 template <> struct Choices<Precision> {
   static constexpr const char* names[] = {"fp64", "fp32", "tf32", "bf16"};
 };
-template <> struct Choices<StateDtype> {
+template <> struct Choices<Dtype> {
   static constexpr const char* names[] = {"fp32", "bf16"};
 };
 

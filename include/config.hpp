@@ -27,6 +27,7 @@ struct Config {
             context_length = 64;
     double rope_theta = 10000.0, norm_eps = 1e-5;
     Precision precision = Precision::bf16;  // fp64 | fp32 | tf32 | bf16
+    Dtype residual_dtype = Dtype::fp32;  // how the forward's residual stream is stored
     std::string attention = "flash"; // flash | naive
     int64_t head_dim() const { return d_model / num_heads; }
   } model;
@@ -43,7 +44,7 @@ struct Config {
     int64_t warmup_steps = 10;
     std::string schedule = "cosine";  // constant | cosine
     double min_lr = 3e-4;
-    StateDtype state_dtype = StateDtype::fp32;  // how AdamW's m and v are stored
+    Dtype state_dtype = Dtype::fp32;  // how AdamW's m and v are stored
     bool master_weights = true;  // fp32 masters of the weights (false: bf16 weights, bf16 only)
   } optim;
   struct Data {

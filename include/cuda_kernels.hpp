@@ -16,19 +16,20 @@
 
 namespace lmt::cuda {
 
-void embedding_fwd(const int32_t* tokens, const float* table, float* out, int64_t n, int64_t d,
-                   cudaStream_t s);
+// out is float*, or __nv_bfloat16* with out_bf16 (the table's values rounded).
+void embedding_fwd(const int32_t* tokens, const float* table, void* out, bool out_bf16, int64_t n,
+                   int64_t d, cudaStream_t s);
 void embedding_bwd(const int32_t* tokens, const int32_t* order, const float* dout, float* dtable,
                    int64_t n, int64_t d, cudaStream_t s);
-// y is float*, or __nv_bfloat16* with y_bf16 (rounded to nearest even).
-void rmsnorm_fwd(const float* x, const float* g, void* y, bool y_bf16, float* rstd, int64_t rows,
-                 int64_t d, double eps, cudaStream_t s);
-// dy is float*, or __nv_bfloat16* with dy_bf16. scratch: kRmsnormDgChunks (plan.hpp) * d floats
-// (dg's partial sums). dx_bf16: null, or __nv_bfloat16* that receives the updated dx rounded.
-// add_dg: dg += the sum (else dg = it).
-void rmsnorm_bwd(const float* x, const float* g, const float* rstd, const void* dy, bool dy_bf16,
-                 float* dx, void* dx_bf16, float* dg, float* scratch, int64_t rows, int64_t d,
-                 bool add_dg, cudaStream_t s);
+// x is float*, or __nv_bfloat16* with x_bf16; y likewise with y_bf16 (rounded to nearest even).
+void rmsnorm_fwd(const void* x, bool x_bf16, const float* g, void* y, bool y_bf16, float* rstd,
+                 int64_t rows, int64_t d, double eps, cudaStream_t s);
+// x and dy are float*, or __nv_bfloat16* with x_bf16, dy_bf16. scratch: kRmsnormDgChunks
+// (plan.hpp) * d floats (dg's partial sums). dx_bf16: null, or __nv_bfloat16* that receives the
+// updated dx rounded. add_dg: dg += the sum (else dg = it).
+void rmsnorm_bwd(const void* x, bool x_bf16, const float* g, const float* rstd, const void* dy,
+                 bool dy_bf16, float* dx, void* dx_bf16, float* dg, float* scratch, int64_t rows,
+                 int64_t d, bool add_dg, cudaStream_t s);
 // x is float*, or __nv_bfloat16* with bf16. table: float2 (cos, sin) of angle
 // t * theta^(-2i/dh) at [t * dh/2 + i], t < T: rope_table's values, on the device.
 void rope(void* x, bool bf16, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,
@@ -81,9 +82,9 @@ enum class Operands { fp32, tf32, bf16 };
 // first choice or the table's measured one (never a timing at run time: cuda/matmul.cu), is
 // chosen on its first call and kept. A and B are
 // float* or, for Operands::bf16, __nv_bfloat16*; D is float*, or __nv_bfloat16* (rounded from the
-// fp32 result) with d_bf16, for bf16 operands only. C, if given, is an fp32 buffer laid out as D
-// (the epilogue adds it: D = alpha op(A) op(B) + C without a pass of its own), or D itself (D +=
-// alpha op(A) op(B)).
+// fp32 result) with d_bf16, for bf16 operands only. C, if given, is a buffer laid out and typed
+// as D (the epilogue adds it in fp32: D = alpha op(A) op(B) + C without a pass of its own), or D
+// itself (D += alpha op(A) op(B)).
 class Gemm {
  public:
   // workspace: kWorkspaceBytes, the algorithms' scratch.

@@ -80,6 +80,7 @@ template <typename T> class Model {
   const Precision precision;
   const AttentionImpl attention;
   const bool mm16;  // bf16 policy: the bf16 activations of backend.hpp's notes stored so (act)
+  const bool res16;  // model.residual_dtype bf16: the residual stream stored so (res)
   const ParamLayout layout;
   const Ranges masters;  // sorted, disjoint: [0, layout.total) where this rank holds them all
 
@@ -92,6 +93,8 @@ template <typename T> class Model {
   };
   // A bf16 activation (backend.hpp): stored in bf16 under the bf16 policy, else in T.
   View<T> act(T* p) const { return {p, mm16 ? Stored::bf16 : Stored::full}; }
+  // The residual stream (x_, x_mid): in bf16 under model.residual_dtype bf16, else in T.
+  View<T> res(T* p) const { return {p, res16 ? Stored::bf16 : Stored::full}; }
   std::vector<T> to_host(const T* p, size_t n) const {
     std::vector<T> out(n);
     be.download(out.data(), p, n);

@@ -19,7 +19,7 @@ namespace lmt {
 
 // How AdamW stores m and v (optim.state_dtype): as T ("fp32"; fp64 under precision fp64), or
 // as bf16 ("bf16": 2-byte values on every backend, updated as adamw_bf16.hpp says).
-inline Stored moments_stored(StateDtype s) { return s == StateDtype::bf16 ? Stored::bf16 : Stored::full; }
+inline Stored moments_stored(Dtype s) { return s == Dtype::bf16 ? Stored::bf16 : Stored::full; }
 // The same from the word a checkpoint's metadata holds; UsageError for another.
 Stored parse_state_dtype(const std::string& name);
 const char* state_dtype_name(Stored s);  // "fp32" or "bf16", as the config writes it

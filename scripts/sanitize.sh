@@ -7,7 +7,9 @@
 #   - a few training steps of the tiny model with a 1001-token vocabulary (an odd one, for the
 #     classifier's unaligned rows): embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, AdamW, the
 #     reductions and the matmuls; and again with AdamW's leaner state (bf16 moments, with fp32
-#     master weights and without): its four-elements-a-thread kernels.
+#     master weights and without): its four-elements-a-thread kernels; and with the residual
+#     stream in bf16 (model.residual_dtype): RMSNorm reading bf16 rows, the embedding and the
+#     residual adds writing them.
 # cuBLASLt's own nvjet_* kernels report shared-memory WAR hazards under racecheck that are the
 # library's (its kernels order those accesses by means racecheck does not follow): racecheck
 # checks them, but only hazards reported in kernels other than nvjet_* count, and the line says
@@ -37,10 +39,11 @@ train=(--config configs/models/tiny.toml --set run.device=cuda --set model.vocab
        --set train.steps=3 --set train.log_every=1)
 bf16_moments=("${train[@]}" --set model.precision=bf16 --set optim.state_dtype=bf16)
 no_masters=("${bf16_moments[@]}" --set optim.master_weights=false)
+bf16_residual=("${bf16_moments[@]}" --set model.residual_dtype=bf16)
 status=0
 for tool in memcheck racecheck synccheck initcheck; do
   line="" errors=0
-  for run in attention train bf16_moments no_masters; do
+  for run in attention train bf16_moments no_masters bf16_residual; do
     declare -n args=$run
     [ "$tool" = racecheck ] && [ "$run" = attention ] && declare -n args=attention_racecheck
     log=$logs/$tool-$run.log

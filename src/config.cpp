@@ -204,6 +204,10 @@ std::vector<ConfigField> config_fields(Config& c) {
       real_field("model", "norm_eps", &m.norm_eps, 0, true, 1, "RMSNorm epsilon"),
       enum_field("model", "precision", &m.precision,
                 "matmul input rounding; master weights, grads and optimizer stay fp32 (fp64: all)"),
+      enum_field("model", "residual_dtype", &m.residual_dtype,
+                "the forward's residual stream (what each block adds to): fp32 (fp64 under "
+                "precision fp64), or bf16 (precision bf16 only; rounded at each add, as llm.c "
+                "keeps it; its gradient stays fp32)"),
       str_field("model", "attention", &m.attention, {"flash", "naive"},
                 "GPU attention kernel; the CPU backend has one reference for both"),
       int_field("train", "batch_size", &t.batch_size, 1,
@@ -451,6 +455,11 @@ void validate(const Config& c) {
       throw UsageError(strf("%s: allreduce.sizes_mb has %lld after %lld: expected increasing sizes",
                             at("allreduce.sizes_mb").c_str(), (long long)sizes[i],
                             (long long)sizes[i - 1]));
+  if (m.residual_dtype == Dtype::bf16 && m.precision != Precision::bf16)
+    throw UsageError(strf("%s: model.residual_dtype = \"bf16\" needs model.precision = \"bf16\", "
+                          "not \"%s\" (%s)",
+                          at("model.residual_dtype").c_str(), name_of(m.precision),
+                          at("model.precision").c_str()));
   if (!c.optim.master_weights && m.precision != Precision::bf16)
     throw UsageError(strf("%s: optim.master_weights = false needs model.precision = \"bf16\" "
                           "(the weights are then bf16 alone), not \"%s\" (%s)",

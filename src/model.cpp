@@ -17,6 +17,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
                 const Ranges& held)
     : be(backend), cfg(c), B(batch), T_(seq_len), precision(c.precision),
       attention(parse_attention(c.attention)), mm16(precision == Precision::bf16),
+      res16(c.residual_dtype == Dtype::bf16),
       layout(ParamLayout::build(c)),
       masters(held.empty() ? Ranges{{0, layout.total}} : merged(held)),
       params_(be, layout.total, MemTag::params, masters),
@@ -25,6 +26,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
       order_(be, size_t(B * seq_len), MemTag::activations), order_host_(size_t(B * seq_len)) {
   // Only the matmuls read the weights outside the masters, as their bf16 copy.
   LMT_ASSERT(!sharded() || mm16, "sharded fp32 masters need the bf16 policy");
+  LMT_ASSERT(!res16 || mm16, "a bf16 residual stream needs the bf16 policy");
   const int64_t n = B * T_, d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.num_layers;
   const int64_t H = c.num_heads;
   // The RMSNorms' outputs, SwiGLU's gate and backward's du are read only by matmuls, and
@@ -32,7 +34,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   // activations: under bf16, stored in bf16 (Backend::bf16_elems).
   auto stored = [&](int64_t elems) { return mm16 ? be.bf16_elems(elems) : elems; };
   const int64_t nd16 = stored(n * d), nf16 = stored(n * f), qkv16 = stored(3 * n * d);
-  const int64_t u16 = stored(2 * n * f);
+  const int64_t u16 = stored(2 * n * f), nres = res16 ? be.bf16_elems(n * d) : n * d;
   for (int64_t l = 0; l < L; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
     auto off = [&](const char* s) { return layout.get(p + s).offset; };
@@ -48,11 +50,11 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   std::vector<std::pair<T**, int64_t>> saved, scratch;
   x_.resize(size_t(L + 1));
   acts_.resize(size_t(L));
-  for (int64_t l = 0; l <= L; ++l) saved.push_back({&x_[size_t(l)], n * d});
+  for (int64_t l = 0; l <= L; ++l) saved.push_back({&x_[size_t(l)], nres});
   for (auto& a : acts_) {
     for (auto [ptr, size] : {std::pair{&a.rstd1, n}, {&a.h1, nd16}, {&a.qkv, qkv16},
                              {&a.att_saved, be.attention_saved(B, T_, H, c.head_dim(), attention)},
-                             {&a.att, nd16}, {&a.x_mid, n * d}, {&a.rstd2, n}, {&a.h2, nd16},
+                             {&a.att, nd16}, {&a.x_mid, nres}, {&a.rstd2, n}, {&a.h2, nd16},
                              {&a.u, u16}, {&a.g, nf16}})
       saved.push_back({ptr, size});
   }
@@ -219,22 +221,23 @@ template <typename T> void Model<T>::forward_ops(bool grad, double grad_divisor)
   const int64_t H = cfg.num_heads, dh = cfg.head_dim();
   const T* P = params_.data();
   NvtxRange range("forward");
-  be.embedding_fwd(inputs_.data(), P + layout.get("token_embeddings.weight").offset, x_[0], n, d);
+  be.embedding_fwd(inputs_.data(), P + layout.get("token_embeddings.weight").offset, res(x_[0]), n,
+                   d);
   for (size_t l = 0; l < acts_.size(); ++l) {
     NvtxRange layer(strf("layer %zu", l).c_str());
     const LayerWeights& w = weights_[l];
     const LayerActs& a = acts_[l];
-    be.rmsnorm_fwd(x_[l], P + w.ln1, act(a.h1), a.rstd1, n, d, cfg.norm_eps);
+    be.rmsnorm_fwd(res(x_[l]), P + w.ln1, act(a.h1), a.rstd1, n, d, cfg.norm_eps);
     be.linear_fwd(act(a.h1), P + w.qkv, act(a.qkv), n, 3 * d, d, precision, nullptr);
     be.rope(act(a.qkv), B, T_, 2 * H, dh, 3 * d, cfg.rope_theta);  // q and k: 2H heads
     be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention);
-    be.linear_fwd(act(a.att), P + w.wo, a.x_mid, n, d, d, precision, x_[l]);  // + residual
-    be.rmsnorm_fwd(a.x_mid, P + w.ln2, act(a.h2), a.rstd2, n, d, cfg.norm_eps);
+    be.linear_fwd(act(a.att), P + w.wo, res(a.x_mid), n, d, d, precision, x_[l]);  // + residual
+    be.rmsnorm_fwd(res(a.x_mid), P + w.ln2, act(a.h2), a.rstd2, n, d, cfg.norm_eps);
     be.linear_fwd(act(a.h2), P + w.w31, act(a.u), n, 2 * f, d, precision, nullptr);
     be.swiglu_fwd(act(a.u), act(a.g), n, f);
-    be.linear_fwd(act(a.g), P + w.w2, x_[l + 1], n, d, f, precision, a.x_mid);
+    be.linear_fwd(act(a.g), P + w.w2, res(x_[l + 1]), n, d, f, precision, a.x_mid);
   }
-  be.rmsnorm_fwd(x_.back(), P + layout.get("ln_final.weight").offset, act(hf_), rstdf_, n, d,
+  be.rmsnorm_fwd(res(x_.back()), P + layout.get("ln_final.weight").offset, act(hf_), rstdf_, n, d,
                  cfg.norm_eps);
   be.linear_fwd(act(hf_), P + layout.get("lm_head.weight").offset, act(logits_), n, V, d,
                 precision, nullptr);
@@ -262,8 +265,8 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) 
   // logits_ holds their gradient now (cross_entropy wrote it in place).
   be.linear_bwd(act(hf_), P + head, act(logits_), act(dh_), G + head, n, V, d, precision, gw);
   be.zero_bytes(dx_, size_t(n * d) * sizeof(T));  // rmsnorm_bwd adds into it
-  be.rmsnorm_bwd(x_.back(), P + lnf, rstdf_, act(dh_), dx_, G + lnf, n, d, mm16 ? dx16_ : nullptr,
-                 gw);
+  be.rmsnorm_bwd(res(x_.back()), P + lnf, rstdf_, act(dh_), dx_, G + lnf, n, d,
+                 mm16 ? dx16_ : nullptr, gw);
   if (sync) sync->ready(0);
   for (int64_t l = L - 1; l >= 0; --l) {  // dx_ holds the gradient of x_[l + 1]
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
@@ -273,14 +276,14 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) 
     be.swiglu_bwd(act(a.u), act(dg_), act(du_), n, f);
     be.linear_bwd(act(a.h2), P + w.w31, act(du_), act(dh_), G + w.w31, n, 2 * f, d, precision,
                   gw);
-    be.rmsnorm_bwd(a.x_mid, P + w.ln2, a.rstd2, act(dh_), dx_, G + w.ln2, n, d,  // dx_: x_mid's
+    be.rmsnorm_bwd(res(a.x_mid), P + w.ln2, a.rstd2, act(dh_), dx_, G + w.ln2, n, d,  // x_mid's
                    mm16 ? dx16_ : nullptr, gw);
     be.linear_bwd(act(a.att), P + w.wo, dres, act(datt_), G + w.wo, n, d, d, precision, gw);
     be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention,
                      cfg.rope_theta);  // dq and dk: the unrotated q's and k's
     be.linear_bwd(act(a.h1), P + w.qkv, act(dqkv_), act(dh_), G + w.qkv, n, 3 * d, d, precision,
                   gw);
-    be.rmsnorm_bwd(x_[size_t(l)], P + w.ln1, a.rstd1, act(dh_), dx_, G + w.ln1, n, d,  // x_[l]'s
+    be.rmsnorm_bwd(res(x_[size_t(l)]), P + w.ln1, a.rstd1, act(dh_), dx_, G + w.ln1, n, d,  // x_[l]'s
                    mm16 && l > 0 ? dx16_ : nullptr, gw);  // layer 0's goes to the embedding, in T
     if (sync) sync->ready(ParamLayout::layer_group(L, l));
   }

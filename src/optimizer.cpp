@@ -7,14 +7,14 @@
 namespace lmt {
 
 Stored parse_state_dtype(const std::string& name) {
-  const std::vector<std::string> words = choice_names<StateDtype>();
+  const std::vector<std::string> words = choice_names<Dtype>();
   for (size_t i = 0; i < words.size(); ++i)
-    if (name == words[i]) return moments_stored(StateDtype(i));
+    if (name == words[i]) return moments_stored(Dtype(i));
   throw UsageError("unknown optim.state_dtype '" + name + "' (fp32 or bf16)");
 }
 
 const char* state_dtype_name(Stored s) {
-  return name_of(s == Stored::bf16 ? StateDtype::bf16 : StateDtype::fp32);
+  return name_of(s == Stored::bf16 ? Dtype::bf16 : Dtype::fp32);
 }
 
 GradClip grad_clip(double norm, double max_norm) {

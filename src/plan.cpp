@@ -59,7 +59,7 @@ Plan make_plan(const Config& c) {
   // it too and all-reduces gradients in it. ffn_only keeps the assignment's bf16 activations and
   // wire when the precision is bf16.
   p.elem_bytes = m.precision == Precision::fp64 ? 8 : 4;
-  p.moment_bytes = c.optim.state_dtype == StateDtype::bf16 ? 2 : p.elem_bytes;
+  p.moment_bytes = c.optim.state_dtype == Dtype::bf16 ? 2 : p.elem_bytes;
   p.act_bytes = ffn_only && m.precision == Precision::bf16 ? 2 : p.elem_bytes;
   p.comm_bytes = p.act_bytes;
   const uint64_t w = uint64_t(p.elem_bytes), a = uint64_t(p.act_bytes);
@@ -127,6 +127,10 @@ Plan make_plan(const Config& c) {
            saved(n * Vl)) * a;
       p.bf16_scratch_saved = (saved(2 * n * fl) + saved(n * fl) + attn + 2 * saved(n * d)) * w;
       acts_cuda -= p.bf16_inputs_saved;
+      // model.residual_dtype = "bf16": the residual stream (x entering each layer and the
+      // final norm, x_mid) in bf16 too.
+      if (m.residual_dtype == Dtype::bf16) p.residual_saved = ((2 * L + 1) * saved(n * d)) * a;
+      acts_cuda -= p.residual_saved;
     }
     p.logits_cuda = (bf16 ? piece(ceil_div(n * Vl, 2)) : piece(n * Vl)) * a;
     p.act_per_token = acts / n;

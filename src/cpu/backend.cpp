@@ -53,10 +53,9 @@ template <typename T> class CpuBackend : public Backend<T> {
 
   // Inputs stored as bf16 hold bf16 values already, which the bf16 policy's rounding of matmul
   // operands leaves as they are; outputs stored as bf16 are rounded.
-  // A residual sums in T after the product, as the GPU's epilogue does.
+  // A residual sums in T after the product, as the GPU's epilogue does, then y is stored.
   void linear_fwd(View<const T> x, const T* w, View<T> y, int64_t M, int64_t N, int64_t K,
                   Precision p, const T* residual) override {
-    LMT_ASSERT(!(residual && y.bf16()), "a residual sum is stored in T");
     w = weight(w, size_t(N * K), p);
     cpu::linear_fwd(x.data, w, y.data, M, N, K, p);
     if (residual) cpu::add_inplace(y.data, residual, M * N);
@@ -68,14 +67,14 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::linear_bwd(x.data, w, dy.data, dx.data, dw, M, N, K, p, gw);
     if (dx.bf16()) round_bf16(dx.data, M * K);
   }
-  void rmsnorm_fwd(const T* x, const T* g, View<T> y, T* rstd, int64_t rows, int64_t d,
+  void rmsnorm_fwd(View<const T> x, const T* g, View<T> y, T* rstd, int64_t rows, int64_t d,
                    double eps) override {
-    cpu::rmsnorm_fwd(x, g, y.data, rstd, rows, d, eps);
+    cpu::rmsnorm_fwd(x.data, g, y.data, rstd, rows, d, eps);
     if (y.bf16()) round_bf16(y.data, rows * d);
   }
-  void rmsnorm_bwd(const T* x, const T* g, const T* rstd, View<const T> dy, T* dx, T* dg,
+  void rmsnorm_bwd(View<const T> x, const T* g, const T* rstd, View<const T> dy, T* dx, T* dg,
                    int64_t rows, int64_t d, T* dx_bf16, GradWrite gw) override {
-    cpu::rmsnorm_bwd(x, g, rstd, dy.data, dx, dg, rows, d, gw);
+    cpu::rmsnorm_bwd(x.data, g, rstd, dy.data, dx, dg, rows, d, gw);
     if (!dx_bf16) return;
     std::copy(dx, dx + rows * d, dx_bf16);
     round_bf16(dx_bf16, rows * d);
@@ -109,8 +108,10 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::swiglu_bwd(u.data, dg.data, du.data, rows, f);
     if (du.bf16()) round_bf16(du.data, rows * 2 * f);
   }
-  void embedding_fwd(const int32_t* tok, const T* table, T* out, int64_t n, int64_t d) override {
-    cpu::embedding_fwd(tok, table, out, n, d);
+  void embedding_fwd(const int32_t* tok, const T* table, View<T> out, int64_t n,
+                     int64_t d) override {
+    cpu::embedding_fwd(tok, table, out.data, n, d);
+    if (out.bf16()) round_bf16(out.data, n * d);
   }
   void embedding_bwd(const int32_t* tok, const int32_t*, const T* dout, T* dtable, int64_t n,
                      int64_t d) override {

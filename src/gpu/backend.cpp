@@ -170,14 +170,14 @@ class CudaBackend : public Backend<float> {
     (*gemm_)(true, false, N, K, M, 1, dY, N, 0, X, K, 0, dw, K, 0, 1, ops(p), false,
              gw == GradWrite::add ? dw : nullptr);  // dw += in the epilogue
   }
-  void rmsnorm_fwd(const float* x, const float* g, View<float> y, float* rstd, int64_t rows,
+  void rmsnorm_fwd(View<const float> x, const float* g, View<float> y, float* rstd, int64_t rows,
                    int64_t d, double eps) override {
-    cuda::rmsnorm_fwd(x, g, y.data, y.bf16(), rstd, rows, d, eps, stream_);
+    cuda::rmsnorm_fwd(x.data, x.bf16(), g, y.data, y.bf16(), rstd, rows, d, eps, stream_);
   }
-  void rmsnorm_bwd(const float* x, const float* g, const float* rstd, View<const float> dy,
+  void rmsnorm_bwd(View<const float> x, const float* g, const float* rstd, View<const float> dy,
                    float* dx, float* dg, int64_t rows, int64_t d, float* dx_bf16,
                    GradWrite gw) override {
-    cuda::rmsnorm_bwd(x, g, rstd, dy.data, dy.bf16(), dx, dx_bf16, dg,
+    cuda::rmsnorm_bwd(x.data, x.bf16(), g, rstd, dy.data, dy.bf16(), dx, dx_bf16, dg,
                       workspace(size_t(kRmsnormDgChunks * d)), rows, d,
                       gw == GradWrite::add, stream_);
   }
@@ -273,9 +273,9 @@ class CudaBackend : public Backend<float> {
                "SwiGLU's tensors share one storage");
     cuda::swiglu_bwd(u.data, dg.data, du.data, du.bf16(), rows, f, stream_);
   }
-  void embedding_fwd(const int32_t* tok, const float* table, float* out, int64_t n,
+  void embedding_fwd(const int32_t* tok, const float* table, View<float> out, int64_t n,
                      int64_t d) override {
-    cuda::embedding_fwd(tok, table, out, n, d, stream_);
+    cuda::embedding_fwd(tok, table, out.data, out.bf16(), n, d, stream_);
   }
   void embedding_bwd(const int32_t* tok, const int32_t* order, const float* dout, float* dtable,
                      int64_t n, int64_t d) override {

@@ -150,20 +150,35 @@ TEST_CASE("gpu linear: y, dx and dw match the CPU reference per precision, with 
     CHECK(rel_err(g.down(gdx16, M * K), r.dx) < tol(p));
     CHECK(rel_err(g.down(gdw16, N * K), r.dw) < tol(p));
   }
+  // Each element within half a bf16 ulp (2^-8 relative) of the reference, up to the fp32 sums'
+  // order (`scale`: the size of the terms whose sum that is, for sums that nearly cancel).
+  auto within_half_ulp = [](const Vec& b16, const Vec& ref, const Vec& scale = {}) {
+    for (size_t i = 0; i < b16.size(); ++i)
+      if (std::abs(b16[i] - ref[i]) > std::abs(ref[i]) * (1.0 / 256 + 1e-5) + 1e-6 +
+                                          (scale.empty() ? 0.0 : 1e-5 * scale[i]))
+        return false;
+    return true;
+  };
   SUBCASE("bf16: y and dx stored in bf16, rounded") {
-    // Each element within half a bf16 ulp (2^-8 relative) of the reference, up to the fp32
-    // sums' order.
-    auto within_half_ulp = [](const Vec& b16, const Vec& ref) {
-      for (size_t i = 0; i < b16.size(); ++i)
-        if (std::abs(b16[i] - ref[i]) > std::abs(ref[i]) * (1.0 / 256 + 1e-5) + 1e-6) return false;
-      return true;
-    };
     float *gyb = g.poisoned16(M * N), *gdxb = g.poisoned16(M * K), *gdwb = g.poisoned(N * K);
     gpu->linear_fwd(packed(gx16), gw, packed(gyb), M, N, K, p, nullptr);
     gpu->linear_bwd(packed(gx16), gw, packed(gdy16), packed(gdxb), gdwb, M, N, K, p);
     CHECK(within_half_ulp(g.down16(gyb, M * N), r.y));
     CHECK(within_half_ulp(g.down16(gdxb, M * K), r.dx));
     CHECK(rel_err(g.down(gdwb, N * K), r.dw) < tol(p));
+  }
+  SUBCASE("bf16: a residual stream in bf16 (model.residual_dtype): the residual and y stored so") {
+    // The epilogue sums the product and the residual's bf16 values in fp32 and rounds once; the
+    // residual is left as it was.
+    Vec res = as_float(randn<double>(M * N, 4.0));
+    float *gres16 = g.up16(res), *gyb = g.poisoned16(M * N);
+    const Vec res16 = g.down16(gres16, M * N);
+    gpu->linear_fwd(packed(gx16), gw, packed(gyb), M, N, K, p, gres16);
+    Vec sum = r.y, terms = r.y;
+    for (size_t i = 0; i < sum.size(); ++i)
+      sum[i] += res16[i], terms[i] = std::abs(r.y[i]) + std::abs(res16[i]);
+    CHECK(within_half_ulp(g.down16(gyb, M * N), sum, terms));
+    CHECK(g.down16(gres16, M * N) == res16);
   }
 }
 
@@ -210,6 +225,21 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
       gpu->rmsnorm_bwd(gx, gw, gr, packed(gdy16), gdx4, gdg4, rows, d, nullptr);
       CHECK(g.down(gdx4, rows * d) == g.down(gdx3, rows * d));
       CHECK(g.down(gdg4, d) == g.down(gdg3, d));
+      // x stored in bf16 (a bf16 residual stream, model.residual_dtype): the bits of the fp32 x
+      // path on the same rounded values, forward and backward.
+      float* gx16 = g.up16(x);
+      float* gxr = g.up(g.down16(gx16, rows * d));
+      float *gya = g.poisoned(rows * d), *gyb = g.poisoned(rows * d);
+      float *gra = g.poisoned(rows), *grb = g.poisoned(rows);
+      gpu->rmsnorm_fwd(gxr, gw, gya, gra, rows, d, 1e-5);
+      gpu->rmsnorm_fwd(packed(gx16), gw, gyb, grb, rows, d, 1e-5);
+      CHECK(g.down(gyb, rows * d) == g.down(gya, rows * d));
+      CHECK(g.down(grb, rows) == g.down(gra, rows));
+      float *gdx5 = g.up(dx0), *gdx6 = g.up(dx0), *gdg5 = g.poisoned(d), *gdg6 = g.poisoned(d);
+      gpu->rmsnorm_bwd(gxr, gw, gra, packed(gdy16), gdx5, gdg5, rows, d, nullptr);
+      gpu->rmsnorm_bwd(packed(gx16), gw, gra, packed(gdy16), gdx6, gdg6, rows, d, nullptr);
+      CHECK(g.down(gdx6, rows * d) == g.down(gdx5, rows * d));
+      CHECK(g.down(gdg6, d) == g.down(gdg5, d));
     }
   }
   SUBCASE("rope on strided rows (its inverse: the attention tests, on dq and dk)") {
@@ -277,6 +307,9 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
     float* gdo = g.up(dout);
     gpu->embedding_bwd(gt.data(), go_.data(), gdo, gdt, n, d);
     CHECK(rel_err(g.down(go, n * d), out) == 0.0);
+    float* go16 = g.poisoned16(n * d);  // into a bf16 residual stream: the rows, rounded
+    gpu->embedding_fwd(gt.data(), g.up(table), packed(go16), n, d);
+    CHECK(rounds_of(g.down16(go16, n * d), out));
     Vec first = g.down(gdt, V * d);
     CHECK(rel_err(first, dtable) < 2e-6);
     gpu->zero_bytes(gdt, size_t(V * d) * 4);
@@ -699,13 +732,17 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
     std::vector<double> ref_grads = ref.grads_host();
     struct Tol {
       Precision precision;
+      Dtype residual;
       double loss, grads;  // relative, against fp64 without operand rounding
     };
-    for (auto [prec, t, tg_] : {Tol{Precision::fp32, 1e-5, 1e-4}, Tol{Precision::tf32, 5e-3, 2e-2},
-                                Tol{Precision::bf16, 3e-2, 8e-2}})
+    for (auto [prec, residual, t, tg_] :
+         {Tol{Precision::fp32, Dtype::fp32, 1e-5, 1e-4}, Tol{Precision::tf32, Dtype::fp32, 5e-3, 2e-2},
+          Tol{Precision::bf16, Dtype::fp32, 3e-2, 8e-2}, Tol{Precision::bf16, Dtype::bf16, 3e-2, 8e-2}})
     for (const char* attention : {"naive", "flash"}) {
-      INFO(std::string(name_of(prec)) << " " << std::string(attention));
+      INFO(std::string(name_of(prec)) << " " << std::string(attention) << ", residual stream "
+                                      << std::string(name_of(residual)));
       m.precision = prec;
+      m.residual_dtype = residual;
       m.attention = attention;
       Model<float> model(*gpu, m, B, T);
       model.init_params(seed);
@@ -726,15 +763,22 @@ TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training
     // The same precision policy on both; under bf16 this also checks that the GPU's bf16 copy of
     // the weights follows every update. With bf16 moments too, and without master weights (the
     // matmul weights bf16 alone): the same stochastic roundings on both.
+    // And the residual stream in bf16 (the same roundings on both).
     auto cpu32 = make_cpu_backend<float>();
+    for (Dtype residual : {Dtype::fp32, Dtype::bf16})
     for (bool master_weights : {true, false})
     for (Stored state : {Stored::full, Stored::bf16})
     for (auto [prec, t] : {std::pair{Precision::fp32, 1e-4}, {Precision::bf16, 2e-3}}) {
       if (!master_weights && prec != Precision::bf16) continue;  // bf16 only
+      if (residual == Dtype::bf16 && (prec != Precision::bf16 || !master_weights ||
+                                      state != Stored::full))
+        continue;  // bf16 only; once
       INFO(std::string(name_of(prec)) << " training, moments "
                                       << std::string(state_dtype_name(state))
-                                      << (master_weights ? "" : ", no master weights"));
+                                      << (master_weights ? "" : ", no master weights")
+                                      << ", residual stream " << std::string(name_of(residual)));
       m.precision = prec;
+      m.residual_dtype = residual;
       const Ranges masters = zero1_masters(ParamLayout::build(m), 1, 0, prec == Precision::bf16,
                                            master_weights);
       Model<float> a(*gpu, m, B, T, masters), b(*cpu32, m, B, T, masters);

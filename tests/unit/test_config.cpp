@@ -102,6 +102,11 @@ const BadInput kBadInputs[] = {
     {"--set no master weights outside bf16", "", "--set optim.master_weights=false --set "
      "model.precision=tf32", 0, "--set: optim.master_weights = false needs model.precision = "
      "\"bf16\""},
+    {"bf16 residual outside bf16", "", "--set model.residual_dtype=bf16 --set "
+     "model.precision=fp32", 0, "--set: model.residual_dtype = \"bf16\" needs model.precision = "
+     "\"bf16\", not \"fp32\" (--set)"},
+    {"residual dtype unknown", "[model]\nresidual_dtype = \"fp16\"\n", "", 2,
+     "model.residual_dtype = \"fp16\": expected one of \"fp32\" | \"bf16\""},
     {"plan.graph unknown", "[plan]\ngraph = \"moe\"\n", "", 2,
      "plan.graph = \"moe\": expected one of \"lmtrain\" | \"ffn_only\""},
     {"TOML syntax error", "[model]\nd_model = = 3\n", "", 2, "TOML syntax error"},

@@ -122,6 +122,25 @@ TEST_CASE("model: one holding only some fp32 masters (zero1 under bf16, or no ma
       }
 }
 
+TEST_CASE("model: a bf16 residual stream (model.residual_dtype) moves the loss and gradients by "
+          "its rounding only") {
+  Config::Model m = small_model(Precision::bf16);
+  auto cpu = make_cpu_backend<float>();
+  const uint64_t seed = lmt::test::rng()();
+  auto in = lmt::test::rand_tokens(10, 11), tg = lmt::test::rand_tokens(10, 11);
+  Model<float> full(*cpu, m, 2, 5);
+  m.residual_dtype = Dtype::bf16;
+  Model<float> rounded(*cpu, m, 2, 5);
+  full.init_params(seed), rounded.init_params(seed);
+  const double a = loss_of(full, in.data(), tg.data()), b = loss_of(rounded, in.data(), tg.data());
+  CHECK(a != b);  // the stream was rounded where stored
+  CHECK(std::abs(a - b) < 1e-2 * a);
+  full.backward(), rounded.backward();
+  const std::vector<float> ga = full.grads_host(), gb = rounded.grads_host();
+  CHECK(ga != gb);
+  CHECK(lmt::test::rel_err(gb, ga) < 5e-2);
+}
+
 TEST_CASE("model: gradient groups are reported in backward order and cover the flat buffer") {
   Config::Model m = small_model(Precision::fp64);
   ParamLayout layout = ParamLayout::build(m);

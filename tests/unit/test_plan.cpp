@@ -84,7 +84,7 @@ TEST_CASE("plan: bf16 moments are 2 bytes each, as the allocator holds them") {
     Config c = config_of(kShapes[1]);
     c.model.precision = precision;
     const uint64_t full = make_plan(c).optimizer;
-    c.optim.state_dtype = StateDtype::bf16;
+    c.optim.state_dtype = Dtype::bf16;
     validate(c);
     const Plan p = make_plan(c);
     CHECK(p.optimizer == 2 * 2 * p.param_count);
@@ -171,6 +171,14 @@ TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, u, g, h2, hf and the lo
         2 * (B * H * T * T + 2 * H * T * T) + 4 * (T * dh + kRmsnormDgChunks * d) + (32 << 20));
   CHECK(p.total_cuda == p.forward_cuda + p.grads + p.optimizer + p.workspace -
                             p.bf16_scratch_saved + p.cuda_scratch);
+  CHECK(p.residual_saved == 0);
+  // The residual stream in bf16 as well: x entering each layer and the final norm, x_mid.
+  c.model.residual_dtype = Dtype::bf16;
+  const Plan r = make_plan(c);
+  CHECK(r.residual_saved == (2 * L + 1) * n * d / 2 * 4);
+  CHECK(r.activations_cuda == p.activations_cuda - r.residual_saved);
+  CHECK(r.activations == p.activations);  // the CPU keeps them in T
+  c.model.residual_dtype = Dtype::fp32;
   c.model.precision = Precision::fp32;
   CHECK(make_plan(c).bf16_inputs_saved == 0);
   CHECK(make_plan(c).logits_cuda == n * V * 4);
