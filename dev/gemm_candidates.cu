@@ -42,7 +42,7 @@ struct Shape {
   const char* name;
   bool transA, transB;  // row-major D[M, N] = op(A) op(B)
   long M, N, K;
-  bool d_bf16, residual;  // D stored in bf16; D = op(A) op(B) + C (C another fp32 buffer)
+  bool d_bf16, residual;  // D stored in bf16; D = op(A) op(B) + C (C another buffer, typed as D)
   long per_step;          // calls in one forward + backward
 };
 
@@ -90,6 +90,10 @@ int main(int argc, char** argv) {
       {"fwd wo +res", false, true, n, d, d, false, true, L},
       {"fwd w3,w1", false, true, n, 2 * f, d, true, false, L},
       {"fwd w2 +res", false, true, n, d, f, false, true, L},
+      // model.residual_dtype = "bf16": the residual stream, C and D, in bf16 (a step runs these
+      // or the two above: per_step 0 keeps them out of the step's sum)
+      {"fwd wo +res16", false, true, n, d, d, true, true, 0},
+      {"fwd w2 +res16", false, true, n, d, f, true, true, 0},
       {"fwd head", false, true, n, V, d, true, false, 1},  // bf16 logits
       {"dgrad head", false, false, n, d, V, false, false, 1},
       {"dgrad w2", false, false, n, f, d, true, false, L},
