@@ -9,10 +9,11 @@ import sys
 
 from bench_table import rows
 
-HEADER = ["AdamW state", "fp32 masters", "batch x grad_accum", "tokens a step", "graphs", "device", "date", "step ms",
+HEADER = ["residual stream", "AdamW state", "fp32 masters", "batch x grad_accum", "tokens a step", "graphs", "device", "date", "step ms",
           "AdamW ms", "tokens/s", "MFU", "memory GiB"]
 NOTE = ("By scripts/bench_batch.sh: lmtrain's bench mode, bf16 (fp32 masters: optim.master_weights; "
-        "without them the weights only matmuls read are bf16 alone), medians "
+        "without them the weights only matmuls read are bf16 alone; residual stream: "
+        "model.residual_dtype), medians "
         "of the timed full steps (every micro-batch's forward and backward, then AdamW) after "
         "warm-up, all rows of one state dtype and date in one call on one GPU; graphs: forward and "
         "backward replayed as CUDA graphs (run.graphs). MFU: model matmul "
@@ -26,24 +27,25 @@ def masters(r):
 
 
 def newest(data):
-    """{(state dtype, masters, batch, grad_accum): the newest row of it}."""
+    """{(residual dtype, state dtype, masters, batch, grad_accum): the newest row of it}."""
     latest = {}
     for r in data:
-        key = (r.get("optim.state_dtype", "fp32"), masters(r), int(r["train.batch_size"]),
-               int(r["train.grad_accum"]))
+        key = (r.get("model.residual_dtype") or "fp32", r.get("optim.state_dtype", "fp32"),
+               masters(r), int(r["train.batch_size"]), int(r["train.grad_accum"]))
         latest[key] = r
     return latest
 
 
 def table_rows(data):
-    """One row of HEADER's cells per (state dtype, masters, batch, grad_accum), newest each."""
+    """One row of HEADER's cells per (residual dtype, state dtype, masters, batch, grad_accum),
+    newest each."""
     latest = newest(data)
     out = []
-    order = lambda kv: (kv[0][0] != "fp32", kv[0][0], kv[0][1] != "true", kv[0][2] * kv[0][3],
-                        kv[0][2])
-    for (state, held, b, k), r in sorted(latest.items(), key=order):
+    order = lambda kv: (kv[0][0] != "fp32", kv[0][1] != "fp32", kv[0][1], kv[0][2] != "true",
+                        kv[0][3] * kv[0][4], kv[0][3])
+    for (res, state, held, b, k), r in sorted(latest.items(), key=order):
         tokens = b * k * int(r["model.context_length"])
-        out.append([state, "yes" if held == "true" else "no", f"{b} x {k}", f"{tokens:,}",
+        out.append([res, state, "yes" if held == "true" else "no", f"{b} x {k}", f"{tokens:,}",
                     "yes" if r.get("run.graphs", "0") == "1" else "no", r["device_name"], r["date_utc"][:10],
                     f"{float(r['step_ms_median']):.2f}", f"{float(r['optimizer_ms_median']):.2f}",
                     f"{float(r['tokens_per_s']) / 1e3:.1f}k", f"{100 * float(r['mfu']):.1f}%",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpt2-small (configs/models/gpt2-small.toml: GPT-2 124M's matmul FLOPs per token on a
 # 50 304-token vocabulary) on one GPU at batch x context 16 x 1024, 8 x 1024 and 4 x 512, side by
-# side in one call: lmtrain's bench mode without and with run.graphs, then PyTorch's model with
+# side in one call: lmtrain's bench mode without and with run.graphs, and with its residual
+# stream in bf16 (model.residual_dtype, graphs), then PyTorch's model with
 # scaled_dot_product_attention, eager and torch.compile (tests/reference/torch_reference.py bench).
 # Rows go to results/gpt2_lmtrain.csv and results/gpt2_torch.csv (with device and date);
 # scripts/gpt2_table.py then writes results/gpt2.md from them alone.
@@ -15,8 +16,10 @@ warm=${WARMUP:-5} steps=${STEPS:-20} py=${PYTHON:-python3} bin=${LMTRAIN:-build/
 mkdir -p results
 for shape in ${SHAPES:-16x1024 8x1024 4x512}; do
   batch=${shape%x*} ctx=${shape#*x}
-  for graphs in 0 1; do
-    "$bin" --config "$cfg" --set run.mode=bench --set run.graphs="$graphs" \
+  for run in "0 fp32" "1 fp32" "1 bf16"; do
+    set -- $run
+    "$bin" --config "$cfg" --set run.mode=bench --set run.graphs="$1" \
+      --set model.residual_dtype="$2" \
       --set model.context_length="$ctx" --set train.batch_size="$batch" \
       --set bench.warmup="$warm" --set bench.steps="$steps" --set bench.kernels=0 \
       --csv results/gpt2_lmtrain.csv | grep -E "^== |^step"

@@ -6,10 +6,12 @@ measured in the same call. scripts/report.py uses table_rows for REPORT.md.
     scripts/gpt2_table.py results/gpt2_lmtrain.csv results/gpt2_torch.csv > results/gpt2.md
 """
 import sys
+from datetime import datetime
 
 from bench_table import beside, rows
 
-HEADER = ["B x T", "device", "date", "lmtrain step ms (graphs 0 / 1)", "PyTorch SDPA eager ms",
+HEADER = ["B x T", "device", "date", "lmtrain step ms (graphs 0 / 1)",
+          "lmtrain, bf16 residual stream, ms", "PyTorch SDPA eager ms",
           "PyTorch SDPA compile ms", "vs compile", "lmtrain tokens/s", "lmtrain MFU",
           "lmtrain memory GiB", "PyTorch compile peak GiB"]
 NOTE = ("configs/models/gpt2-small.toml (d_model 768, 12 layers, 12 heads, d_ff 2048, vocabulary "
@@ -19,13 +21,20 @@ NOTE = ("configs/models/gpt2-small.toml (d_model 768, 12 layers, 12 heads, d_ff 
         "bench --attention sdpa, autocast bf16, fused AdamW) in one call on one GPU. 'vs "
         "compile' is PyTorch compiled over lmtrain with graphs (> 1: lmtrain faster). lmtrain "
         "memory: everything its allocator holds; PyTorch: torch.cuda.max_memory_allocated over "
-        "one full step.")
+        "one full step. 'bf16 residual stream': lmtrain with model.residual_dtype = \"bf16\" "
+        "(graphs), as llm.c keeps it; every other column with the default fp32 stream.")
+
+
+def minutes_apart(a, b):
+    """Between two lmtrain rows' measurements."""
+    t = [datetime.fromisoformat(r["date_utc"].replace("Z", "+00:00")) for r in (a, b)]
+    return abs((t[0] - t[1]).total_seconds()) / 60
 
 
 def latest(ours):
-    """(batch, context, graphs) -> the newest lmtrain row."""
-    return {(int(r["train.batch_size"]), int(r["model.context_length"]), r["run.graphs"]): r
-            for r in ours}
+    """(batch, context, graphs, residual dtype) -> the newest lmtrain row."""
+    return {(int(r["train.batch_size"]), int(r["model.context_length"]), r["run.graphs"],
+             r.get("model.residual_dtype") or "fp32"): r for r in ours}
 
 
 def table_rows(ours, torch_rows):
@@ -36,17 +45,22 @@ def table_rows(ours, torch_rows):
         mode = "compile" if r["compile"] in ("True", "1", "true") else "eager"
         torch.setdefault((int(r["batch_size"]), int(r["context_length"]), mode), []).append(r)
     out = []
-    for (b, t, graphs), o in sorted(latest_rows.items(), key=lambda kv: (-kv[0][1], -kv[0][0])):
-        if graphs != "1" or (b, t, "0") not in latest_rows:
+    for (b, t, graphs, res), o in sorted(latest_rows.items(),
+                                         key=lambda kv: (-kv[0][1], -kv[0][0])):
+        if graphs != "1" or res != "fp32" or (b, t, "0", "fp32") not in latest_rows:
             continue
-        ms, ms0 = float(o["step_ms_median"]), float(latest_rows[(b, t, "0")]["step_ms_median"])
+        ms = float(o["step_ms_median"])
+        ms0 = float(latest_rows[(b, t, "0", "fp32")]["step_ms_median"])
+        r16 = latest_rows.get((b, t, "1", "bf16"))  # shown if measured in the same call
+        ms16 = (f"{float(r16['step_ms_median']):.2f}"
+                if r16 and minutes_apart(o, r16) < 10 else "n/a")
         th = {m: beside(o, torch.get((b, t, m), [])) for m in ("eager", "compile")}
         step = lambda m: f"{float(th[m]['step_ms_median']):.2f}" if th[m] else "n/a"
         vs = f"{float(th['compile']['step_ms_median']) / ms:.2f}x" if th["compile"] else "n/a"
         peak = (f"{float(th['compile']['peak_mem_step_bytes']) / 2**30:.2f}" if th["compile"]
                 else "n/a")
         out.append([f"{b} x {t}", o["device_name"], o["date_utc"][:10], f"{ms0:.2f} / {ms:.2f}",
-                    step("eager"), step("compile"), vs, f"{float(o['tokens_per_s']) / 1e3:.0f}k",
+                    ms16, step("eager"), step("compile"), vs, f"{float(o['tokens_per_s']) / 1e3:.0f}k",
                     f"{100 * float(o['mfu']):.1f}%", f"{float(o['mem_total_bytes']) / 2**30:.2f}",
                     peak])
     return out

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Trains one model on one token file once per optimizer-state choice and draws the loss curves
-side by side: what storing AdamW's moments in bf16 (optim.state_dtype) costs in loss.
+side by side: what storing AdamW's moments in bf16 (optim.state_dtype) costs in loss, or the
+weights without fp32 masters, or the residual stream in bf16 (model.residual_dtype).
 
     scripts/optimizer_state.py --data train.npy --val val.npy --config configs/models/small.toml \
         --set model.vocab_size=50304 --steps 2000 [--np 1] [--metric auto|val|train]
@@ -8,7 +9,8 @@ side by side: what storing AdamW's moments in bf16 (optim.state_dtype) costs in 
     scripts/optimizer_state.py --plot-only      # redraw from the logs of an earlier run
 
 Each choice (--choices, default "state_dtype=fp32 state_dtype=bf16"; a choice is
-whitespace-free `key=value` pairs joined by commas, each key of the [optim] section) runs
+whitespace-free `key=value` pairs joined by commas, each key of the [optim] section or a
+`section.key`) runs
 build/lmtrain with the same config, seed and data, its output kept in
 <out>/optimizer_state_<choice>.log and its row appended to <out>/optimizer_state.csv (--csv).
 The curves come from the progress lines (one every train.log_every steps): the validation loss
@@ -33,15 +35,22 @@ VAL_LOSS = re.compile(r"\| val(?:_loss| loss)? ([0-9.eE+-]+|nan|inf)")
 DEVICE = re.compile(r"^device [^=].*rank.*$", re.M)
 
 
-def choice_args(choice):
-    """--set arguments of one choice ("state_dtype=bf16" -> optim.state_dtype=bf16)."""
-    out = []
+def choice_keys(choice):
+    """{config key: value} of one choice ("state_dtype=bf16" -> optim.state_dtype: bf16;
+    "model.residual_dtype=bf16" as it is)."""
+    out = {}
     for pair in choice.split(","):
         key, eq, value = pair.partition("=")
-        if not eq or not re.fullmatch(r"[a-z_]+", key) or not value:
-            raise SystemExit(f"choice '{choice}': expected key=value[,key=value] of [optim] keys")
-        out += ["--set", f"optim.{key}={value}"]
+        if not eq or not re.fullmatch(r"([a-z_]+\.)?[a-z_]+", key) or not value:
+            raise SystemExit(f"choice '{choice}': expected key=value[,key=value] of [optim] keys "
+                             "or section.key")
+        out[key if "." in key else f"optim.{key}"] = value
     return out
+
+
+def choice_args(choice):
+    """--set arguments of one choice."""
+    return [x for k, v in choice_keys(choice).items() for x in ("--set", f"{k}={v}")]
 
 
 def curves(log_text):
@@ -69,8 +78,8 @@ def csv_rows(csv_path):
 
 def csv_columns(row, choice):
     """ms_per_step and optimizer_bytes_rank0 of the choice's row in lmtrain's CSV, or None where
-    there is no row or its [optim] keys are not the choice's."""
-    want = dict(("optim." + k, v) for k, _, v in (p.partition("=") for p in choice.split(",")))
+    there is no row or its keys are not the choice's."""
+    want = choice_keys(choice)
     if row is None or not all(row.get(k) == v for k, v in want.items()):
         return None
     return row["ms_per_step"], row["optimizer_bytes_rank0"]
@@ -90,7 +99,8 @@ def main():
     ap.add_argument("--np", type=int, default=1, help="ranks (mpirun -np); 1: no mpirun")
     ap.add_argument("--mpirun", default="mpirun -q --oversubscribe --bind-to none")
     ap.add_argument("--choices", default="state_dtype=fp32 state_dtype=bf16",
-                    help="space-separated choices, each key=value[,key=value] of [optim] keys")
+                    help="space-separated choices, each key=value[,key=value] of [optim] keys "
+                         "or section.key")
     ap.add_argument("--metric", choices=("auto", "val", "train"), default="auto")
     ap.add_argument("--out", default="results", help="folder of the logs, CSV, PNG and markdown")
     ap.add_argument("--csv", default=None, help="default: <out>/optimizer_state.csv")

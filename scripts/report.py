@@ -1082,6 +1082,18 @@ def b_gpt2_table(data):
                      ["gpt2.md", "gpt2_lmtrain.csv", "gpt2_torch.csv"]))
 
 
+def b_gpt2_residual(data):
+    latest = gpt2_table.latest(data.csv("gpt2_lmtrain.csv"))
+    parts = []
+    for b, t in ((16, 1024), (8, 1024)):
+        a, r = latest.get((b, t, "1", "fp32")), latest.get((b, t, "1", "bf16"))
+        if a is None or r is None:
+            raise Missing(f"gpt2_lmtrain.csv: no graphs rows of {b} x {t} with both residual dtypes")
+        parts.append(f"{f2(num(r, 'step_ms_median'))} ms against {f2(num(a, 'step_ms_median'))} "
+                     f"at {b} x {t}")
+    return ", ".join(parts)
+
+
 def b_gpt2_classifier(data):
     k = kernels(data, KGPT2)
     ms = sum(m for m, _, _, name in k["forward"] + k["backward"] if name.startswith("cross_entropy"))
@@ -1117,19 +1129,27 @@ def b_batch_xl(data):
             + source(f"one {devices(rows)}", dates(rows), "scripts/bench_batch.sh", ["batch_xl.md", "batch_xl.csv"]))
 
 
-def batch_row(data, state, batch, accum, masters="true"):
-    row = batch_table.newest(data.csv("batch_xl.csv")).get((state, masters, batch, accum))
+def batch_row(data, state, batch, accum, masters="true", residual="fp32"):
+    row = batch_table.newest(data.csv("batch_xl.csv")).get((residual, state, masters, batch, accum))
     if row is None:
-        raise Missing(f"batch_xl.csv: no row of state {state}, masters {masters}, {batch} x {accum}")
+        raise Missing(f"batch_xl.csv: no row of state {state}, masters {masters}, residual "
+                      f"{residual}, {batch} x {accum}")
     return row
 
 
 def b_batch_best(data):
     best = max(batch_table.newest(data.csv("batch_xl.csv")).values(), key=lambda r: float(r["mfu"]))
     held = "" if batch_table.masters(best) == "true" else " and no fp32 master weights"
+    res = (" and a bf16 residual stream" if (best.get("model.residual_dtype") or "fp32") == "bf16"
+           else "")
     return (f"{100 * float(best['mfu']):.1f}% at {best['train.batch_size']} x "
-            f"{best['train.grad_accum']} with {best['optim.state_dtype']} moments{held} "
+            f"{best['train.grad_accum']} with {best['optim.state_dtype']} moments{held}{res} "
             f"({f2(num(best, 'step_ms_median'))} ms a step)")
+
+
+def b_batch_default(data):
+    r = batch_row(data, "fp32", 16, 1)
+    return f"{100 * num(r, 'mfu'):.1f}% ({f2(num(r, 'step_ms_median'))} ms a step)"
 
 
 def b_batch_accum(data):
@@ -1162,16 +1182,19 @@ def b_no_masters_split(data):
 
 def b_optimizer_state(data):
     rows = data.csv("optimizer_state.csv")
-    latest = {(r["optim.state_dtype"], batch_table.masters(r)): r for r in rows}
-    base = float(latest[("fp32", "true")]["val_loss"])
-    order = lambda kv: (kv[0][1] != "true", kv[0][0] != "fp32")
-    out = [[state, "yes" if held == "true" else "no", r["steps_run"], f"{float(r['val_loss']):.4f}",
-            f"{float(r['val_loss']) - base:+.4f}", f"{float(r['loss_floor']):.4f}",
-            f"{float(r['ms_per_step']):.2f}", f"{int(r['optimizer_bytes_rank0']) / 2**20:.0f}"]
-           for (state, held), r in sorted(latest.items(), key=order)]
+    latest = {(r["optim.state_dtype"], batch_table.masters(r),
+               r.get("model.residual_dtype") or "fp32"): r for r in rows}
+    base = float(latest[("fp32", "true", "fp32")]["val_loss"])
+    order = lambda kv: (kv[0][2] != "fp32", kv[0][1] != "true", kv[0][0] != "fp32")
+    out = [[state, "yes" if held == "true" else "no", res, r["steps_run"],
+            f"{float(r['val_loss']):.4f}", f"{float(r['val_loss']) - base:+.4f}",
+            f"{float(r['loss_floor']):.4f}", f"{float(r['ms_per_step']):.2f}",
+            f"{int(r['optimizer_bytes_rank0']) / 2**20:.0f}"]
+           for (state, held, res), r in sorted(latest.items(), key=order)]
     device, date, cmd = data.provenance("optimizer_state.csv")
-    return (table(["optim.state_dtype", "fp32 masters", "steps", "validation loss", "vs fp32, masters",
-                   "entropy floor", "ms a step", "AdamW state MiB"], out)
+    return (table(["optim.state_dtype", "fp32 masters", "residual stream", "steps",
+                   "validation loss", "vs fp32, masters", "entropy floor", "ms a step",
+                   "AdamW state MiB"], out)
             + source(device, date, cmd, ["optimizer_state.md", "optimizer_state.csv", "optimizer_state.png"]))
 
 
