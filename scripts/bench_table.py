@@ -18,8 +18,10 @@ def shape(d_model, layers, precision, context, batch):
     return (int(d_model), int(layers), precision, int(context), int(batch))
 
 
-def seconds_apart(ours, torch):
-    t = [datetime.fromisoformat(s.replace("Z", "+00:00")) for s in (ours["date_utc"], torch["date"])]
+def seconds_apart(a, b):
+    """Between two rows' measurements: lmtrain's (date_utc) or PyTorch's (date)."""
+    t = [datetime.fromisoformat((r.get("date_utc") or r["date"]).replace("Z", "+00:00"))
+         for r in (a, b)]
     return abs((t[0] - t[1]).total_seconds())
 
 

@@ -6,9 +6,8 @@ measured in the same call. scripts/report.py uses table_rows for REPORT.md.
     scripts/gpt2_table.py results/gpt2_lmtrain.csv results/gpt2_torch.csv > results/gpt2.md
 """
 import sys
-from datetime import datetime
 
-from bench_table import beside, rows
+from bench_table import beside, rows, seconds_apart
 
 HEADER = ["B x T", "device", "date", "lmtrain step ms (graphs 0 / 1)",
           "lmtrain, bf16 residual stream, ms", "PyTorch SDPA eager ms",
@@ -23,12 +22,6 @@ NOTE = ("configs/models/gpt2-small.toml (d_model 768, 12 layers, 12 heads, d_ff 
         "memory: everything its allocator holds; PyTorch: torch.cuda.max_memory_allocated over "
         "one full step. 'bf16 residual stream': lmtrain with model.residual_dtype = \"bf16\" "
         "(graphs), as llm.c keeps it; every other column with the default fp32 stream.")
-
-
-def minutes_apart(a, b):
-    """Between two lmtrain rows' measurements."""
-    t = [datetime.fromisoformat(r["date_utc"].replace("Z", "+00:00")) for r in (a, b)]
-    return abs((t[0] - t[1]).total_seconds()) / 60
 
 
 def latest(ours):
@@ -53,7 +46,7 @@ def table_rows(ours, torch_rows):
         ms0 = float(latest_rows[(b, t, "0", "fp32")]["step_ms_median"])
         r16 = latest_rows.get((b, t, "1", "bf16"))  # shown if measured in the same call
         ms16 = (f"{float(r16['step_ms_median']):.2f}"
-                if r16 and minutes_apart(o, r16) < 10 else "n/a")
+                if r16 and seconds_apart(o, r16) < 600 else "n/a")
         th = {m: beside(o, torch.get((b, t, m), [])) for m in ("eager", "compile")}
         step = lambda m: f"{float(th[m]['step_ms_median']):.2f}" if th[m] else "n/a"
         vs = f"{float(th['compile']['step_ms_median']) / ms:.2f}x" if th["compile"] else "n/a"

@@ -279,6 +279,9 @@ void launch_specialized(const Params& p, int64_t B, int rows, cudaStream_t s, co
 struct Work {
   int heads, tiles;
   bool pairs;  // persistent: the first order above (the kernel's instance for it)
+  // A head's pairs (the middle item one of them where tiles is odd), and the units in all.
+  __host__ __device__ int head_pairs() const { return (tiles + 1) / 2; }
+  int64_t units() const { return int64_t(heads) * (pairs ? head_pairs() : tiles); }
 };
 constexpr int kPairsPerBlock = 2;
 // f(bh, k) for this block's items in order (Pairs: work.pairs's order, a kernel of its own). f, a
@@ -288,7 +291,7 @@ constexpr int kPairsPerBlock = 2;
 template <bool Persistent, bool Pairs, typename F>
 __device__ __forceinline__ void for_each_item(const Work& w, F&& f) {
   if constexpr (Persistent && Pairs) {
-    const int pairs = (w.tiles + 1) / 2;
+    const int pairs = w.head_pairs();
 #pragma unroll 1
     for (int n = 0;; ++n) {  // the block's n-th item: its n / 2-th pair's first or second
       const int u = blockIdx.x + n / 2 * gridDim.x;
@@ -305,16 +308,17 @@ __device__ __forceinline__ void for_each_item(const Work& w, F&& f) {
 }
 // Host: work's items, with the order that suits their number (persistent kernels).
 inline Work make_work(int heads, int tiles) {
-  return {heads, tiles, int64_t(heads) * ((tiles + 1) / 2) >= kPairsPerBlock * sm_count()};
+  Work w{heads, tiles, true};
+  w.pairs = w.units() >= kPairsPerBlock * sm_count();
+  return w;
 }
 // Host: launches Kernel(p, work, maps...) as launch_specialized does, on work's items: persistent,
 // a block per SM (one fits), fewer if there are fewer units; else a block per item.
 template <auto Kernel, typename F, bool Persistent, typename... Maps>
 void launch_items(const Params& p, const Work& work, cudaStream_t s, const Maps&... maps) {
   allow_smem<Kernel>(F::Smem::kBytes);
-  const int64_t items = int64_t(work.heads) * work.tiles;
-  const int64_t units = work.pairs ? int64_t(work.heads) * ((work.tiles + 1) / 2) : items;
-  const int64_t blocks = Persistent ? min64(units, sm_count()) : items;
+  const int64_t blocks =
+      Persistent ? min64(work.units(), sm_count()) : int64_t(work.heads) * work.tiles;
   Kernel<<<unsigned(blocks), 128 * (F::kGroups + 1), F::Smem::kBytes, s>>>(p, work, maps...);
   CUDA_LAUNCH_CHECK();
 }
