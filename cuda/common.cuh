@@ -67,6 +67,14 @@ template <typename Out> __device__ inline void store4(Out* p, float4 v) {
         make_uint2(*reinterpret_cast<uint32_t*>(&lo), *reinterpret_cast<uint32_t*>(&hi));
   }
 }
+// f called with p as the element type its storage flag names: float*, or __nv_bfloat16* with
+// bf16 (const kept). Launchers dispatch each operand's type so, one call inside another.
+template <typename F> auto typed(void* p, bool bf16, F&& f) {
+  return bf16 ? f(static_cast<__nv_bfloat16*>(p)) : f(static_cast<float*>(p));
+}
+template <typename F> auto typed(const void* p, bool bf16, F&& f) {
+  return bf16 ? f(static_cast<const __nv_bfloat16*>(p)) : f(static_cast<const float*>(p));
+}
 inline bool aligned_for(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }

@@ -2,8 +2,10 @@
 // x read in fp32, or in bf16 where the residual stream is kept so (model.residual_dtype); y stored
 // in fp32, or rounded to bf16 when only bf16 matmuls read it.
 // Backward, s = sum_j g_j dy_j x_j:  dx_i += r g_i dy_i - x_i r^3 s / d;  dg_i = sum_rows dy_i x_i r;
-// dy read in fp32, or in bf16 as the matmuls under bf16 write it; the updated dx also rounded to
-// bf16 where the next matmul reads it so (no cast pass of its own).
+// dy read in fp32, or in bf16 as the matmuls under bf16 write it; dx (the residual stream's
+// gradient) read and written in fp32, its update also rounded to bf16 where the next matmul reads
+// it so (no cast pass of its own), or, with a bf16 residual stream, read and written in bf16
+// alone (the sum taken in fp32, rounded once).
 // Forward: one block per row, four values a load where d is a multiple of 4 (Vec4: rows then
 // 16-byte aligned, the launcher checks the pointers), else one; a thread a load (the row read
 // once) up to 256 loads, else 256 threads looping over the row twice. (A thread a load up to 1024
@@ -83,9 +85,9 @@ __global__ void __launch_bounds__(kThreads)
 // 55 uncapped, and spills nothing at 48): at xl's rows, blocks of 416 threads, three fit an SM
 // instead of two; on an H100 the kernel's 97 calls took 7.29 and 7.30 ms against 7.43 and 7.42
 // uncapped (bench's kernel summary, two runs each in one call).
-template <typename X, typename DY, bool Vec4>
+template <typename X, typename DY, typename DX, bool Vec4>
 __global__ void __maxnreg__(48)
-    rmsnorm_bwd_kernel(const X* x, const float* g, const float* rstd, const DY* dy, float* dx,
+    rmsnorm_bwd_kernel(const X* x, const float* g, const float* rstd, const DY* dy, DX* dx,
                        __nv_bfloat16* dx16, float* partials, int64_t rows, int64_t per,
                        int64_t d) {
   __shared__ float scratch[32];
@@ -122,9 +124,9 @@ __global__ void __maxnreg__(48)
 
 // The same for rows of any width: up to 256 threads across a row, each row read twice, the sum
 // of dy x r over the block's rows in d floats of shared memory.
-template <typename X, typename DY, bool Vec4>
+template <typename X, typename DY, typename DX, bool Vec4>
 __global__ void rmsnorm_bwd_wide_kernel(const X* x, const float* g, const float* rstd,
-                                   const DY* dy, float* dx, __nv_bfloat16* dx16,
+                                   const DY* dy, DX* dx, __nv_bfloat16* dx16,
                                    float* partials, int64_t rows, int64_t per, int64_t d) {
   extern __shared__ float4 acc4[];  // d floats
   float* acc = reinterpret_cast<float*>(acc4);
@@ -198,20 +200,13 @@ void launch_fwd(const X* x, const float* g, Out* y, float* rstd, int64_t rows, i
   CUDA_LAUNCH_CHECK();
 }
 
-template <typename X>
-void launch_fwd(const X* x, const float* g, void* y, bool y_bf16, float* rstd, int64_t rows,
-                int64_t d, float eps, cudaStream_t s) {
-  if (y_bf16) launch_fwd(x, g, static_cast<__nv_bfloat16*>(y), rstd, rows, d, eps, s);
-  else launch_fwd(x, g, static_cast<float*>(y), rstd, rows, d, eps, s);
-}
-
 }  // namespace
 
 void rmsnorm_fwd(const void* x, bool x_bf16, const float* g, void* y, bool y_bf16, float* rstd,
                  int64_t rows, int64_t d, double eps, cudaStream_t s) {
-  if (x_bf16)
-    launch_fwd(static_cast<const __nv_bfloat16*>(x), g, y, y_bf16, rstd, rows, d, float(eps), s);
-  else launch_fwd(static_cast<const float*>(x), g, y, y_bf16, rstd, rows, d, float(eps), s);
+  typed(x, x_bf16, [&](auto* xt) {
+    typed(y, y_bf16, [&](auto* yt) { launch_fwd(xt, g, yt, rstd, rows, d, float(eps), s); });
+  });
 }
 
 namespace {
@@ -223,8 +218,8 @@ namespace {
 // wave's SMs partly idle.) The partition depends on the GPU's SMs and the kernel's occupancy,
 // so the dg sums of two GPU models may differ in their last bits, as their matmuls' may; on one
 // GPU it is fixed.
-template <typename X, typename DY>
-int64_t launch_bwd(const X* x, const float* g, const float* rstd, const DY* dy, float* dx,
+template <typename X, typename DY, typename DX>
+int64_t launch_bwd(const X* x, const float* g, const float* rstd, const DY* dy, DX* dx,
                    __nv_bfloat16* dx16, float* scratch, int64_t rows, int64_t d, cudaStream_t s) {
   const bool vec = vec4_rows(d, {x, g, dy, dx, dx16, scratch});
   const int64_t n = vec ? d / 4 : d;  // a row's loads
@@ -242,38 +237,30 @@ int64_t launch_bwd(const X* x, const float* g, const float* rstd, const DY* dy, 
   };
   if (n <= kMaxRowThreads) {  // a thread a load, the block a whole number of warps
     const int64_t threads = (n + 31) / 32 * 32;
-    if (vec) launch(rmsnorm_bwd_kernel<X, DY, true>, threads, 0);
-    else launch(rmsnorm_bwd_kernel<X, DY, false>, threads, 0);
+    if (vec) launch(rmsnorm_bwd_kernel<X, DY, DX, true>, threads, 0);
+    else launch(rmsnorm_bwd_kernel<X, DY, DX, false>, threads, 0);
   } else {
     const int64_t threads = std::min<int64_t>(kThreads, (n + 31) / 32 * 32);
     const size_t smem = size_t(d) * sizeof(float);
-    if (vec) launch(rmsnorm_bwd_wide_kernel<X, DY, true>, threads, smem);
-    else launch(rmsnorm_bwd_wide_kernel<X, DY, false>, threads, smem);
+    if (vec) launch(rmsnorm_bwd_wide_kernel<X, DY, DX, true>, threads, smem);
+    else launch(rmsnorm_bwd_wide_kernel<X, DY, DX, false>, threads, smem);
   }
   return blocks;
-}
-
-template <typename X>
-int64_t launch_bwd(const X* x, const float* g, const float* rstd, const void* dy, bool dy_bf16,
-                   float* dx, __nv_bfloat16* dx16, float* scratch, int64_t rows, int64_t d,
-                   cudaStream_t s) {
-  if (dy_bf16)
-    return launch_bwd(x, g, rstd, static_cast<const __nv_bfloat16*>(dy), dx, dx16, scratch, rows,
-                      d, s);
-  return launch_bwd(x, g, rstd, static_cast<const float*>(dy), dx, dx16, scratch, rows, d, s);
 }
 
 }  // namespace
 
 void rmsnorm_bwd(const void* x, bool x_bf16, const float* g, const float* rstd, const void* dy,
-                 bool dy_bf16, float* dx, void* dx_bf16, float* dg, float* scratch, int64_t rows,
-                 int64_t d, bool add_dg, cudaStream_t s) {
-  auto* dx16 = static_cast<__nv_bfloat16*>(dx_bf16);
-  const int64_t blocks =
-      x_bf16 ? launch_bwd(static_cast<const __nv_bfloat16*>(x), g, rstd, dy, dy_bf16, dx, dx16,
-                          scratch, rows, d, s)
-             : launch_bwd(static_cast<const float*>(x), g, rstd, dy, dy_bf16, dx, dx16, scratch,
-                          rows, d, s);
+                 bool dy_bf16, void* dx, bool dx_bf16, void* dx_copy16, float* dg, float* scratch,
+                 int64_t rows, int64_t d, bool add_dg, cudaStream_t s) {
+  auto* dx16 = static_cast<__nv_bfloat16*>(dx_copy16);
+  const int64_t blocks = typed(x, x_bf16, [&](auto* xt) {
+    return typed(dy, dy_bf16, [&](auto* dyt) {
+      return typed(dx, dx_bf16, [&](auto* dxt) {
+        return launch_bwd(xt, g, rstd, dyt, dxt, dx16, scratch, rows, d, s);
+      });
+    });
+  });
   rmsnorm_dg_sum_kernel<<<unsigned(blocks_for(d, kSumCols)), dim3(kSumCols, kSumLanes), 0, s>>>(
       scratch, blocks, dg, d, add_dg);
   CUDA_LAUNCH_CHECK();

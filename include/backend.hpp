@@ -158,7 +158,8 @@ template <typename T> class Backend {
   // what a matmul would round them to, this changes results: the stream (the embedding's output,
   // each residual add's sum) is rounded to bf16 where it is stored, as llm.c keeps it; the
   // RMSNorms read it so (rmsnorm_fwd's and rmsnorm_bwd's x), the sums are taken in fp32. Its
-  // gradient stays in T.
+  // gradient likewise: rmsnorm_bwd's dx stored in bf16 is read so and its update rounded where
+  // it is stored (then the matmuls read it as it is: no rounded copy), embedding_bwd's dout too.
   virtual void linear_fwd(View<const T> x, const T* w, View<T> y, int64_t M, int64_t N,
                           int64_t K, Precision p, const T* residual) = 0;
   // The weight gradients (linear_bwd's dw, rmsnorm_bwd's dg) are written or added to as gw says.
@@ -167,8 +168,10 @@ template <typename T> class Backend {
                           GradWrite gw = GradWrite::set) = 0;
   virtual void rmsnorm_fwd(View<const T> x, const T* g, View<T> y, T* rstd, int64_t rows,
                            int64_t d, double eps) = 0;
-  virtual void rmsnorm_bwd(View<const T> x, const T* g, const T* rstd, View<const T> dy, T* dx,
-                           T* dg, int64_t rows, int64_t d, T* dx_bf16,
+  // dx += the gradient (in place, as stored); dx_bf16, if not null (dx then in T), receives the
+  // updated dx rounded to bf16, as matmuls read it.
+  virtual void rmsnorm_bwd(View<const T> x, const T* g, const T* rstd, View<const T> dy,
+                           View<T> dx, T* dg, int64_t rows, int64_t d, T* dx_bf16,
                            GradWrite gw = GradWrite::set) = 0;
   // RoPE's rotation, forward only: its inverse rides on attention_bwd.
   virtual void rope(View<T> x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
@@ -198,7 +201,7 @@ template <typename T> class Backend {
   virtual void embedding_fwd(const int32_t* tokens, const T* table, View<T> out, int64_t n,
                              int64_t d) = 0;
   // order: cpu::token_order of tokens, in backend memory.
-  virtual void embedding_bwd(const int32_t* tokens, const int32_t* order, const T* dout,
+  virtual void embedding_bwd(const int32_t* tokens, const int32_t* order, View<const T> dout,
                              T* dtable, int64_t n, int64_t d) = 0;
   // The classifier: row_loss[i] = loss of row i of logits[n, V], and logits overwritten in place
   // by their gradient (cpu::cross_entropy's dlogits), stored as the logits are, unless

@@ -27,7 +27,7 @@ struct Config {
             context_length = 64;
     double rope_theta = 10000.0, norm_eps = 1e-5;
     Precision precision = Precision::bf16;  // fp64 | fp32 | tf32 | bf16
-    Dtype residual_dtype = Dtype::fp32;  // how the forward's residual stream is stored
+    Dtype residual_dtype = Dtype::fp32;  // how the residual stream and its gradient are stored
     std::string attention = "flash"; // flash | naive
     int64_t head_dim() const { return d_model / num_heads; }
   } model;

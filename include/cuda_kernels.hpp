@@ -19,17 +19,18 @@ namespace lmt::cuda {
 // out is float*, or __nv_bfloat16* with out_bf16 (the table's values rounded).
 void embedding_fwd(const int32_t* tokens, const float* table, void* out, bool out_bf16, int64_t n,
                    int64_t d, cudaStream_t s);
-void embedding_bwd(const int32_t* tokens, const int32_t* order, const float* dout, float* dtable,
-                   int64_t n, int64_t d, cudaStream_t s);
+// dout is float*, or __nv_bfloat16* with dout_bf16.
+void embedding_bwd(const int32_t* tokens, const int32_t* order, const void* dout, bool dout_bf16,
+                   float* dtable, int64_t n, int64_t d, cudaStream_t s);
 // x is float*, or __nv_bfloat16* with x_bf16; y likewise with y_bf16 (rounded to nearest even).
 void rmsnorm_fwd(const void* x, bool x_bf16, const float* g, void* y, bool y_bf16, float* rstd,
                  int64_t rows, int64_t d, double eps, cudaStream_t s);
-// x and dy are float*, or __nv_bfloat16* with x_bf16, dy_bf16. scratch: kRmsnormDgChunks
-// (plan.hpp) * d floats (dg's partial sums). dx_bf16: null, or __nv_bfloat16* that receives the
-// updated dx rounded. add_dg: dg += the sum (else dg = it).
+// x, dy and dx are float*, or __nv_bfloat16* with x_bf16, dy_bf16, dx_bf16 (dx updated in place,
+// rounded). scratch: kRmsnormDgChunks (plan.hpp) * d floats (dg's partial sums). dx_copy16: null,
+// or __nv_bfloat16* that receives the updated dx rounded. add_dg: dg += the sum (else dg = it).
 void rmsnorm_bwd(const void* x, bool x_bf16, const float* g, const float* rstd, const void* dy,
-                 bool dy_bf16, float* dx, void* dx_bf16, float* dg, float* scratch, int64_t rows,
-                 int64_t d, bool add_dg, cudaStream_t s);
+                 bool dy_bf16, void* dx, bool dx_bf16, void* dx_copy16, float* dg, float* scratch,
+                 int64_t rows, int64_t d, bool add_dg, cudaStream_t s);
 // x is float*, or __nv_bfloat16* with bf16. table: float2 (cos, sin) of angle
 // t * theta^(-2i/dh) at [t * dh/2 + i], t < T: rope_table's values, on the device.
 void rope(void* x, bool bf16, const void* table, int64_t B, int64_t T, int64_t H, int64_t dh,

@@ -80,7 +80,7 @@ template <typename T> class Model {
   const Precision precision;
   const AttentionImpl attention;
   const bool mm16;  // bf16 policy: the bf16 activations of backend.hpp's notes stored so (act)
-  const bool res16;  // model.residual_dtype bf16: the residual stream stored so (res)
+  const bool res16;  // model.residual_dtype bf16: the residual stream and its gradient stored so (res)
   const ParamLayout layout;
   const Ranges masters;  // sorted, disjoint: [0, layout.total) where this rank holds them all
 
@@ -93,7 +93,8 @@ template <typename T> class Model {
   };
   // A bf16 activation (backend.hpp): stored in bf16 under the bf16 policy, else in T.
   View<T> act(T* p) const { return {p, mm16 ? Stored::bf16 : Stored::full}; }
-  // The residual stream (x_, x_mid): in bf16 under model.residual_dtype bf16, else in T.
+  // The residual stream (x_, x_mid) and its gradient (dx_): in bf16 under model.residual_dtype
+  // bf16, else in T.
   View<T> res(T* p) const { return {p, res16 ? Stored::bf16 : Stored::full}; }
   std::vector<T> to_host(const T* p, size_t n) const {
     std::vector<T> out(n);
@@ -107,6 +108,7 @@ template <typename T> class Model {
   std::vector<T*> x_;  // residual stream entering layer l; x_[L] enters the final norm
   T *rstdf_, *hf_, *logits_, *row_loss_;  // logits_: then, after forward, their gradient
   T *dx_, *dh_, *dx16_, *datt_, *dqkv_, *dg_, *du_;  // backward scratch
+  int64_t dx_elems_ = 0;  // dx_'s size in T elements
   // One allocation for all the pointers in `plan`, which it sets.
   std::unique_ptr<BackendArray<T>> carve(std::vector<std::pair<T**, int64_t>>& plan, MemTag tag);
 

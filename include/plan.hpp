@@ -65,8 +65,10 @@ struct Plan {
   // inputs, attention's qkv and output and the logits in bf16, in activations and in workspace
   // (backward's dg, du, datt, dqkv).
   uint64_t bf16_inputs_saved = 0, bf16_scratch_saved = 0;
-  // And with model.residual_dtype = "bf16", by storing the residual stream in bf16.
-  uint64_t residual_saved = 0;
+  // And with model.residual_dtype = "bf16", by storing the residual stream in bf16 (in
+  // activations), and its gradient (dx) in bf16 without a rounded copy (in workspace, on either
+  // backend: the CPU's keeps dx in T, also without the copy).
+  uint64_t residual_saved = 0, residual_grad_saved = 0;
   // The activations on the CUDA backend with c.model.attention: in place of attn_probs,
   // flash_lse under "flash" (the default) or, under "naive", the probabilities at key <= query
   // (B x H/tp x T(T+1)/2 fp32 per layer); less bf16_inputs_saved (and residual_saved) under bf16.

@@ -9,7 +9,8 @@
 #     reductions and the matmuls; and again with AdamW's leaner state (bf16 moments, with fp32
 #     master weights and without): its four-elements-a-thread kernels; and with the residual
 #     stream in bf16 (model.residual_dtype): RMSNorm reading bf16 rows, the embedding and the
-#     residual adds writing them.
+#     residual adds writing them, and their gradient in bf16 (RMSNorm's backward, the
+#     embedding's).
 # cuBLASLt's own nvjet_* kernels report shared-memory WAR hazards under racecheck that are the
 # library's (its kernels order those accesses by means racecheck does not follow): racecheck
 # checks them, but only hazards reported in kernels other than nvjet_* count, and the line says

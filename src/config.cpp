@@ -205,9 +205,9 @@ std::vector<ConfigField> config_fields(Config& c) {
       enum_field("model", "precision", &m.precision,
                 "matmul input rounding; master weights, grads and optimizer stay fp32 (fp64: all)"),
       enum_field("model", "residual_dtype", &m.residual_dtype,
-                "the forward's residual stream (what each block adds to): fp32 (fp64 under "
-                "precision fp64), or bf16 (precision bf16 only; rounded at each add, as llm.c "
-                "keeps it; its gradient stays fp32)"),
+                "the residual stream (what each block adds to) and its gradient: fp32 (fp64 "
+                "under precision fp64), or bf16 (precision bf16 only; rounded at each add, as "
+                "llm.c keeps them)"),
       str_field("model", "attention", &m.attention, {"flash", "naive"},
                 "GPU attention kernel; the CPU backend has one reference for both"),
       int_field("train", "batch_size", &t.batch_size, 1,

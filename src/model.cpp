@@ -63,9 +63,11 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   for (auto [ptr, size] : {std::pair{&rstdf_, n}, {&hf_, nd16}, {&logits_, stored(n * V)},
                            {&row_loss_, n}})
     saved.push_back({ptr, size});
-  // dx16_: the residual stream's gradient as matmuls read it (under bf16 only); dh_: an RMSNorm
-  // output's gradient, as the matmuls write it.
-  for (auto [ptr, size] : {std::pair{&dx_, n * d}, {&dh_, nd16}, {&dx16_, mm16 ? nd16 : 0},
+  // dx_: the residual stream's gradient, stored as the stream is; dx16_: its copy as matmuls read
+  // it (under bf16 with an fp32 stream only); dh_: an RMSNorm output's gradient, as the matmuls
+  // write it.
+  dx_elems_ = nres;
+  for (auto [ptr, size] : {std::pair{&dx_, nres}, {&dh_, nd16}, {&dx16_, mm16 && !res16 ? nd16 : 0},
                            {&datt_, nd16}, {&dqkv_, qkv16}, {&dg_, nf16}, {&du_, u16}})
     scratch.push_back({ptr, size});
   be.set_weights(params_.data(), layout.total, masters);
@@ -260,13 +262,15 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) 
   if (sync) sync->begin_step();
   size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
   // The residual stream's gradient dx_ as the W2 and output projections read it: under bf16,
-  // the copy rounded by the RMSNorm backward that last updated dx_.
-  const View<const T> dres = act(mm16 ? dx16_ : dx_);
+  // the copy rounded by the RMSNorm backward that last updated dx_, or dx_ itself where it is
+  // kept in bf16.
+  const bool copy16 = mm16 && !res16;
+  const View<const T> dres = copy16 ? act(dx16_) : res(dx_);
   // logits_ holds their gradient now (cross_entropy wrote it in place).
   be.linear_bwd(act(hf_), P + head, act(logits_), act(dh_), G + head, n, V, d, precision, gw);
-  be.zero_bytes(dx_, size_t(n * d) * sizeof(T));  // rmsnorm_bwd adds into it
-  be.rmsnorm_bwd(res(x_.back()), P + lnf, rstdf_, act(dh_), dx_, G + lnf, n, d,
-                 mm16 ? dx16_ : nullptr, gw);
+  be.zero_bytes(dx_, size_t(dx_elems_) * sizeof(T));  // rmsnorm_bwd adds into it
+  be.rmsnorm_bwd(res(x_.back()), P + lnf, rstdf_, act(dh_), res(dx_), G + lnf, n, d,
+                 copy16 ? dx16_ : nullptr, gw);
   if (sync) sync->ready(0);
   for (int64_t l = L - 1; l >= 0; --l) {  // dx_ holds the gradient of x_[l + 1]
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
@@ -276,18 +280,18 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) 
     be.swiglu_bwd(act(a.u), act(dg_), act(du_), n, f);
     be.linear_bwd(act(a.h2), P + w.w31, act(du_), act(dh_), G + w.w31, n, 2 * f, d, precision,
                   gw);
-    be.rmsnorm_bwd(res(a.x_mid), P + w.ln2, a.rstd2, act(dh_), dx_, G + w.ln2, n, d,  // x_mid's
-                   mm16 ? dx16_ : nullptr, gw);
+    be.rmsnorm_bwd(res(a.x_mid), P + w.ln2, a.rstd2, act(dh_), res(dx_), G + w.ln2, n, d,
+                   copy16 ? dx16_ : nullptr, gw);  // x_mid's
     be.linear_bwd(act(a.att), P + w.wo, dres, act(datt_), G + w.wo, n, d, d, precision, gw);
     be.attention_bwd(a.qkv, a.att, a.att_saved, datt_, dqkv_, B, T_, H, dh, precision, attention,
                      cfg.rope_theta);  // dq and dk: the unrotated q's and k's
     be.linear_bwd(act(a.h1), P + w.qkv, act(dqkv_), act(dh_), G + w.qkv, n, 3 * d, d, precision,
                   gw);
-    be.rmsnorm_bwd(res(x_[size_t(l)]), P + w.ln1, a.rstd1, act(dh_), dx_, G + w.ln1, n, d,  // x_[l]'s
-                   mm16 && l > 0 ? dx16_ : nullptr, gw);  // layer 0's goes to the embedding, in T
+    be.rmsnorm_bwd(res(x_[size_t(l)]), P + w.ln1, a.rstd1, act(dh_), res(dx_), G + w.ln1, n, d,
+                   copy16 && l > 0 ? dx16_ : nullptr, gw);  // x_[l]'s; layer 0's: the embedding's
     if (sync) sync->ready(ParamLayout::layer_group(L, l));
   }
-  be.embedding_bwd(inputs_.data(), order_.data(), dx_, G + emb.offset, n, d);
+  be.embedding_bwd(inputs_.data(), order_.data(), res(dx_), G + emb.offset, n, d);
   if (sync) {
     sync->ready(int(L + 1));
     int from = be.mark();  // backward's compute is done here: what follows is waiting for comm

@@ -90,11 +90,13 @@ Plan make_plan(const Config& c) {
                                piece(n * dl) + piece(2 * n * fl) + piece(n * fl);
     const uint64_t rest = (L + 1) * piece(n * d) + 2 * piece(n) + piece(n * d) + piece(n * Vl);
     acts = 3 * n * 4 + (L * (per_layer + probs) + rest) * a;
-    // Backward's scratch: dx, dh (residual width), under bf16 dx's rounded copy dx16, datt,
-    // dqkv (attention), dg, du.
+    // Backward's scratch: dx, dh (residual width), under bf16 dx's rounded copy dx16 (none
+    // where the residual stream, and so dx, is kept in bf16), datt, dqkv (attention), dg, du.
     const bool bf16 = m.precision == Precision::bf16;
-    scratch_elems = (bf16 ? 3 : 2) * piece(n * d) + piece(n * dl) + piece(3 * n * dl) +
+    const bool copy16 = bf16 && m.residual_dtype != Dtype::bf16;
+    scratch_elems = (copy16 ? 3 : 2) * piece(n * d) + piece(n * dl) + piece(3 * n * dl) +
                     piece(n * fl) + piece(2 * n * fl);
+    if (bf16 && !copy16) p.residual_grad_saved = piece(n * d) * w;
     p.attn_probs = L * probs * a;
     // The CUDA backend's flash saves each row's logsumexp, its naive the probabilities at key
     // <= query (T(T+1)/2 a head), in its fp32 storage.
@@ -104,8 +106,8 @@ Plan make_plan(const Config& c) {
     // Under bf16 it also stores the activations only matmuls read (h1, h2, g per layer; hf),
     // SwiGLU's input u, attention's qkv and att, and the logits packed in bf16: half of each
     // piece.
-    // Backward's dg, du (SwiGLU's output and input gradients), datt, dqkv, dh and dx16
-    // likewise, in its workspace.
+    // Backward's dg, du (SwiGLU's output and input gradients), datt, dqkv, dh and dx16 (or,
+    // with a bf16 residual stream, dx) likewise, in its workspace.
     // Its fp32 scratch, the largest request: RMSNorm backward's partial sums of dg
     // (kRmsnormDgChunks rows of d); flash backward's D; naive's scores and, in backward,
     // one sequence's dS and P (in bf16 under bf16, below).

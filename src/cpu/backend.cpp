@@ -72,11 +72,12 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::rmsnorm_fwd(x.data, g, y.data, rstd, rows, d, eps);
     if (y.bf16()) round_bf16(y.data, rows * d);
   }
-  void rmsnorm_bwd(View<const T> x, const T* g, const T* rstd, View<const T> dy, T* dx, T* dg,
-                   int64_t rows, int64_t d, T* dx_bf16, GradWrite gw) override {
-    cpu::rmsnorm_bwd(x.data, g, rstd, dy.data, dx, dg, rows, d, gw);
+  void rmsnorm_bwd(View<const T> x, const T* g, const T* rstd, View<const T> dy, View<T> dx,
+                   T* dg, int64_t rows, int64_t d, T* dx_bf16, GradWrite gw) override {
+    cpu::rmsnorm_bwd(x.data, g, rstd, dy.data, dx.data, dg, rows, d, gw);
+    if (dx.bf16()) round_bf16(dx.data, rows * d);
     if (!dx_bf16) return;
-    std::copy(dx, dx + rows * d, dx_bf16);
+    std::copy(dx.data, dx.data + rows * d, dx_bf16);
     round_bf16(dx_bf16, rows * d);
   }
   void rope(View<T> x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t stride,
@@ -113,9 +114,9 @@ template <typename T> class CpuBackend : public Backend<T> {
     cpu::embedding_fwd(tok, table, out.data, n, d);
     if (out.bf16()) round_bf16(out.data, n * d);
   }
-  void embedding_bwd(const int32_t* tok, const int32_t*, const T* dout, T* dtable, int64_t n,
+  void embedding_bwd(const int32_t* tok, const int32_t*, View<const T> dout, T* dtable, int64_t n,
                      int64_t d) override {
-    cpu::embedding_bwd(tok, dout, dtable, n, d);
+    cpu::embedding_bwd(tok, dout.data, dtable, n, d);
   }
   void cross_entropy(View<T> logits, const int32_t* targets, T* row_loss, int64_t n, int64_t V,
                      double grad_scale) override {

@@ -175,10 +175,10 @@ class CudaBackend : public Backend<float> {
     cuda::rmsnorm_fwd(x.data, x.bf16(), g, y.data, y.bf16(), rstd, rows, d, eps, stream_);
   }
   void rmsnorm_bwd(View<const float> x, const float* g, const float* rstd, View<const float> dy,
-                   float* dx, float* dg, int64_t rows, int64_t d, float* dx_bf16,
+                   View<float> dx, float* dg, int64_t rows, int64_t d, float* dx_bf16,
                    GradWrite gw) override {
-    cuda::rmsnorm_bwd(x.data, x.bf16(), g, rstd, dy.data, dy.bf16(), dx, dx_bf16, dg,
-                      workspace(size_t(kRmsnormDgChunks * d)), rows, d,
+    cuda::rmsnorm_bwd(x.data, x.bf16(), g, rstd, dy.data, dy.bf16(), dx.data, dx.bf16(), dx_bf16,
+                      dg, workspace(size_t(kRmsnormDgChunks * d)), rows, d,
                       gw == GradWrite::add, stream_);
   }
   void rope(View<float> x, int64_t B, int64_t T, int64_t H, int64_t dh, int64_t stride,
@@ -277,9 +277,9 @@ class CudaBackend : public Backend<float> {
                      int64_t d) override {
     cuda::embedding_fwd(tok, table, out.data, out.bf16(), n, d, stream_);
   }
-  void embedding_bwd(const int32_t* tok, const int32_t* order, const float* dout, float* dtable,
-                     int64_t n, int64_t d) override {
-    cuda::embedding_bwd(tok, order, dout, dtable, n, d, stream_);
+  void embedding_bwd(const int32_t* tok, const int32_t* order, View<const float> dout,
+                     float* dtable, int64_t n, int64_t d) override {
+    cuda::embedding_bwd(tok, order, dout.data, dout.bf16(), dtable, n, d, stream_);
   }
   void cross_entropy(View<float> logits, const int32_t* targets, float* row_loss, int64_t n,
                      int64_t V, double grad_scale) override {

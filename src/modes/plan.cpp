@@ -88,7 +88,9 @@ int run_plan(const CommandLine& cl, const Runtime& rt) {
              human_bytes(double(p.bf16_scratch_saved)).c_str());
     if (p.residual_saved)
       printf("  (model.residual_dtype = \"bf16\": the residual stream in bf16, %s less in "
-             "activations, included)\n", human_bytes(double(p.residual_saved)).c_str());
+             "activations, included, and its gradient, %s less in workspace)\n",
+             human_bytes(double(p.residual_saved)).c_str(),
+             human_bytes(double(p.residual_grad_saved)).c_str());
     if (p.logits_cuda)
       printf("  of which the logits, overwritten in place by their gradient (B x T x V, one "
              "buffer%s): %s\n", c.model.precision == Precision::bf16 ? ", bf16" : "",

@@ -240,6 +240,15 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
       gpu->rmsnorm_bwd(packed(gx16), gw, gra, packed(gdy16), gdx6, gdg6, rows, d, nullptr);
       CHECK(g.down(gdx6, rows * d) == g.down(gdx5, rows * d));
       CHECK(g.down(gdg6, d) == g.down(gdg5, d));
+      // And its gradient dx in bf16 (read, updated in fp32, stored rounded): the rounding of the
+      // fp32 dx path from the same bf16 values, dg the same bits.
+      float* gdx16b = g.up16(dx0);
+      float *gdx7 = g.up(g.down16(gdx16b, rows * d)), *gdg7 = g.poisoned(d), *gdg8 = g.poisoned(d);
+      gpu->rmsnorm_bwd(packed(gx16), gw, gra, packed(gdy16), gdx7, gdg7, rows, d, nullptr);
+      gpu->rmsnorm_bwd(packed(gx16), gw, gra, packed(gdy16), packed(gdx16b), gdg8, rows, d,
+                       nullptr);
+      CHECK(rounds_of(g.down16(gdx16b, rows * d), g.down(gdx7, rows * d)));
+      CHECK(g.down(gdg8, d) == g.down(gdg7, d));
     }
   }
   SUBCASE("rope on strided rows (its inverse: the attention tests, on dq and dk)") {
@@ -315,6 +324,13 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
     gpu->zero_bytes(gdt, size_t(V * d) * 4);
     gpu->embedding_bwd(gt.data(), go_.data(), gdo, gdt, n, d);
     CHECK(g.down(gdt, V * d) == first);  // bit-identical when repeated
+    // dout in bf16 (a bf16 residual stream's gradient): the bits of the fp32 path on the same
+    // rounded values.
+    float* gdo16 = g.up16(dout);
+    float *gdt_r = g.up(Vec(V * d, 0.0)), *gdt16 = g.up(Vec(V * d, 0.0));
+    gpu->embedding_bwd(gt.data(), go_.data(), g.up(g.down16(gdo16, n * d)), gdt_r, n, d);
+    gpu->embedding_bwd(gt.data(), go_.data(), packed(gdo16), gdt16, n, d);
+    CHECK(g.down(gdt16, V * d) == g.down(gdt_r, V * d));
   }
 }
 

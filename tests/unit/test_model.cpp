@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "check.hpp"
+#include "cpu_ops.hpp"
 #include "../helpers.hpp"
 #include "backend.hpp"
 #include "model.hpp"
@@ -139,6 +140,28 @@ TEST_CASE("model: a bf16 residual stream (model.residual_dtype) moves the loss a
   const std::vector<float> ga = full.grads_host(), gb = rounded.grads_host();
   CHECK(ga != gb);
   CHECK(lmt::test::rel_err(gb, ga) < 5e-2);
+}
+
+TEST_CASE("cpu backend: the residual stream's gradient in bf16 (rmsnorm_bwd's dx stored so) is "
+          "the fp32 update of the same values, rounded") {
+  auto cpu = make_cpu_backend<float>();
+  const int64_t rows = 7, d = 13;
+  auto fresh = [](int64_t n) {
+    const std::vector<double> r = lmt::test::randn<double>(n);
+    return std::vector<float>(r.begin(), r.end());
+  };
+  std::vector<float> x = fresh(rows * d), g = fresh(d), dy = fresh(rows * d), dx0 = fresh(rows * d);
+  for (float& e : dx0) e = round_bf16(e);  // a bf16 dx holds bf16 values
+  std::vector<float> y = fresh(rows * d), rstd = fresh(rows), dg = fresh(d), dg2 = fresh(d);
+  cpu->rmsnorm_fwd(x.data(), g.data(), y.data(), rstd.data(), rows, d, 1e-5);
+  std::vector<float> full = dx0, rounded = dx0;
+  cpu->rmsnorm_bwd(x.data(), g.data(), rstd.data(), dy.data(), full.data(), dg.data(), rows, d,
+                   nullptr);
+  cpu->rmsnorm_bwd(x.data(), g.data(), rstd.data(), dy.data(), {rounded.data(), Stored::bf16},
+                   dg2.data(), rows, d, nullptr);
+  CHECK(rounded != full);
+  for (size_t i = 0; i < full.size(); ++i) REQUIRE(rounded[i] == round_bf16(full[i]));
+  CHECK(dg2 == dg);
 }
 
 TEST_CASE("model: gradient groups are reported in backward order and cover the flat buffer") {

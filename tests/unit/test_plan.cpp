@@ -178,6 +178,13 @@ TEST_CASE("plan: under bf16 the GPU stores h1, qkv, att, u, g, h2, hf and the lo
   CHECK(r.residual_saved == (2 * L + 1) * n * d / 2 * 4);
   CHECK(r.activations_cuda == p.activations_cuda - r.residual_saved);
   CHECK(r.activations == p.activations);  // the CPU keeps them in T
+  // Its gradient dx in bf16, read by the matmuls as it is: no rounded copy dx16 (on the CPU, dx
+  // in T, no copy either; on the GPU dx packed as dx16 was).
+  CHECK(p.residual_grad_saved == 0);
+  CHECK(r.residual_grad_saved == n * d * 4);
+  CHECK(r.workspace == p.workspace - r.residual_grad_saved);
+  CHECK(r.bf16_scratch_saved == p.bf16_scratch_saved);
+  CHECK(r.total_cuda == p.total_cuda - r.residual_saved - r.residual_grad_saved);
   c.model.residual_dtype = Dtype::fp32;
   c.model.precision = Precision::fp32;
   CHECK(make_plan(c).bf16_inputs_saved == 0);
