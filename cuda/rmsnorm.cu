@@ -6,22 +6,28 @@
 // gradient) read and written in fp32, its update also rounded to bf16 where the next matmul reads
 // it so (no cast pass of its own), or, with a bf16 residual stream, read and written in bf16
 // alone (the sum taken in fp32, rounded once).
-// Forward: one block per row, four values a load where d is a multiple of 4 (Vec4: rows then
-// 16-byte aligned, the launcher checks the pointers), else one; a thread a load (the row read
-// once) up to 256 loads, else 256 threads looping over the row twice. (A thread a load up to 1024
-// loads was slower at xl's rows, 400 loads: the 97 calls took 3.14 and 3.16 ms against 2.94 and
-// 2.94 with 256 threads looping, on an H100; at gpt2-small's 192 loads 0.75 and 0.76 against
-// 0.89 and 0.83.)
+// Forward: rows of four-value loads (Vec4: d a multiple of 4, rows then 16-byte aligned, the
+// launcher checks the pointers) up to 256 loads are taken a warp a row, a lane's loads in
+// registers (up to 8: independent loads in flight), the sum reduced by shuffles alone, eight rows
+// a block. Else one block per row, a thread a load (the row read once) up to 256 loads, else 256
+// threads looping over the row twice. On an H100, at gpt2-small's rows (16 384 x 768, bf16 x) the
+// 25 calls took 0.42 ms a warp a row against 0.60 a block a row; at xl's (2 048 x 1600, 400 loads,
+// 16 a lane) the 97 calls took 0.79 against 0.66 with 256 threads looping. (A block a row, a
+// thread a load up to 1024 loads, was slower at xl's rows too: 3.14 and 3.16 ms against 2.94 and
+// 2.94 with 256 threads looping.)
 // Backward in one pass over x and dy, deterministic on a GPU (a partition fixed by the GPU and
 // the row width, a fixed order, no atomics): the rows are cut into at most
-// kRmsnormDgChunks blocks of consecutive rows, each block's threads across one row at a time,
-// each thread adding its columns' dy x r over the block's rows, then the block's sums into its
-// row of scratch; then each column adds the blocks' rows in order. (dg in a pass of its own
-// would read x and dy a second time.) Rows of up to 1024 loads (d up to 4096, or 1024 where not a
-// multiple of 4) take rmsnorm_bwd_kernel: a thread a load, x, dy and dx read once into
-// registers, the next row's while this row's sum is reduced, the column sums in registers. Wider
-// rows take rmsnorm_bwd_wide_kernel: up to 256 threads a row, each row read twice (for the sum,
-// then for dx), the column sums in shared memory. On an H100 at xl's rows (8192 x 1600) the
+// kRmsnormDgChunks blocks of consecutive rows, each thread adding its columns' dy x r over the
+// rows it takes, then the block's sums into its row of scratch; then each column adds the blocks'
+// rows in order. (dg in a pass of its own would read x and dy a second time.) Rows of four-value
+// loads up to 256 loads take rmsnorm_bwd_warp_kernel: a warp a row (the block's rows dealt to its
+// eight warps in turn), a lane's x, dy and dx in registers, the warps' column sums added in warp
+// order at the end (gpt2-small's 25 calls with a bf16 stream: 0.95 ms against 1.03 a block a
+// row, on an H100). Other rows of up to 1024 loads (d up to 4096, or 1024 where not a multiple
+// of 4) take rmsnorm_bwd_kernel: a block a row at a time, a thread a load, x, dy and dx read once
+// into registers, the next row's while this row's sum is reduced, the column sums in registers.
+// Wider rows take rmsnorm_bwd_wide_kernel: up to 256 threads a row, each row read twice (for the
+// sum, then for dx), the column sums in shared memory. On an H100 at xl's rows (8192 x 1600) the
 // wide kernel's dependent reads (x and dy for the sum, dx only after it) kept DRAM at 69 % of its
 // bandwidth.
 #include <algorithm>
@@ -75,6 +81,97 @@ __global__ void __launch_bounds__(kThreads)
   const float4 rr = make_float4(r, r, r, r);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     put4<Vec4>(yr, i, mul(mul(at4<Vec4>(xr, i), rr), at4<Vec4>(g, i)));
+}
+
+// Rows of up to 32 * kLoads loads (four values each: Vec4 only), a warp a row: a lane's loads in
+// registers (kLoads independent loads in flight), the sum reduced by shuffles alone, kThreads / 32
+// rows a block.
+template <typename X, typename Out, int kLoads>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_fwd_warp_kernel(const X* x, const float* g, Out* y, float* rstd, int64_t rows,
+                            int64_t d, float eps) {
+  const int64_t row = blockIdx.x * int64_t(kThreads / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t n = d / 4;
+  float4 v[kLoads];
+  float ss = 0;
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    const int64_t i = lane + 32 * k;
+    v[k] = i < n ? load4(x + row * d + 4 * i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    ss += sum4(mul(v[k], v[k]));
+  }
+  const float r = rsqrtf(warp_reduce<false>(ss) / float(d) + eps);
+  if (lane == 0) rstd[row] = r;
+  const float4 rr = make_float4(r, r, r, r);
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) {
+    const int64_t i = lane + 32 * k;
+    if (i < n) store4(y + row * d + 4 * i, mul(mul(v[k], rr), load4(g + 4 * i)));
+  }
+}
+
+// The same rows in backward: block b's rows [b * per, (b + 1) * per) dealt to its warps in turn
+// (warp w: rows begin + w, begin + w + kThreads / 32, ...), a lane's loads of x, dy and dx in
+// registers, each lane adding its columns' dy x r over its warp's rows; at the end the warps' sums
+// are added in warp order (a fixed order: deterministic) into the block's row of partials.
+template <typename X, typename DY, typename DX, int kLoads>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_bwd_warp_kernel(const X* x, const float* g, const float* rstd, const DY* dy, DX* dx,
+                            __nv_bfloat16* dx16, float* partials, int64_t rows, int64_t per,
+                            int64_t d) {
+  extern __shared__ float4 block_sums[];  // d floats
+  constexpr int kWarps = kThreads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t n = d / 4;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 acc[kLoads];
+#pragma unroll
+  for (int k = 0; k < kLoads; ++k) acc[k] = zero;
+  const int64_t begin = blockIdx.x * per, end = begin + per < rows ? begin + per : rows;
+  for (int64_t row = begin + warp; row < end; row += kWarps) {
+    float4 xs[kLoads], dys[kLoads], dxs[kLoads];
+    float s = 0;
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      const int64_t i = lane + 32 * k;
+      const bool in = i < n;
+      xs[k] = in ? load4(x + row * d + 4 * i) : zero;
+      dys[k] = in ? load4(dy + row * d + 4 * i) : zero;
+      dxs[k] = in ? load4(dx + row * d + 4 * i) : zero;
+      s += sum4(mul(mul(in ? load4(g + 4 * i) : zero, dys[k]), xs[k]));
+    }
+    s = warp_reduce<false>(s);
+    const float r = rstd[row], c = r * r * r * s / float(d);
+#pragma unroll
+    for (int k = 0; k < kLoads; ++k) {
+      const int64_t i = lane + 32 * k;
+      if (i >= n) continue;
+      const float4 gi = load4(g + 4 * i), dyi = dys[k], xi = xs[k];
+      float4 v = dxs[k];
+      v.x += r * gi.x * dyi.x - xi.x * c, v.y += r * gi.y * dyi.y - xi.y * c;
+      v.z += r * gi.z * dyi.z - xi.z * c, v.w += r * gi.w * dyi.w - xi.w * c;
+      store4(dx + row * d + 4 * i, v);
+      if (dx16) store4(dx16 + row * d + 4 * i, v);
+      acc[k].x += dyi.x * xi.x * r, acc[k].y += dyi.y * xi.y * r, acc[k].z += dyi.z * xi.z * r,
+          acc[k].w += dyi.w * xi.w * r;
+    }
+  }
+  for (int w = 0; w < kWarps; ++w) {  // warp w adds its sums, warp 0 first
+    if (warp == w)
+#pragma unroll
+      for (int k = 0; k < kLoads; ++k) {
+        const int64_t i = lane + 32 * k;
+        if (i >= n) continue;
+        const float4 before = w == 0 ? zero : block_sums[i];
+        block_sums[i] = make_float4(before.x + acc[k].x, before.y + acc[k].y,
+                                    before.z + acc[k].z, before.w + acc[k].w);
+      }
+    __syncthreads();
+  }
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    store4(partials + blockIdx.x * d + 4 * i, block_sums[i]);
 }
 
 // Rows [b * per, (b + 1) * per) of block b, one after another, a thread a load of each row (the
@@ -181,6 +278,16 @@ __global__ void rmsnorm_dg_sum_kernel(const float* partials, int64_t nparts, flo
 
 namespace {
 
+// Rows of up to this many four-value loads are taken a warp a row; f(std::integral_constant<int,
+// k>) with the least k of 2, 4, 6, 8 such that 32 k loads cover n (n at most kWarpRowLoads).
+constexpr int64_t kWarpRowLoads = 256;
+template <typename F> void with_loads(int64_t n, F&& f) {
+  if (n <= 64) f(std::integral_constant<int, 2>{});
+  else if (n <= 128) f(std::integral_constant<int, 4>{});
+  else if (n <= 192) f(std::integral_constant<int, 6>{});
+  else f(std::integral_constant<int, 8>{});
+}
+
 // Whether rows of d values at these pointers can be read and written four at a time.
 bool vec4_rows(int64_t d, std::initializer_list<const void*> ptrs) {
   if (d % 4 != 0) return false;
@@ -194,6 +301,15 @@ void launch_fwd(const X* x, const float* g, Out* y, float* rstd, int64_t rows, i
                 float eps, cudaStream_t s) {
   const bool vec = vec4_rows(d, {x, g, y});
   const int64_t n = vec ? d / 4 : d;  // a row's loads: a thread each up to kThreads
+  if (vec && n <= kWarpRowLoads) {
+    with_loads(n, [&](auto loads) {
+      rmsnorm_fwd_warp_kernel<X, Out, decltype(loads)::value>
+          <<<unsigned((rows + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0, s>>>(
+              x, g, y, rstd, rows, d, eps);
+    });
+    CUDA_LAUNCH_CHECK();
+    return;
+  }
   const unsigned threads = unsigned(n <= kThreads ? (n + 31) / 32 * 32 : kThreads);
   if (vec) rmsnorm_fwd_kernel<X, Out, true><<<unsigned(rows), threads, 0, s>>>(x, g, y, rstd, d, eps);
   else rmsnorm_fwd_kernel<X, Out, false><<<unsigned(rows), threads, 0, s>>>(x, g, y, rstd, d, eps);
@@ -235,6 +351,13 @@ int64_t launch_bwd(const X* x, const float* g, const float* rstd, const DY* dy, 
                                                              rows, per, d);
     CUDA_LAUNCH_CHECK();
   };
+  if (vec && n <= kWarpRowLoads) {
+    with_loads(n, [&](auto loads) {
+      launch(rmsnorm_bwd_warp_kernel<X, DY, DX, decltype(loads)::value>, kThreads,
+             size_t(d) * sizeof(float));
+    });
+    return blocks;
+  }
   if (n <= kMaxRowThreads) {  // a thread a load, the block a whole number of warps
     const int64_t threads = (n + 31) / 32 * 32;
     if (vec) launch(rmsnorm_bwd_kernel<X, DY, DX, true>, threads, 0);
