@@ -19,13 +19,15 @@
 // the row width, a fixed order, no atomics): the rows are cut into at most
 // kRmsnormDgChunks blocks of consecutive rows, each thread adding its columns' dy x r over the
 // rows it takes, then the block's sums into its row of scratch; then each column adds the blocks'
-// rows in order. (dg in a pass of its own would read x and dy a second time.) Rows of four-value
-// loads up to 256 loads take rmsnorm_bwd_warp_kernel: a warp a row (the block's rows dealt to its
-// eight warps in turn), a lane's x, dy and dx in registers, the warps' column sums added in warp
-// order at the end (gpt2-small's 25 calls with a bf16 stream: 0.95 ms against 1.03 a block a
-// row, on an H100). Other rows of up to 1024 loads (d up to 4096, or 1024 where not a multiple
-// of 4) take rmsnorm_bwd_kernel: a block a row at a time, a thread a load, x, dy and dx read once
-// into registers, the next row's while this row's sum is reduced, the column sums in registers.
+// rows in order. (dg in a pass of its own would read x and dy a second time.) Where dx is bf16
+// (a bf16 residual stream), rows of four-value loads up to 256 loads take
+// rmsnorm_bwd_warp_kernel: a warp a row (the block's rows dealt to its eight warps in turn), a
+// lane's x, dy and dx in registers, the warps' column sums added in warp order at the end. On an
+// H100 at gpt2-small's rows its 25 calls took 0.95 ms against 1.03 a block a row; with dx in
+// fp32 (and x) 1.78 against 1.71, so those keep a block a row. Other rows of up to 1024 loads
+// (d up to 4096, or 1024 where not a multiple of 4) take rmsnorm_bwd_kernel: a block a row at a
+// time, a thread a load, x, dy and dx read once into registers, the next row's while this row's
+// sum is reduced, the column sums in registers.
 // Wider rows take rmsnorm_bwd_wide_kernel: up to 256 threads a row, each row read twice (for the
 // sum, then for dx), the column sums in shared memory. On an H100 at xl's rows (8192 x 1600) the
 // wide kernel's dependent reads (x and dy for the sum, dx only after it) kept DRAM at 69 % of its
@@ -351,7 +353,7 @@ int64_t launch_bwd(const X* x, const float* g, const float* rstd, const DY* dy, 
                                                              rows, per, d);
     CUDA_LAUNCH_CHECK();
   };
-  if (vec && n <= kWarpRowLoads) {
+  if (std::is_same_v<DX, __nv_bfloat16> && vec && n <= kWarpRowLoads) {
     with_loads(n, [&](auto loads) {
       launch(rmsnorm_bwd_warp_kernel<X, DY, DX, decltype(loads)::value>, kThreads,
              size_t(d) * sizeof(float));
