@@ -15,6 +15,8 @@
 namespace lmt::cuda {
 namespace {
 
+// A block of 1024 threads a row: at gpt2-small's 16 384 rows of 50 304 bf16 logits the kernel
+// took 1.35 and 1.38 ms against 1.65 with 512 and 1.67 with 256 (on an H100, one call).
 constexpr int kThreads = 1024;
 
 // A 16-byte vector holds kPer<E> elements; rows are read and written so where aligned.
