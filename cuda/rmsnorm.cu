@@ -353,13 +353,14 @@ int64_t launch_bwd(const X* x, const float* g, const float* rstd, const DY* dy, 
                                                              rows, per, d);
     CUDA_LAUNCH_CHECK();
   };
-  if (std::is_same_v<DX, __nv_bfloat16> && vec && n <= kWarpRowLoads) {
-    with_loads(n, [&](auto loads) {
-      launch(rmsnorm_bwd_warp_kernel<X, DY, DX, decltype(loads)::value>, kThreads,
-             size_t(d) * sizeof(float));
-    });
-    return blocks;
-  }
+  if constexpr (std::is_same_v<DX, __nv_bfloat16>)  // a bf16 gradient: narrow rows a warp a row
+    if (vec && n <= kWarpRowLoads) {
+      with_loads(n, [&](auto loads) {
+        launch(rmsnorm_bwd_warp_kernel<X, DY, DX, decltype(loads)::value>, kThreads,
+               size_t(d) * sizeof(float));
+      });
+      return blocks;
+    }
   if (n <= kMaxRowThreads) {  // a thread a load, the block a whole number of warps
     const int64_t threads = (n + 31) / 32 * 32;
     if (vec) launch(rmsnorm_bwd_kernel<X, DY, DX, true>, threads, 0);
