@@ -80,7 +80,7 @@ template <typename T> class Model {
   const Precision precision;
   const AttentionImpl attention;
   const bool mm16;  // bf16 policy: the bf16 activations of backend.hpp's notes stored so (act)
-  const bool res16;  // model.residual_dtype bf16: the residual stream and its gradient stored so (res)
+  const bool res16;  // model.residual_dtype bf16: the stream and its gradient stored so (res)
   const ParamLayout layout;
   const Ranges masters;  // sorted, disjoint: [0, layout.total) where this rank holds them all
 
