@@ -14,7 +14,8 @@ template <typename Out>
 __global__ void embedding_fwd_kernel(const int32_t* tokens, const float* table, Out* out,
                                      int64_t d) {
   const float* row = table + int64_t(tokens[blockIdx.x]) * d;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) out[blockIdx.x * d + c] = stored<Out>(row[c]);
+  for (int64_t c = threadIdx.x; c < d; c += blockDim.x)
+    out[blockIdx.x * d + c] = stored<Out>(row[c]);
 }
 
 template <typename In>

@@ -1,6 +1,7 @@
 // The config keys whose value is one of a few words, as enums: run.mode, ddp.strategy,
-// model.precision, model.residual_dtype, optim.state_dtype. Config holds these; the TOML and --set layer (config.cpp) parses the word
-// once, and name_of() gives it back for --print-config, the CSV and messages.
+// model.precision, model.residual_dtype, optim.state_dtype. Config holds these; the TOML and
+// --set layer (config.cpp) parses the word once, and name_of() gives it back for --print-config,
+// the CSV and messages.
 #pragma once
 #include <cstddef>
 #include <iterator>

@@ -96,6 +96,10 @@ template <typename T> class Model {
   // The residual stream (x_, x_mid) and its gradient (dx_): in bf16 under model.residual_dtype
   // bf16, else in T.
   View<T> res(T* p) const { return {p, res16 ? Stored::bf16 : Stored::full}; }
+  int64_t res_elems(int64_t n) const { return res16 ? be.bf16_elems(n) : n; }  // n such values
+  // Whether matmuls read the stream's gradient from a rounded copy (dx16_): under bf16 with an
+  // fp32 stream (a bf16 one they read as it is).
+  bool dx_copy16() const { return mm16 && !res16; }
   std::vector<T> to_host(const T* p, size_t n) const {
     std::vector<T> out(n);
     be.download(out.data(), p, n);
@@ -108,7 +112,6 @@ template <typename T> class Model {
   std::vector<T*> x_;  // residual stream entering layer l; x_[L] enters the final norm
   T *rstdf_, *hf_, *logits_, *row_loss_;  // logits_: then, after forward, their gradient
   T *dx_, *dh_, *dx16_, *datt_, *dqkv_, *dg_, *du_;  // backward scratch
-  int64_t dx_elems_ = 0;  // dx_'s size in T elements
   // One allocation for all the pointers in `plan`, which it sets.
   std::unique_ptr<BackendArray<T>> carve(std::vector<std::pair<T**, int64_t>>& plan, MemTag tag);
 

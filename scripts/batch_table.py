@@ -7,7 +7,7 @@ measurement: the step, AdamW's share of it, tokens/s, MFU and memory. scripts/re
 """
 import sys
 
-from bench_table import rows
+from bench_table import residual, rows
 
 HEADER = ["residual stream", "AdamW state", "fp32 masters", "batch x grad_accum", "tokens a step", "graphs", "device", "date", "step ms",
           "AdamW ms", "tokens/s", "MFU", "memory GiB"]
@@ -30,7 +30,7 @@ def newest(data):
     """{(residual dtype, state dtype, masters, batch, grad_accum): the newest row of it}."""
     latest = {}
     for r in data:
-        key = (r.get("model.residual_dtype") or "fp32", r.get("optim.state_dtype", "fp32"),
+        key = (residual(r), r.get("optim.state_dtype", "fp32"),
                masters(r), int(r["train.batch_size"]), int(r["train.grad_accum"]))
         latest[key] = r
     return latest

@@ -18,6 +18,11 @@ def shape(d_model, layers, precision, context, batch):
     return (int(d_model), int(layers), precision, int(context), int(batch))
 
 
+def residual(r):
+    """A lmtrain row's model.residual_dtype, "fp32" where the row predates the key."""
+    return r.get("model.residual_dtype") or "fp32"
+
+
 def seconds_apart(a, b):
     """Between two rows' measurements: lmtrain's (date_utc) or PyTorch's (date)."""
     t = [datetime.fromisoformat((r.get("date_utc") or r["date"]).replace("Z", "+00:00"))

@@ -7,7 +7,7 @@ measured in the same call. scripts/report.py uses table_rows for REPORT.md.
 """
 import sys
 
-from bench_table import beside, rows, seconds_apart
+from bench_table import beside, residual, rows, seconds_apart
 
 HEADER = ["B x T", "device", "date", "lmtrain step ms (graphs 0 / 1)",
           "lmtrain, bf16 residual stream, ms", "PyTorch SDPA eager ms",
@@ -27,7 +27,7 @@ NOTE = ("configs/models/gpt2-small.toml (d_model 768, 12 layers, 12 heads, d_ff 
 def latest(ours):
     """(batch, context, graphs, residual dtype) -> the newest lmtrain row."""
     return {(int(r["train.batch_size"]), int(r["model.context_length"]), r["run.graphs"],
-             r.get("model.residual_dtype") or "fp32"): r for r in ours}
+             residual(r)): r for r in ours}
 
 
 def table_rows(ours, torch_rows):

@@ -1140,8 +1140,7 @@ def batch_row(data, state, batch, accum, masters="true", residual="fp32"):
 def b_batch_best(data):
     best = max(batch_table.newest(data.csv("batch_xl.csv")).values(), key=lambda r: float(r["mfu"]))
     held = "" if batch_table.masters(best) == "true" else " and no fp32 master weights"
-    res = (" and a bf16 residual stream" if (best.get("model.residual_dtype") or "fp32") == "bf16"
-           else "")
+    res = " and a bf16 residual stream" if bench_table.residual(best) == "bf16" else ""
     return (f"{100 * float(best['mfu']):.1f}% at {best['train.batch_size']} x "
             f"{best['train.grad_accum']} with {best['optim.state_dtype']} moments{held}{res} "
             f"({f2(num(best, 'step_ms_median'))} ms a step)")
@@ -1183,7 +1182,7 @@ def b_no_masters_split(data):
 def b_optimizer_state(data):
     rows = data.csv("optimizer_state.csv")
     latest = {(r["optim.state_dtype"], batch_table.masters(r),
-               r.get("model.residual_dtype") or "fp32"): r for r in rows}
+               bench_table.residual(r)): r for r in rows}
     base = float(latest[("fp32", "true", "fp32")]["val_loss"])
     order = lambda kv: (kv[0][2] != "fp32", kv[0][1] != "true", kv[0][0] != "fp32")
     out = [[state, "yes" if held == "true" else "no", res, r["steps_run"],

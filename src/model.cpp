@@ -34,7 +34,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   // activations: under bf16, stored in bf16 (Backend::bf16_elems).
   auto stored = [&](int64_t elems) { return mm16 ? be.bf16_elems(elems) : elems; };
   const int64_t nd16 = stored(n * d), nf16 = stored(n * f), qkv16 = stored(3 * n * d);
-  const int64_t u16 = stored(2 * n * f), nres = res16 ? be.bf16_elems(n * d) : n * d;
+  const int64_t u16 = stored(2 * n * f), nres = res_elems(n * d);
   for (int64_t l = 0; l < L; ++l) {
     std::string p = "layers." + std::to_string(l) + ".";
     auto off = [&](const char* s) { return layout.get(p + s).offset; };
@@ -66,8 +66,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   // dx_: the residual stream's gradient, stored as the stream is; dx16_: its copy as matmuls read
   // it (under bf16 with an fp32 stream only); dh_: an RMSNorm output's gradient, as the matmuls
   // write it.
-  dx_elems_ = nres;
-  for (auto [ptr, size] : {std::pair{&dx_, nres}, {&dh_, nd16}, {&dx16_, mm16 && !res16 ? nd16 : 0},
+  for (auto [ptr, size] : {std::pair{&dx_, nres}, {&dh_, nd16}, {&dx16_, dx_copy16() ? nd16 : 0},
                            {&datt_, nd16}, {&dqkv_, qkv16}, {&dg_, nf16}, {&du_, u16}})
     scratch.push_back({ptr, size});
   be.set_weights(params_.data(), layout.total, masters);
@@ -264,11 +263,11 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) 
   // The residual stream's gradient dx_ as the W2 and output projections read it: under bf16,
   // the copy rounded by the RMSNorm backward that last updated dx_, or dx_ itself where it is
   // kept in bf16.
-  const bool copy16 = mm16 && !res16;
+  const bool copy16 = dx_copy16();
   const View<const T> dres = copy16 ? act(dx16_) : res(dx_);
   // logits_ holds their gradient now (cross_entropy wrote it in place).
   be.linear_bwd(act(hf_), P + head, act(logits_), act(dh_), G + head, n, V, d, precision, gw);
-  be.zero_bytes(dx_, size_t(dx_elems_) * sizeof(T));  // rmsnorm_bwd adds into it
+  be.zero_bytes(dx_, size_t(res_elems(n * d)) * sizeof(T));  // rmsnorm_bwd adds into it
   be.rmsnorm_bwd(res(x_.back()), P + lnf, rstdf_, act(dh_), res(dx_), G + lnf, n, d,
                  copy16 ? dx16_ : nullptr, gw);
   if (sync) sync->ready(0);

@@ -205,9 +205,9 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
     // The backward's blocks take consecutive rows, at most kRmsnormDgChunks blocks: a row a
     // block, and many rows a block; d a multiple of 4 (four values a load) and not; rows of
     // four-value loads a warp a row (2, 4, 6, 8 loads a lane; backward with a bf16 dx, below;
-    // blocks with rows for some of their warps only), rows of up to 1024 loads (a load a thread, kept in
-    // registers) and wider ones (several a thread, the sums in shared memory, past 48 KiB of it);
-    // dy in fp32 and in bf16.
+    // blocks with rows for some of their warps only), rows of up to 1024 loads (a load a thread,
+    // kept in registers) and wider ones (several a thread, the sums in shared memory, past 48 KiB
+    // of it); dy in fp32 and in bf16.
     for (auto [rows, d] : {std::pair<int64_t, int64_t>{33, 77}, {1001, 45}, {57, 1036},
                            {5003, 36}, {77, 500}, {131, 764}, {1029, 1020}, {3, 12292},
                            {5, 12301}}) {
