@@ -6,7 +6,8 @@
 // reports to every rank over a communicator of its own ("I am here, waiting"), listens for the
 // others' reports for a grace period (the timeout, at most 5 s), and then the lowest reporting
 // rank prints one line naming the ranks that did not report (did not arrive) and aborts the job
-// with kExitCommTimeout. The NCCL path calls peers_overdue() from its own polling loop.
+// with kExitCommTimeout. The NCCL path calls peers_overdue() from its own polling loop. A rank
+// that gets SIGTERM while it waits (mpirun ending the job: a rank died) says so, once.
 #pragma once
 #include <mpi.h>
 
@@ -21,7 +22,8 @@ void set_comm_timeout(double seconds);
 void wait_for_peers(MPI_Request* req, const char* what);
 
 // For a wait that polls something else (a GPU stream): call while waiting, with the seconds
-// waited so far; past the timeout, or once another rank has reported, it does not return.
+// waited so far; past the timeout, or once another rank has reported, it does not return; with
+// SIGTERM pending, it says why the rank may be about to end (as wait_for_peers does).
 void peers_overdue(double waited, const char* what);
 
 }  // namespace lmt

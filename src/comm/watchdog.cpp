@@ -108,6 +108,7 @@ void peers_overdue(double waited, const char* what) {
   std::vector<char> here(size_t(world), 0);
   const bool heard = take_reports(here);
   if (heard || (g_timeout_s > 0 && waited > g_timeout_s)) report_and_abort(waited, what, here);
+  explain_sigterm(waited, what);
 }
 
 void wait_for_peers(MPI_Request* req, const char* what) {
@@ -126,7 +127,6 @@ void wait_for_peers(MPI_Request* req, const char* what) {
     if (now - last_look > std::chrono::milliseconds(10)) {  // reports, now and then
       last_look = now;
       peers_overdue(waited, what);
-      explain_sigterm(waited, what);
     }
     // A long wait (a peer writing a checkpoint, or stuck) need not spin a core.
     if (waited > 1) std::this_thread::sleep_for(std::chrono::microseconds(200));
