@@ -30,6 +30,11 @@ struct Config {
     Dtype residual_dtype = Dtype::fp32;  // how the residual stream and its gradient are stored
     std::string attention = "flash"; // flash | naive
     int64_t head_dim() const { return d_model / num_heads; }
+    // Whether the backward keeps a bf16 copy of the residual stream's gradient for the matmuls:
+    // under bf16 with an fp32 stream (a bf16 stream's gradient they read as it is).
+    bool residual_grad_copy16() const {
+      return precision == Precision::bf16 && residual_dtype != Dtype::bf16;
+    }
   } model;
   struct Train {
     int64_t batch_size = 8, grad_accum = 1, steps = 200, log_every = 20, checkpoint_every = 0;

@@ -97,9 +97,6 @@ template <typename T> class Model {
   // bf16, else in T.
   View<T> res(T* p) const { return {p, res16 ? Stored::bf16 : Stored::full}; }
   int64_t res_elems(int64_t n) const { return res16 ? be.bf16_elems(n) : n; }  // n such values
-  // Whether matmuls read the stream's gradient from a rounded copy (dx16_): under bf16 with an
-  // fp32 stream (a bf16 one they read as it is).
-  bool dx_copy16() const { return mm16 && !res16; }
   std::vector<T> to_host(const T* p, size_t n) const {
     std::vector<T> out(n);
     be.download(out.data(), p, n);

@@ -66,7 +66,7 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   // dx_: the residual stream's gradient, stored as the stream is; dx16_: its copy as matmuls read
   // it (under bf16 with an fp32 stream only); dh_: an RMSNorm output's gradient, as the matmuls
   // write it.
-  for (auto [ptr, size] : {std::pair{&dx_, nres}, {&dh_, nd16}, {&dx16_, dx_copy16() ? nd16 : 0},
+  for (auto [ptr, size] : {std::pair{&dx_, nres}, {&dh_, nd16}, {&dx16_, cfg.residual_grad_copy16() ? nd16 : 0},
                            {&datt_, nd16}, {&dqkv_, qkv16}, {&dg_, nf16}, {&du_, u16}})
     scratch.push_back({ptr, size});
   be.set_weights(params_.data(), layout.total, masters);
@@ -263,7 +263,7 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) 
   // The residual stream's gradient dx_ as the W2 and output projections read it: under bf16,
   // the copy rounded by the RMSNorm backward that last updated dx_, or dx_ itself where it is
   // kept in bf16.
-  const bool copy16 = dx_copy16();
+  const bool copy16 = cfg.residual_grad_copy16();
   const View<const T> dres = copy16 ? act(dx16_) : res(dx_);
   // logits_ holds their gradient now (cross_entropy wrote it in place).
   be.linear_bwd(act(hf_), P + head, act(logits_), act(dh_), G + head, n, V, d, precision, gw);

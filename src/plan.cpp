@@ -93,7 +93,7 @@ Plan make_plan(const Config& c) {
     // Backward's scratch: dx, dh (residual width), under bf16 dx's rounded copy dx16 (none
     // where the residual stream, and so dx, is kept in bf16), datt, dqkv (attention), dg, du.
     const bool bf16 = m.precision == Precision::bf16;
-    const bool copy16 = bf16 && m.residual_dtype != Dtype::bf16;
+    const bool copy16 = m.residual_grad_copy16();
     scratch_elems = (copy16 ? 3 : 2) * piece(n * d) + piece(n * dl) + piece(3 * n * dl) +
                     piece(n * fl) + piece(2 * n * fl);
     if (bf16 && !copy16) p.residual_grad_saved = piece(n * d) * w;
