@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
 #pragma unroll
       for (int k = 0; k < kMine; ++k) {
         const int row = me + 128 * k;
-        if (row < BR) sL[buf * BR + row] = L[k], sD[buf * BR + row] = D[k];
+        if (row < BR) sL[buf * BR + row] = L[k] * kLog2e, sD[buf * BR + row] = D[k];
       }
       bar_sync(barrier, 128);
     };

@@ -119,18 +119,22 @@ __device__ __forceinline__ void row_stats(float (&L)[MT][2], float (&D)[MT][2], 
     }
 }
 
-// Query t's L (times log2 e, so that P = exp2(S * scale_log2 - L)) and D, as the dK/dV kernels
-// stage them; a query at or past T gets L = +inf, hence P = 0.
+// Query t's logsumexp L and D, as the dK/dV kernels load them; a query at or past T gets
+// L = +inf, hence P = 0. They stage L times log2 e (so that P = exp2(S * scale_log2 - L)), scaled
+// as it is stored: scaled as it is loaded, the thread would wait there for the load to land.
 __device__ __forceinline__ void query_stats(const Params& p, int64_t bh, int64_t t, float& L,
                                             float& D) {
-  L = t < p.T ? p.lse[bh * p.T + t] * kLog2e : INFINITY;
+  L = t < p.T ? p.lse[bh * p.T + t] : INFINITY;
   D = t < p.T ? p.D[bh * p.T + t] : 0.0f;
 }
 // One tile of them, for queries q0 .. q0 + rows - 1.
 template <int ROWS>
 __device__ __forceinline__ void load_stats(float* sL, float* sD, const Params& p, int64_t bh,
                                            int64_t q0) {
-  for (int i = threadIdx.x; i < ROWS; i += blockDim.x) query_stats(p, bh, q0 + i, sL[i], sD[i]);
+  for (int i = threadIdx.x; i < ROWS; i += blockDim.x) {
+    query_stats(p, bh, q0 + i, sL[i], sD[i]);
+    sL[i] *= kLog2e;
+  }
 }
 
 // The dK/dV kernels' streaming of query tiles: Q, dO (next_tile_pair) and their L and D, tile i
