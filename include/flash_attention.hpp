@@ -6,8 +6,7 @@
 // Backward by recomputation, with D = rowsum(dO * O):
 //   P = exp(S - L),  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK = scale dS^T Q
 // One kernel computes dK and dV (each block owns a tile of keys), another dQ (each block owns a
-// tile of queries): every output element is written once, no atomics, results are deterministic
-// (FlashShape::fused_bwd: one kernel, dQ summed over key blocks in a fixed order).
+// tile of queries): every output element is written once, no atomics, results are deterministic.
 //
 // Layout: B batches x H heads, T positions, head dim dh one of kFlashHeadDims. Row t of head h of
 // batch b of Q is at q + b * qkv.batch + t * qkv.row + h * dh, likewise K, V, dQ, dK, dV (so the
@@ -35,22 +34,17 @@ struct FlashShape {
   struct Strides {
     int64_t batch, row;
   } qkv, o;
-  // Causal, on the wgmma kernels: one kernel computes dK, dV and dQ's sums over key blocks (added
-  // in a fixed order, so still deterministic), which then a pass turns into dQ; false, or else: a
-  // dK/dV kernel and a dQ kernel, each recomputing P and dP.
-  bool fused_bwd = false;
 };
 
 bool flash_supports(int64_t head_dim);
 
 void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
                float* lse, cudaStream_t stream);
-// scratch: flash_bwd_scratch(s) floats (D = rowsum(dO * O), and the fused backward's sums). rope: null, or the table (cuda::rope_table) by which RoPE rotated
+// D: [B, H, T] fp32 scratch. rope: null, or the table (cuda::rope_table) by which RoPE rotated
 // q and k after the projection: dq and dk are then the gradients of the unrotated q and k (the
 // inverse rotation applied as they are stored, in fp32 before rounding, not a pass of its own).
-int64_t flash_bwd_scratch(const FlashShape& s);
 void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
-               const void* dout, const float* lse, float* scratch, void* dq, void* dk, void* dv,
+               const void* dout, const float* lse, float* D, void* dq, void* dk, void* dv,
                const void* rope, cudaStream_t stream);
 
 }  // namespace lmt::cuda

@@ -2,9 +2,8 @@
 # compute-sanitizer's four tools over lmtrain's own GPU kernels, on one GPU: memcheck (out-of-range
 # and misaligned accesses), racecheck (shared-memory hazards between threads of a block),
 # synccheck (barriers misused) and initcheck (reads of device memory nothing wrote). Each runs
-#   - attention mode at odd sequence lengths, every FlashAttention head dim, flash, flash-fused
-#     (the one-kernel backward), flash-mma (the mma.sync kernels) and naive, causal and not, bf16
-#     and fp32: every attention kernel;
+#   - attention mode at odd sequence lengths, every FlashAttention head dim, flash and flash-mma
+#     (the mma.sync kernels) and naive, causal and not, bf16 and fp32: every attention kernel;
 #   - a few training steps of the tiny model with a 1001-token vocabulary (an odd one, for the
 #     classifier's unaligned rows): embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, AdamW, the
 #     reductions and the matmuls; and again with AdamW's leaner state (bf16 moments, with fp32
@@ -20,7 +19,7 @@
 # cuBLASLt's first calls, which memcheck, with every kernel instrumented, ran clean.)
 # racecheck is by far the slowest tool (the whole attention grid took over 4 minutes on an H100
 # before reaching its last rows), so it takes one odd length and our own attention kernels
-# (flash, flash-mma, flash-fused), which are the ones with shared memory to race on.
+# (flash, flash-mma), which are the ones with shared memory to race on.
 # Prints one line per tool (each run's verdict and seconds) and exits 1 if any tool found an error;
 # full logs in $LOGS.
 #   scripts/sanitize.sh
@@ -33,10 +32,10 @@ mkdir -p "$logs"
 command -v "$san" > /dev/null || { echo "sanitize.sh: $san not found (CUDA toolkit)" >&2; exit 2; }
 attention=(--set run.mode=attention --set attention.batch=1 --set attention.heads=2
            --set "attention.seq_lens=[77, 130]" --set "attention.head_dims=[16, 32, 64, 80, 128]"
-           --set 'attention.impls=["naive", "flash", "flash-mma", "flash-fused"]' --set 'attention.masks=["causal", "none"]'
+           --set 'attention.impls=["naive", "flash", "flash-mma"]' --set 'attention.masks=["causal", "none"]'
            --set 'attention.dtypes=["bf16", "fp32"]' --set attention.warmup=0 --set attention.iters=1)
 attention_racecheck=("${attention[@]}" --set "attention.seq_lens=[77]"
-                    --set 'attention.impls=["flash", "flash-mma", "flash-fused"]')
+                    --set 'attention.impls=["flash", "flash-mma"]')
 train=(--config configs/models/tiny.toml --set run.device=cuda --set model.vocab_size=1001
        --set train.steps=3 --set train.log_every=1)
 bf16_moments=("${train[@]}" --set model.precision=bf16 --set optim.state_dtype=bf16)

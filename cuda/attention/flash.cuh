@@ -18,10 +18,6 @@ struct Params {
   const void *q, *k, *v, *o, *dout;
   void *out, *dq, *dk, *dv;
   float *lse, *D;
-  // The fused backward's (flash_sm90_bwd.cu): dQ's fp32 sums by 64 x 64 unit and the units' turn
-  // counters, zeroed before it runs.
-  float* dq_accum;
-  uint32_t* dq_turns;
   // Backward: where given, the (cos, sin) of each position and pair [T][dh / 2] by which RoPE
   // rotated q and k; dQ and dK are then stored rotated back (unrotate), the gradients of the
   // unrotated q and k.
@@ -343,10 +339,6 @@ void bwd_fp32(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 using Sm90HeadDims = HeadDimList<64, 128>;
 void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
-// The fused Hopper backward (causal only): one kernel for dK, dV and dQ's sums, then dQ's pass.
-// fused_units: its 64 x 64 units of dQ, each 4096 floats of dq_accum and one of dq_turns.
-void bwd_sm90_fused(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
-int64_t fused_units(int64_t B, int64_t H, int64_t T, int64_t dh);
 bool sm90(int64_t dh);
 // D = rowsum(dO * O) per (b, h, t); E: the storage, float or bf16.
 template <typename E> void bwd_rowsum(const Params& p, int64_t B, int64_t dh, cudaStream_t s);

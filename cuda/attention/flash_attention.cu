@@ -35,9 +35,6 @@ constexpr const char* kUnaligned = "flash attention: tensors must start 16-byte 
 
 // The wgmma kernels run this problem (else the mma.sync or fp32 ones).
 bool wgmma_kernels(const FlashShape& s) { return s.bf16 && s.wgmma && attn::sm90(s.dh); }
-bool fused_kernel(const FlashShape& s) { return s.fused_bwd && s.causal && wgmma_kernels(s); }
-// The scratch's D: B H T floats, rounded up to 32 (the fused sums start 128-byte aligned).
-int64_t d_floats(const FlashShape& s) { return (s.B * s.H * s.T + 31) / 32 * 32; }
 
 }  // namespace
 
@@ -64,32 +61,20 @@ void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v,
   else attn::fwd_tc(p, s.B, s.dh, stream);
 }
 
-int64_t flash_bwd_scratch(const FlashShape& s) {
-  return d_floats(s) + (fused_kernel(s) ? attn::fused_units(s.B, s.H, s.T, s.dh) * (4096 + 1) : 0);
-}
-
 void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
-               const void* dout, const float* lse, float* scratch, void* dq, void* dk, void* dv,
+               const void* dout, const float* lse, float* D, void* dq, void* dk, void* dv,
                const void* rope, cudaStream_t stream) {
   attn::Params p = params(s);
   check_aligned16({q, k, v, o, dout, dq, dk, dv}, kUnaligned);
-  p.q = q, p.k = k, p.v = v, p.o = o, p.dout = dout, p.lse = const_cast<float*>(lse), p.D = scratch;
+  p.q = q, p.k = k, p.v = v, p.o = o, p.dout = dout, p.lse = const_cast<float*>(lse), p.D = D;
   p.dq = dq, p.dk = dk, p.dv = dv, p.rope = static_cast<const float2*>(rope);
   if (!s.bf16) {
     attn::bwd_rowsum<float>(p, s.B, s.dh, stream);
     attn::bwd_fp32(p, s.B, s.dh, stream);
   } else {
     attn::bwd_rowsum<bf16>(p, s.B, s.dh, stream);
-    if (fused_kernel(s)) {
-      p.dq_accum = scratch + d_floats(s);
-      p.dq_turns = reinterpret_cast<uint32_t*>(p.dq_accum +
-                                               attn::fused_units(s.B, s.H, s.T, s.dh) * 4096);
-      attn::bwd_sm90_fused(p, s.B, s.dh, stream);
-    } else if (wgmma_kernels(s)) {
-      attn::bwd_sm90(p, s.B, s.dh, stream);
-    } else {
-      attn::bwd_tc(p, s.B, s.dh, stream);
-    }
+    if (wgmma_kernels(s)) attn::bwd_sm90(p, s.B, s.dh, stream);
+    else attn::bwd_tc(p, s.B, s.dh, stream);
   }
 }
 

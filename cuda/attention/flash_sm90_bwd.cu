@@ -23,111 +23,53 @@ namespace {
 // two a thread, the next tile's while it computes this one's), so that no barrier spans the block.
 // If kPingPong, the consumers take turns to issue their matmuls, two turns a tile (S^T and dP^T,
 // then dV and dK), so that one's elementwise work runs under another's matmuls.
-//
-// Fused (causal only): the block also computes dQ_i += dS_i K for each query tile, its share of
-// the sum over key blocks. Each consumer stores its dS^T rows (bf16, as rounded for dK) into a
-// shared tile of the block's keys x the tile's queries (two buffers); in its second turn of tile
-// i + 1 it multiplies tile i's, read MN-major as dS, by K into one 64 x 64 unit of dQ_i (the
-// tile's BR x DH is kGroups units), and stages the unit in shared memory. Producer thread 32,
-// the writer, adds each staged unit into dq_accum with a bulk reduction, in a fixed order: unit
-// by unit, the key blocks from the diagonal's down, each waiting on the unit's turn counter for
-// the block before it. So the sums are the same bits every run, and a block waits only for
-// blocks that started before it: the grid runs the key blocks last first.
-template <int DH, bool Short, bool Fused> struct TmaDkdv {
+template <int DH, bool Short> struct TmaDkdv {
   using T = Sm90DkdvTraits<DH, Short>;
   static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = T::kStages;
   using KRing = Ring<1, BC, DH>;
   using QRing = Ring<kStages, BR, DH>;
-  // Fused: the dS tiles (full: every consumer warp has stored its rows; free: every consumer warp's
-  // dQ matmul has read it) and each consumer's staged unit (full: its warps have stored it; free:
-  // the writer's reduction has read it), fp32 in a 16 KB buffer.
-  using DsRing = Ring<2, BC, BR>;
-  using StageRing = Ring<kGroups, 64, 128>;
-  using Rings = std::conditional_t<Fused, SmemRings<KRing, KRing, QRing, QRing, DsRing, StageRing>,
-                                   SmemRings<KRing, KRing, QRing, QRing>>;
-  // The rings, then each consumer's L and D, two tiles of each, then (split) the block's keys'
-  // rows of the RoPE table (stage_rope; the fused kernel's shared memory has no room for them, its
-  // dK stores read the table from global memory).
-  struct Smem : Rings {
+  // The rings, then each consumer's L and D, two tiles of each, then the block's keys' rows of
+  // the RoPE table (stage_rope).
+  struct Smem : SmemRings<KRing, KRing, QRing, QRing> {
     static constexpr size_t kStatsFloats = size_t(kGroups) * 2 * 2 * BR;
-    static constexpr size_t kBytes =
-        Rings::kBytes + kStatsFloats * sizeof(float) + (Fused ? 0 : kRopeStageBytes<DH, BC>);
+    static constexpr size_t kBytes = SmemRings<KRing, KRing, QRing, QRing>::kBytes +
+                                     kStatsFloats * sizeof(float) + kRopeStageBytes<DH, BC>;
   };
-  static_assert(!Fused || BR * DH == 4096 * kGroups, "fused: a 64 x 64 unit of dQ per consumer");
-  // Fused: the units of a head's query tiles, and the key block whose turn in query tile i's order
-  // is first (the last that sees it).
-  static __host__ __device__ int64_t units(int64_t T) { return ceil_div(T, BR) * kGroups; }
-  static __device__ int64_t diagonal(int64_t i, int64_t T) {
-    return min64(ceil_div(T, BC) - 1, ((i + 1) * BR - 1) / BC);
-  }
 };
 
-template <int DH, bool Short, bool Fused>
-__global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1),
-                                  TmaDkdv<DH, Short, Fused>::T::kBlocks)
+template <int DH, bool Short>
+__global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
+                                  TmaDkdv<DH, Short>::T::kBlocks)
     dkdv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
                     const __grid_constant__ CUtensorMap do_map,
                     const __grid_constant__ CUtensorMap k_map,
                     const __grid_constant__ CUtensorMap v_map) {
 #ifdef LMT_SM90_DEVICE_CODE
-  using F = TmaDkdv<DH, Short, Fused>;
+  using F = TmaDkdv<DH, Short>;
   constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
   typename F::Smem smem;
   const auto K = smem.template next<typename F::KRing>();
   const auto V = smem.template next<typename F::KRing>();
   const auto Q = smem.template next<typename F::QRing>();
   const auto dO = smem.template next<typename F::QRing>();
-  typename F::DsRing dS{};
-  typename F::StageRing stage{};
-  if constexpr (Fused) {
-    dS = smem.template next<typename F::DsRing>();
-    stage = smem.template next<typename F::StageRing>();
-  }
   float* stats = smem.template rest<float>();
   // The RoPE rows' staging, found where used (held across the loop, a pointer spilled).
   auto rope = [] {
     return rope_stage(F::Smem::kRest + F::Smem::kStatsFloats * sizeof(float));
   };
-  const int64_t kb = Fused ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // the key block
-  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = kb * BC;
+  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
   const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
   init_barriers([&] {
     K.init(1), V.init(1), Q.init(4 * G), dO.init(4 * G);
-    if constexpr (Fused) {
-      for (int i = 0; i < 4; ++i) mbar_init(dS.bars + i, 4 * G);
-      for (int g = 0; g < G; ++g) mbar_init(stage.bars + g, 4), mbar_init(stage.bars + G + g, 1);
-    } else {
-      mbar_init(rope().bar, 1);
-    }
+    mbar_init(rope().bar, 1);
   });
 
   auto produce = [&] {
-    if (!Fused && p.rope) stage_rope<DH, BC>(p, k0, rope());
+    if (p.rope) stage_rope<DH, BC>(p, k0, rope());
     K.fill(0, k_map, k0, b, h);
     V.fill(0, v_map, k0, b, h);
     for (int64_t i = first; i < tiles; ++i)
       Q.fill(i - first, q_map, i * BR, b, h), dO.fill(i - first, do_map, i * BR, b, h);
-  };
-  // Fused: each query tile's units, consumer by consumer, added in their turn.
-  auto write = [&] {
-    if constexpr (Fused) {
-      const int64_t units = F::units(p.T);
-      for (int64_t i = first; i < tiles; ++i) {
-        const uint32_t n = uint32_t(i - first), turn = uint32_t(F::diagonal(i, p.T) - kb);
-        uint32_t* turns = p.dq_turns + bh * units + i * G;
-        for (int g = 0; g < G; ++g) {
-          mbar_wait(stage.bars + g, n & 1);
-          while (load_acquire(turns + g) != turn) {
-          }
-          bulk_reduce_add(p.dq_accum + (bh * units + i * G + g) * 4096, stage.tile(g), 4096 * 4);
-        }
-        bulk_wait_read();
-        for (int g = 0; g < G; ++g) mbar_arrive_if(stage.bars + G + g, true);
-        bulk_wait();
-        __threadfence();
-        for (int g = 0; g < G; ++g) add_release(turns + g, 1);
-      }
-    }
   };
   auto consume = [&](int group) {
     const int me = threadIdx.x % 128, warp = me / 32, lane = threadIdx.x % 32;
@@ -154,60 +96,6 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
       }
       bar_sync(barrier, 128);
     };
-    // Fused: tile n's dS^T rows (A fragments, keys x queries) into dS buffer n % 2, once the
-    // buffer's dQ matmul of tile n - 2 (n = 1: the dummy's, below) is done: 16-byte chunks
-    // swizzled as TMA's tiles (wgmma.cuh), a key row's chunks XOR its row % 8 (lane / 4 here).
-    auto ds_put = [&](int64_t n, const uint32_t (&a)[BR / 16][4]) {
-      if constexpr (Fused) {
-        const int buf = int(n & 1);
-        if (n >= 1) mbar_wait(dS.bars + 2 + buf, uint32_t((n - 1) >> 1) & 1);
-        bf16* t = const_cast<bf16*>(dS.tile(buf));
-        const int r = 64 * group + 16 * warp + lane / 4;
-#pragma unroll
-        for (int ks = 0; ks < BR / 16; ++ks)
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {  // 8-column block 2 ks + hi: rows r, r + 8
-            const int nb = 2 * ks + hi;
-            bf16* at = t + nb / 8 * BC * 64 + ((nb % 8) ^ (lane / 4)) * 8 + 2 * (lane % 4);
-            *reinterpret_cast<uint32_t*>(at + r * 64) = a[ks][2 * hi];
-            *reinterpret_cast<uint32_t*>(at + (r + 8) * 64) = a[ks][2 * hi + 1];
-          }
-        fence_proxy_async();
-        __syncwarp();
-        mbar_arrive_if(dS.bars + buf, signal);
-      }
-    };
-    // Fused: before tile n's second turn, tile n - 1's dS whole (every consumer's rows).
-    auto dq_ready = [&](int64_t n) {
-      if (Fused && n >= 1) mbar_wait(dS.bars + ((n - 1) & 1), uint32_t((n - 1) >> 1) & 1);
-    };
-    // Fused: in tile n's second turn, this consumer's unit of dQ_{n-1} (rows 64 rm, columns
-    // 64 cn of the tile). At n = 0 a dummy on buffer 1, discarded (the turn's matmuls are issued
-    // without a branch between them and their wait: C7520), whose free arrival ds_put(1) waits for.
-    auto dq_issue = [&](int64_t n, float (&acc)[8][4]) {
-      if constexpr (Fused) {
-        const int rm = group / (DH / 64), cn = group % (DH / 64);
-        wgmma_atb<BC>(acc, dS.tile((n - 1) & 1) + rm * BC * 64, K.tile(0) + cn * BC * 64);
-      }
-    };
-    // Fused: the unit of dQ_m into this consumer's staging, thread by thread in float4s
-    // (8 per thread: the 8-column blocks of its C fragment), once the writer has read the last.
-    auto stage_dq = [&](int64_t m, const float (&acc)[8][4]) {
-      if (m >= 1) mbar_wait(stage.bars + G + group, uint32_t(m - 1) & 1);
-      float4* to = reinterpret_cast<float4*>(const_cast<bf16*>(stage.tile(group)));
-#pragma unroll
-      for (int n = 0; n < 8; ++n) to[n * 128 + me] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
-      fence_proxy_async();
-      __syncwarp();
-      mbar_arrive_if(stage.bars + group, signal);
-    };
-    auto dq_done = [&](int64_t n, float (&acc)[8][4]) {
-      if constexpr (Fused) {
-        fence_regs(acc);
-        mbar_arrive_if(dS.bars + 2 + ((n - 1) & 1), signal);
-        if (n >= 1) stage_dq(n - 1, acc);
-      }
-    };
     fetch(first);
     put(0);
     K.wait(0);
@@ -230,27 +118,12 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
       const bf16 *q_t = Q.tile(n), *g_t = dO.tile(n);
       const int64_t q0 = i * BR;
       if (n > 0) turns.take();  // the first turn is begin()'s
-      [[maybe_unused]] float dq[8][4];
       // A warpgroup whose keys all lie after this tile's last query gets nothing from it (and
-      // takes its turns empty; fused, its dS rows are zeros).
+      // takes its turns empty).
       if (p.causal && group_k0 > q0 + BR - 1) {
         turns.pass();
-        if constexpr (Fused) {
-          const uint32_t none[BR / 16][4] = {};
-          ds_put(n, none);
-          dq_ready(n);
-        }
         turns.take();
-        if constexpr (Fused) {
-          wgmma_fence();
-          dq_issue(n, dq);
-          wgmma_commit();
-        }
         turns.pass();
-        if constexpr (Fused) {
-          wgmma_wait<0>();
-          dq_done(n, dq);
-        }
       } else {
         // P^T is taken beside the tensor cores' dP^T; dS^T and both operands are ready before
         // dV and dK's matmuls, so that S^T and dP^T in fp32 are dead by then (the registers
@@ -273,19 +146,15 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
         dscores<1, BR>(ds, s, by_col(sD + buf * BR, lane));
         to_a<BR>(pa, s[0]);
         to_a<BR>(dsa, ds[0]);
-        ds_put(n, dsa);
-        dq_ready(n);
         turns.take();
         wgmma_fence();
         wgmma_pb<DH, BR>(dv[0], pa, g_t);   // dV += P^T dO
         wgmma_pb<DH, BR>(dk[0], dsa, q_t);  // dK += dS^T Q (scaled at the end)
-        dq_issue(n, dq);                    // fused: dQ_{n-1}'s unit
         wgmma_commit();
         turns.pass();
         wgmma_wait<0>();
         fence_regs(dv[0]);
         fence_regs(dk[0]);
-        dq_done(n, dq);
       }
       Q.release(n, signal);
       dO.release(n, signal);
@@ -297,49 +166,12 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
     for (; i < masked_end; ++i) step(i, std::true_type{});
     for (; i < tiles; ++i) step(i, std::false_type{});
     turns.end();
-    if constexpr (Fused) {  // the last tile's unit
-      const int64_t n = tiles - first;
-      float dq[8][4];
-      dq_ready(n);
-      wgmma_fence();
-      dq_issue(n, dq);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(dq);
-      stage_dq(n - 1, dq);
-      store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, GlobalRope{p.rope, DH / 2});
-    } else {
-      store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, warp_rope<DH>(p, rope(), group, warp, warp_k0));
-    }
+    store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, warp_rope<DH>(p, rope(), group, warp, warp_k0));
   };
-  specialize<G, F::T::kBlocks>(produce, consume, write);
+  specialize<G, F::T::kBlocks>(produce, consume);
 #else
   __trap();  // launched only where sm90() holds
 #endif
-}
-
-// dQ from the fused kernel's sums (dq_accum: a 64 x 64 unit per block, thread by thread as the
-// consumer staged it): scaled, rotated back by RoPE where p.rope is given, rounded to bf16.
-template <int DH, bool Short>
-__global__ void __launch_bounds__(128) dq_from_sums_kernel(const Params p) {
-  using F = TmaDkdv<DH, Short, true>;
-  const int64_t unit = blockIdx.x, head_units = F::units(p.T), bh = unit / head_units;
-  const int64_t u = unit % head_units, i = u / F::kGroups, g = u % F::kGroups;
-  const int me = threadIdx.x, warp = me / 32, lane = me % 32;
-  const int64_t rm = g / (DH / 64), cn = g % (DH / 64);
-  const float4* from = reinterpret_cast<const float4*>(p.dq_accum) + unit * 1024;
-  float acc[1][8][4];
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    const float4 x = from[n * 128 + me];
-    acc[0][n][0] = x.x, acc[0][n][1] = x.y, acc[0][n][2] = x.z, acc[0][n][3] = x.w;
-  }
-  float scale[1][2];
-  fill(scale, p.scale);
-  const int64_t row = i * F::BR + 64 * rm + 16 * warp + lane / 4;
-  bf16* out = head<bf16>(p.dq, bh / p.H, bh % p.H, DH, p.qkv_batch) + 64 * cn;
-  if (!p.rope) return store_rows<1, 64>(p, out, p.qkv_row, row, acc, scale, lane);
-  store_rows<1, 64>(p, out, p.qkv_row, row, acc, scale, lane, GlobalRope{p.rope + 32 * cn, DH / 2});
 }
 
 // dQ for one consumer warpgroup's queries 64 group .. + 63 of the block's tile at q0 (sQ and sdO
@@ -490,8 +322,8 @@ template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream
   const Beside& b = beside();
   CUDA_CHECK(cudaEventRecord(b.fork, stream));
   CUDA_CHECK(cudaStreamWaitEvent(b.stream, b.fork, 0));
-  using K = TmaDkdv<DH, Short, false>;
-  launch_specialized<dkdv_tma_kernel<DH, Short, false>, K>(
+  using K = TmaDkdv<DH, Short>;
+  launch_specialized<dkdv_tma_kernel<DH, Short>, K>(
       p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR), o_map(p, B, DH, p.dout, K::BR),
       qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC));
   using F = TmaDq<DH, Short>;
@@ -502,33 +334,7 @@ template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream
   CUDA_CHECK(cudaStreamWaitEvent(stream, b.join, 0));
 }
 
-// The fused backward: the sums and turn counters zeroed, the fused kernel, dQ's pass.
-template <int DH> void launch_fused(const Params& p, int64_t B, cudaStream_t stream) {
-  using K = TmaDkdv<DH, false, true>;
-  const int64_t units = B * p.H * K::units(p.T);
-  CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, size_t(units) * 4096 * sizeof(float), stream));
-  CUDA_CHECK(cudaMemsetAsync(p.dq_turns, 0, size_t(units) * sizeof(uint32_t), stream));
-  launch_specialized<dkdv_tma_kernel<DH, false, true>, K>(
-      p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR), o_map(p, B, DH, p.dout, K::BR),
-      qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC));
-  dq_from_sums_kernel<DH, false><<<unsigned(units), 128, 0, stream>>>(p);
-  CUDA_LAUNCH_CHECK();
-}
-
 }  // namespace
-
-int64_t fused_units(int64_t B, int64_t H, int64_t T, int64_t dh) {
-  int64_t units = 0;
-  Sm90HeadDims::dispatch(dh, [&](auto d) {
-    units = B * H * TmaDkdv<decltype(d)::value, false, true>::units(T);
-  });
-  return units;
-}
-
-void bwd_sm90_fused(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
-  LMT_ASSERT(p.causal, "flash attention: the fused backward is causal only");
-  Sm90HeadDims::dispatch(dh, [&](auto d) { launch_fused<decltype(d)::value>(p, B, s); });
-}
 
 void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
   Sm90HeadDims::dispatch(dh, [&](auto d) {

@@ -183,41 +183,13 @@ template <int GROUPS, bool ON> struct Turns {
   }
 };
 
-// The fused backward's dQ (flash_sm90_bwd.cu): consumers write tiles into shared memory that the
-// async proxy then reads (wgmma operands, bulk copies): each writing thread fences its stores
-// before the barrier that publishes them.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// dst[0 .. bytes / 4) += src's fp32 values, element by element in L2 (TMA's 1-d bulk reduction),
-// as a bulk group of the issuing thread; bulk_wait_read returns once its groups have read their
-// shared memory, bulk_wait once their writes are done.
-__device__ __forceinline__ void bulk_reduce_add(float* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
-               ::"l"(dst), "r"(smem_addr(src)), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// A counter in global memory that blocks take turns by: read with acquire, bumped with release.
-__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void add_release(uint32_t* p, uint32_t v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-
 // A block of 128 (GROUPS + 1) threads after its barriers are initialized: thread 0 runs produce(),
-// thread 32 write() (where given), the other producer threads leave; consumer c runs consume(c). A thread starts with the registers
+// the other producer threads leave; consumer c runs consume(c). A thread starts with the registers
 // that BLOCKS blocks an SM leave it (__launch_bounds__, in 8s); the producer keeps 24, the
 // consumers share the rest of the block's (at most 240 each), never more: setmaxnreg.inc would
 // wait for them forever.
-template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume, typename Write>
-__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume, Write&& write) {
+template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume>
+__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
   constexpr int kThreads = 128 * (GROUPS + 1), kProducerRegs = 24;
   constexpr int kStart = 65536 / BLOCKS / kThreads / 8 * 8;
   constexpr int kShare = (kStart * (GROUPS + 1) - kProducerRegs) / GROUPS / 8 * 8;
@@ -225,15 +197,10 @@ __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume,
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (threadIdx.x == 0) produce();
-    else if (threadIdx.x == 32) write();
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     consume(int(threadIdx.x / 128) - 1);
   }
-}
-template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume>
-__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
-  specialize<GROUPS, BLOCKS>(produce, consume, [] {});
 }
 
 // The backward's RoPE rows (flash.cuh's SharedRope): a block's rows r0 .. r0 + ROWS - 1 of p.rope

@@ -115,14 +115,6 @@ __device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const uint32_t 
                : LMT_D64
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
-// d (64 x 64) = [d +] A B: A and B MN-major in shared memory (A's rows, B's columns contiguous).
-__device__ __forceinline__ void wgmma_ss_mn64(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LMT_R32
-               ", %32, %33, p, 1, 1, 1, 1;\n}\n"
-               : LMT_D32
-               : "l"(a), "l"(b), "r"(int(accumulate)));
-}
 #undef LMT_D4
 #undef LMT_D32
 #undef LMT_D64
@@ -150,16 +142,6 @@ __device__ __forceinline__ void wgmma_pb(float (&acc)[N / 8][4], const uint32_t 
                                          const bf16* b) {
 #pragma unroll
   for (int ks = 0; ks < K / 16; ++ks) wgmma_rs<N>(acc, pa[ks], mnmajor_desc<K>(b, ks));
-}
-
-// acc (64 x 64) = A B over K: A^T = one 64-column panel of a tile of K rows (at_panel: the tile's
-// rows are A's columns), B = one 64-column panel of another tile of K rows; both MN-major, panels
-// as wgmma.cuh's tiles lay them out (a tile's panel c at tile + c * K * 64). Issued, not waited for.
-template <int K>
-__device__ __forceinline__ void wgmma_atb(float (&acc)[8][4], const bf16* at_panel, const bf16* b_panel) {
-#pragma unroll
-  for (int ks = 0; ks < K / 16; ++ks)
-    wgmma_ss_mn64(acc, mnmajor_desc<K>(at_panel, ks), mnmajor_desc<K>(b_panel, ks), ks > 0);
 }
 
 // Pins registers a wgmma reads or writes at this point of the instruction stream: the compiler

@@ -80,11 +80,10 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       char *q = alloc(n, es), *k = alloc(n, es), *v = alloc(n, es), *o = alloc(n, es);
       char *g = alloc(n, es), *dq = alloc(n, es), *dk = alloc(n, es), *dv = alloc(n, es);
       auto* lse = reinterpret_cast<float*>(alloc(B * H * T, 4));
-      cuda::FlashShape s{B, H, T, dh, pt.mask == "causal", bf16,
-                         /*wgmma=*/pt.impl != "flash-mma", {T * d, d}, {T * d, d}};
-      s.fused_bwd = pt.impl == "flash-fused";
-      auto* D = reinterpret_cast<float*>(alloc(cuda::flash_bwd_scratch(s), 4));
+      auto* D = reinterpret_cast<float*>(alloc(B * H * T, 4));
       for (char* p : {q, k, v, g}) randomize(p, n);
+      cuda::FlashShape s{B, H, T, dh, pt.mask == "causal", bf16,
+                         /*wgmma=*/pt.impl == "flash", {T * d, d}, {T * d, d}};
       fwd = [=] { cuda::flash_fwd(s, q, k, v, o, lse, stream); };
       bwd = [=] { cuda::flash_bwd(s, q, k, v, o, g, lse, D, dq, dk, dv, nullptr, stream); };
     } else {
