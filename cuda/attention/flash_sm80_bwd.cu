@@ -149,6 +149,7 @@ __global__ void __launch_bounds__(DqTraits<DH>::kWarps * 32) flash_dq_kernel(con
   const int64_t warp_q0 = q0 + warp * 16 * MT, row = warp_q0 + lane / 4;
   float L[MT][2], D[MT][2];
   row_stats(L, D, p, bh, row);
+  to_log2(L);
   float dq[MT][DH / 8][4];
   zero(dq);
 

@@ -96,10 +96,10 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
       }
       bar_sync(barrier, 128);
     };
-    fetch(first);
-    put(0);
+    fetch(first);  // its loads run under the waits for K and V
     K.wait(0);
     V.wait(0);
+    put(0);
     const bf16 *sK = K.tile(0), *sV = V.tile(0);
 
     float dk[1][DH / 8][4], dv[1][DH / 8][4];
@@ -179,16 +179,17 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
 // block's staging of the RoPE table (stage_rope), its rows from q0 on. Software-pipelined by one
 // tile as the forward is (key_pipeline): while the tensor cores run dQ += dS_j K_j, the
 // warpgroup turns S_{j+1} and dP_{j+1}, issued just before it, into dS_{j+1}; so K_j and K_{j+1}
-// are read in iteration j. advance(j) is key_pipeline's (K_{j+1} and V_{j+1} ready once it
-// returns); issued() follows the issue of each dS K; release(j, has_next) follows each tile's
-// matmuls (j = -1: the first scores), when V_{j+1} (if has_next) and K_j (if j >= 0) are no
-// longer read.
-template <int DH, int BR, int BC, typename KTiles, typename VTiles, typename Rope,
+// are read in iteration j. start() returns once the first tiles are in shared memory (its waits
+// run under the loads of the rows' statistics); advance(j) is key_pipeline's (K_{j+1} and V_{j+1}
+// ready once it returns); issued() follows the issue of each dS K; release(j, has_next) follows
+// each tile's matmuls (j = -1: the first scores), when V_{j+1} (if has_next) and K_j (if j >= 0)
+// are no longer read.
+template <int DH, int BR, int BC, typename KTiles, typename VTiles, typename Rope, typename Start,
           typename Advance, typename Issued, typename Release>
 __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, int64_t q0, int group,
                                         const bf16* sQ, const bf16* sdO, const KTiles& K,
-                                        const VTiles& V, Rope&& rope, Advance&& advance,
-                                        Issued&& issued, Release&& release) {
+                                        const VTiles& V, Rope&& rope, Start&& start,
+                                        Advance&& advance, Issued&& issued, Release&& release) {
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int64_t bh = b * p.H + h;
   const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
@@ -197,6 +198,8 @@ __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, i
   float L[1][2], D[1][2], dq[1][DH / 8][4], s[1][BC / 8][4], ds[1][BC / 8][4];  // s, ds: S/P, dP/dS
   uint32_t dsa[BC / 16][4];  // dS_j, the A operand of dS K
   row_stats(L, D, p, bh, row);
+  start();
+  to_log2(L);
   zero(dq);
 
   auto scores = [&](int64_t t) {  // s = Q K_t^T, ds = dO V_t^T
@@ -273,11 +276,13 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH, Short>::kGroups + 1),
     const Turns<G, F::T::kPingPong && (G > 1)> turns{me};
     const bool signal = threadIdx.x % 32 == 0;  // one arrival per warp frees a buffer
     const int64_t mine = key_tiles(p, q0 + 64 * me, 64, BC);
-    Q.wait(0);
-    dO.wait(0);
-    K.wait(0);
-    V.wait(0);
-    turns.begin();
+    auto start = [&] {
+      Q.wait(0);
+      dO.wait(0);
+      K.wait(0);
+      V.wait(0);
+      turns.begin();
+    };
     auto advance = [&](int64_t j) {  // K_{j+1} and V_{j+1}
       turns.advance(j, mine, [&] {
         if (j + 1 < mine) K.wait(j + 1), V.wait(j + 1);
@@ -288,7 +293,7 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH, Short>::kGroups + 1),
       if constexpr (decltype(has_next)::value) V.release(j + 1, signal);
       if (j >= 0) K.release(j, signal);
     };
-    dq_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, rope, advance,
+    dq_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, rope, start, advance,
                         [&] { turns.pass(); }, release);
     turns.end();
   };

@@ -105,7 +105,9 @@ __device__ __forceinline__ void store_fwd(const Params& p, int64_t b, int64_t h,
   store_rows<MT, DH>(p, head<bf16>(p.out, b, h, DH, p.o_batch), p.o_row, row, o, inv, lane);
 }
 
-// The backward's statistics of one thread's query rows: L (times log2 e) and D; 0 past T.
+// The backward's statistics of one thread's query rows: L and D; 0 past T. The kernels take L
+// times log2 e (to_log2), scaled where they first need it: scaled as it is loaded, the thread
+// would wait there for the load to land.
 template <int MT>
 __device__ __forceinline__ void row_stats(float (&L)[MT][2], float (&D)[MT][2], const Params& p,
                                           int64_t bh, int64_t row) {
@@ -114,9 +116,13 @@ __device__ __forceinline__ void row_stats(float (&L)[MT][2], float (&D)[MT][2], 
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int64_t t = row + 16 * i + 8 * hh;
-      L[i][hh] = t < p.T ? p.lse[bh * p.T + t] * kLog2e : 0.0f;
+      L[i][hh] = t < p.T ? p.lse[bh * p.T + t] : 0.0f;
       D[i][hh] = t < p.T ? p.D[bh * p.T + t] : 0.0f;
     }
+}
+template <int MT> __device__ __forceinline__ void to_log2(float (&L)[MT][2]) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i) L[i][0] *= kLog2e, L[i][1] *= kLog2e;
 }
 
 // Query t's logsumexp L and D, as the dK/dV kernels load them; a query at or past T gets
