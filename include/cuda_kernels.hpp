@@ -27,7 +27,8 @@ void rmsnorm_fwd(const void* x, bool x_bf16, const float* g, void* y, bool y_bf1
                  int64_t rows, int64_t d, double eps, cudaStream_t s);
 // x, dy and dx are float*, or __nv_bfloat16* with x_bf16, dy_bf16, dx_bf16 (dx updated in place,
 // rounded). scratch: kRmsnormDgChunks (plan.hpp) * d floats (dg's partial sums). dx_copy16: null,
-// or __nv_bfloat16* that receives the updated dx rounded. add_dg: dg += the sum (else dg = it).
+// or (dx fp32) __nv_bfloat16* that receives the updated dx rounded. add_dg: dg += the sum (else
+// dg = it).
 void rmsnorm_bwd(const void* x, bool x_bf16, const float* g, const float* rstd, const void* dy,
                  bool dy_bf16, void* dx, bool dx_bf16, void* dx_copy16, float* dg, float* scratch,
                  int64_t rows, int64_t d, bool add_dg, cudaStream_t s);
