@@ -5,6 +5,7 @@
 // Its tensors (u, g; u, dg, du) are all fp32, or all bf16 (the matmul's output and W2's input
 // gradient in bf16, results rounded to nearest even for the bf16 matmuls that read them).
 #include <algorithm>
+#include <type_traits>
 
 #include "common.cuh"
 #include "cuda_kernels.hpp"
@@ -95,9 +96,7 @@ dim3 swiglu_grid(int64_t rows, int64_t f, int64_t rows_each) {
 }
 
 template <typename E>
-void launch_swiglu_fwd(const void* u, void* g, int64_t rows, int64_t f, cudaStream_t s) {
-  const E* in = static_cast<const E*>(u);
-  E* out = static_cast<E*>(g);
+void launch_swiglu_fwd(const E* in, E* out, int64_t rows, int64_t f, cudaStream_t s) {
   const dim3 grid = swiglu_grid(rows, f, kSwigluRows);
   if (f % 4 == 0) swiglu_fwd_kernel<E, true><<<grid, kSwigluThreads, 0, s>>>(in, out, rows, f);
   else swiglu_fwd_kernel<E, false><<<grid, kSwigluThreads, 0, s>>>(in, out, rows, f);
@@ -105,10 +104,7 @@ void launch_swiglu_fwd(const void* u, void* g, int64_t rows, int64_t f, cudaStre
 }
 
 template <typename E>
-void launch_swiglu_bwd(const void* u, const void* dg, void* du, int64_t rows, int64_t f,
-                       cudaStream_t s) {
-  const E *in = static_cast<const E*>(u), *d = static_cast<const E*>(dg);
-  E* out = static_cast<E*>(du);
+void launch_swiglu_bwd(const E* in, const E* d, E* out, int64_t rows, int64_t f, cudaStream_t s) {
   const dim3 grid = swiglu_grid(rows, f, 1);
   if (f % 4 == 0) swiglu_bwd_kernel<E, true><<<grid, kSwigluThreads, 0, s>>>(in, d, out, rows, f);
   else swiglu_bwd_kernel<E, false><<<grid, kSwigluThreads, 0, s>>>(in, d, out, rows, f);
@@ -119,15 +115,19 @@ void launch_swiglu_bwd(const void* u, const void* dg, void* du, int64_t rows, in
 
 void swiglu_fwd(const void* u, void* g, bool bf16, int64_t rows, int64_t f, cudaStream_t s) {
   check_aligned16({u, g}, kUnaligned);
-  if (bf16) launch_swiglu_fwd<__nv_bfloat16>(u, g, rows, f, s);
-  else launch_swiglu_fwd<float>(u, g, rows, f, s);
+  typed(g, bf16, [&](auto* out) {
+    using E = std::remove_pointer_t<decltype(out)>;
+    launch_swiglu_fwd(static_cast<const E*>(u), out, rows, f, s);
+  });
 }
 
 void swiglu_bwd(const void* u, const void* dg, void* du, bool bf16, int64_t rows, int64_t f,
                 cudaStream_t s) {
   check_aligned16({u, dg, du}, kUnaligned);
-  if (bf16) launch_swiglu_bwd<__nv_bfloat16>(u, dg, du, rows, f, s);
-  else launch_swiglu_bwd<float>(u, dg, du, rows, f, s);
+  typed(du, bf16, [&](auto* out) {
+    using E = std::remove_pointer_t<decltype(out)>;
+    launch_swiglu_bwd(static_cast<const E*>(u), static_cast<const E*>(dg), out, rows, f, s);
+  });
 }
 
 }  // namespace lmt::cuda

@@ -46,11 +46,10 @@ __global__ void rope_kernel(E* x, const float2* table, int T, int H, int dh, int
 }
 
 template <typename E>
-void launch_rope(void* x, const float2* cs, int64_t rows, int64_t T, int64_t H, int64_t dh,
+void launch_rope(E* p, const float2* cs, int64_t rows, int64_t T, int64_t H, int64_t dh,
                  int64_t row_stride, float sign, cudaStream_t s) {
-  const bool pair2 = dh % 4 == 0 && row_stride % 4 == 0 && aligned_for(x, 4 * sizeof(E));
+  const bool pair2 = dh % 4 == 0 && row_stride % 4 == 0 && aligned_for(p, 4 * sizeof(E));
   const int threads = int(std::min<int64_t>(256, (H * dh / (pair2 ? 4 : 2) + 31) / 32 * 32));
-  E* p = static_cast<E*>(x);
   if (pair2)
     rope_kernel<E, true><<<unsigned(rows), threads, 0, s>>>(p, cs, int(T), int(H), int(dh),
                                                             row_stride, sign);
@@ -78,8 +77,7 @@ void rope(void* x, bool bf16, const void* table, int64_t B, int64_t T, int64_t H
   LMT_ASSERT(T < (int64_t(1) << 31) && H * dh < (int64_t(1) << 31), "rope: a row too long");
   const auto* cs = static_cast<const float2*>(table);
   const float sign = inverse ? -1.0f : 1.0f;
-  if (bf16) launch_rope<__nv_bfloat16>(x, cs, B * T, T, H, dh, row_stride, sign, s);
-  else launch_rope<float>(x, cs, B * T, T, H, dh, row_stride, sign, s);
+  typed(x, bf16, [&](auto* xt) { launch_rope(xt, cs, B * T, T, H, dh, row_stride, sign, s); });
 }
 
 }  // namespace lmt::cuda
