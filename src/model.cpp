@@ -66,8 +66,9 @@ Model<T>::Model(Backend<T>& backend, const Config::Model& c, int64_t batch, int6
   // dx_: the residual stream's gradient, stored as the stream is; dx16_: its copy as matmuls read
   // it (under bf16 with an fp32 stream only); dh_: an RMSNorm output's gradient, as the matmuls
   // write it.
-  for (auto [ptr, size] : {std::pair{&dx_, nres}, {&dh_, nd16}, {&dx16_, cfg.residual_grad_copy16() ? nd16 : 0},
-                           {&datt_, nd16}, {&dqkv_, qkv16}, {&dg_, nf16}, {&du_, u16}})
+  const int64_t dx16 = cfg.residual_grad_copy16() ? nd16 : 0;
+  for (auto [ptr, size] : {std::pair{&dx_, nres}, {&dh_, nd16}, {&dx16_, dx16}, {&datt_, nd16},
+                           {&dqkv_, qkv16}, {&dg_, nf16}, {&du_, u16}})
     scratch.push_back({ptr, size});
   be.set_weights(params_.data(), layout.total, masters);
   activations_ = carve(saved, MemTag::activations);
