@@ -138,8 +138,9 @@ template <int ROWS>
 __device__ __forceinline__ void load_stats(float* sL, float* sD, const Params& p, int64_t bh,
                                            int64_t q0) {
   for (int i = threadIdx.x; i < ROWS; i += blockDim.x) {
-    query_stats(p, bh, q0 + i, sL[i], sD[i]);
-    sL[i] *= kLog2e;
+    float L;
+    query_stats(p, bh, q0 + i, L, sD[i]);
+    sL[i] = L * kLog2e;
   }
 }
 
