@@ -173,16 +173,10 @@ template <int DH> struct Sm90FwdTraits : Sm90Traits<sm90_fwd_tiles(DH)> {
 };
 template <int DH, bool Short>
 struct Sm90DkdvTraits : Sm90Traits<Short ? sm90_dkdv_short_tiles(DH) : sm90_dkdv_tiles(DH)> {
-#ifdef LMT_FLASH_SM90_DKDV_PIPELINE
-  static constexpr bool kPipelined =
-      DH == 64 && (Short ? LMT_FLASH_SM90_DKDV_SHORT_PIPELINE : LMT_FLASH_SM90_DKDV_PIPELINE);
-#else
-  static constexpr bool kPipelined = false;
-#endif
 #ifdef LMT_FLASH_SM90_DKDV_STAGES
   static constexpr int kStages = LMT_FLASH_SM90_DKDV_STAGES;
 #else
-  static constexpr int kStages = kPipelined ? 4 : 2;  // Q and dO buffers each; three were no faster
+  static constexpr int kStages = 2;  // Q and dO buffers each; three were no faster
 #endif
 #ifdef LMT_FLASH_SM90_DKDV_PINGPONG
   static constexpr bool kPingPong = LMT_FLASH_SM90_DKDV_PINGPONG;

@@ -96,106 +96,16 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
       }
       bar_sync(barrier, 128);
     };
-    const bf16 *sK = K.tile(0), *sV = V.tile(0);
-    float dk[1][DH / 8][4], dv[1][DH / 8][4];
-    zero(dk);
-    zero(dv);
-    const Turns<G, F::T::kPingPong && (G > 1)> turns{group};
-    if constexpr (F::T::kPipelined) {
-      // Query tiles first .. tiles - 1 as n = 0 .. N - 1; this warpgroup's start at `skip` (the
-      // tiles before hold no query at or after its keys), masked up to `mend`. One turn a tile:
-      // tile n + 1's S^T and dP^T issued with tile n's dV and dK, then turned into P^T and dS^T
-      // while those run; the statistics two tiles ahead.
-      const int64_t N = tiles - first;
-      const int64_t skip = p.causal ? min64(group_k0 / BR - first, N) : 0;
-      const int64_t mend = masked_query_tiles_end(p, group_k0, 64, BR, first, tiles) - first;
-      float s[1][BR / 8][4], ds[1][BR / 8][4];  // S^T, dP^T of the next tile
-      uint32_t pa[BR / 16][4], dsa[BR / 16][4];  // P^T, dS^T of this one
-      if (skip < N) fetch(first + skip);
-      K.wait(0);
-      V.wait(0);
-      if (skip < N) put(int(skip & 1));
-      turns.begin();
-      for (int64_t n = 0; n < skip; ++n) {
-        Q.wait(n);
-        dO.wait(n);
-        Q.release(n, signal);
-        dO.release(n, signal);
-        turns.pass();
-        turns.take();
-      }
-      if (skip == N) {
-        turns.pass();
-      } else {
-        auto scores = [&](int64_t n) {
-          wgmma_abt<BR, DH, BC>(s[0], sK, 64 * group, Q.tile(n));
-          wgmma_abt<BR, DH, BC>(ds[0], sV, 64 * group, dO.tile(n));
-          wgmma_commit();
-        };
-        auto math = [&](int64_t n, auto mask) {
-          fence_regs(s[0]);
-          fence_regs(ds[0]);
-          const int buf = int(n & 1);
-          if constexpr (decltype(mask)::value)
-            mask_tile<true, 1, BR>(s, int(warp_k0), int((first + n) * BR), int(p.T), true, lane);
-          probs<1, BR>(s, p.scale_log2, by_col(sL + buf * BR, lane));
-          dscores<1, BR>(ds, s, by_col(sD + buf * BR, lane));
-        };
-        Q.wait(skip);
-        dO.wait(skip);
-        wgmma_fence();
-        scores(skip);
-        turns.pass();
-        if (skip + 1 < N) fetch(first + skip + 1);
-        wgmma_wait<0>();
-        if (skip < mend) math(skip, std::true_type{});
-        else math(skip, std::false_type{});
-        to_a<BR>(pa, s[0]);
-        to_a<BR>(dsa, ds[0]);
-        if (skip + 1 < N) put(int((skip + 1) & 1));
-        auto step = [&](int64_t n, auto mask_next, auto has_next) {
-          constexpr bool kNext = decltype(has_next)::value;
-          if constexpr (kNext) {
-            if (n + 2 < N) fetch(first + n + 2);
-            Q.wait(n + 1);
-            dO.wait(n + 1);
-          }
-          turns.take();
-          wgmma_fence();
-          if constexpr (kNext) scores(n + 1);
-          wgmma_pb<DH, BR>(dv[0], pa, dO.tile(n));   // dV += P^T dO
-          wgmma_pb<DH, BR>(dk[0], dsa, Q.tile(n));  // dK += dS^T Q (scaled at the end)
-          wgmma_commit();
-          turns.pass();
-          if constexpr (kNext) {
-            wgmma_wait<1>();
-            math(n + 1, mask_next);
-          }
-          wgmma_wait<0>();
-          fence_regs(dv[0]);
-          fence_regs(dk[0]);
-          Q.release(n, signal);
-          dO.release(n, signal);
-          if constexpr (kNext) {
-            to_a<BR>(pa, s[0]);
-            to_a<BR>(dsa, ds[0]);
-            if (n + 2 < N) put(int(n & 1));  // tile n + 2's, where tile n's were
-          }
-        };
-        int64_t n = skip;
-        for (; n + 1 < min64(mend, N); ++n) step(n, std::true_type{}, std::true_type{});
-        for (; n + 1 < N; ++n) step(n, std::false_type{}, std::true_type{});
-        step(n, std::false_type{}, std::false_type{});
-      }
-      turns.end();
-      store_dkdv<1, DH>(p, b, h, key, dk, dv, lane,
-                        warp_rope<DH>(p, rope(), group, warp, warp_k0));
-      return;
-    }
     fetch(first);  // its loads run under the waits for K and V
     K.wait(0);
     V.wait(0);
     put(0);
+    const bf16 *sK = K.tile(0), *sV = V.tile(0);
+
+    float dk[1][DH / 8][4], dv[1][DH / 8][4];
+    zero(dk);
+    zero(dv);
+    const Turns<G, F::T::kPingPong && (G > 1)> turns{group};
     turns.begin();
     // Query tiles at the diagonal are masked, the later ones not (as flash_sm80_bwd.cu).
     const int64_t masked_end = masked_query_tiles_end(p, k0, BC, BR, first, tiles);
