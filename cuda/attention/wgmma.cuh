@@ -45,16 +45,24 @@ __device__ __forceinline__ uint64_t smem_desc(const bf16* p, uint32_t lbo) {
   return uint64_t((smem_addr(p) & 0x3FFFF) >> 4) | uint64_t((lbo & 0x3FFFF) >> 4) << 16 |
          uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
 }
+// The descriptor d with its start `elems` bf16 further on: one add to the start address field
+// (bits 0-13, in 16 bytes), which never carries into the next (shared memory ends below 2^18
+// bytes), the high word as it was. So a tile's descriptor is made once and each of a matmul's
+// k-steps adds a constant, instead of each building its descriptor from the address (ncu counted
+// about 11 instructions a wgmma for that in the dK/dV kernel, a fifth of all it issued).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t d, uint32_t elems) {
+  return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + elems * uint32_t(sizeof(bf16)) / 16);
+}
 // K-major operand: rows row0 .. row0 + 63 (A) or all ROWS (B) of a tile, columns 16 ks .. 16 ks + 15.
 // Within a panel the 16 columns are 32 bytes further along each row; the hardware applies the
 // swizzle to the address it forms, so the start may sit inside a 128-byte row.
 template <int ROWS>
 __device__ __forceinline__ uint64_t kmajor_desc(const bf16* tile, int row0, int ks) {
-  return smem_desc(tile + (ks / 4) * ROWS * 64 + row0 * 64 + (ks % 4) * 16, 16);
+  return desc_advance(smem_desc(tile, 16), uint32_t((ks / 4) * ROWS * 64 + row0 * 64 + (ks % 4) * 16));
 }
 // MN-major operand (B = the tile as stored, K along rows): rows 16 ks .. 16 ks + 15, every column.
 template <int ROWS> __device__ __forceinline__ uint64_t mnmajor_desc(const bf16* tile, int ks) {
-  return smem_desc(tile + ks * 16 * 64, ROWS * 128);
+  return desc_advance(smem_desc(tile, ROWS * 128), uint32_t(ks * 16 * 64));
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
