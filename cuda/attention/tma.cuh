@@ -189,7 +189,7 @@ template <int GROUPS, bool ON> struct Turns {
 // consumers share the rest of the block's (at most 240 each), never more: setmaxnreg.inc would
 // wait for them forever. c is read from lane 0 (a shuffle), so that the compiler knows it is one
 // value a warp and keeps what derives from it, the consumer's operand descriptors, in uniform
-// registers: 10-15 % faster forward at long T (results/flash_tuning.md).
+// registers: the forward 3-12 % faster at T 8192 and 16384 (results/flash_tuning.md).
 template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume>
 __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
   constexpr int kThreads = 128 * (GROUPS + 1), kProducerRegs = 24;
