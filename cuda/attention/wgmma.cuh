@@ -51,14 +51,16 @@ __device__ __forceinline__ uint64_t smem_desc(const bf16* p, uint32_t lbo) {
 // k-steps adds a constant, instead of each building its descriptor from the address (ncu counted
 // about 11 instructions a wgmma for that in the dK/dV kernel, a fifth of all it issued).
 __device__ __forceinline__ uint64_t desc_advance(uint64_t d, uint32_t elems) {
-  return (d & 0xFFFFFFFF00000000ull) | uint32_t(uint32_t(d) + elems * uint32_t(sizeof(bf16)) / 16);
+  const uint32_t lo = uint32_t(d) + elems * uint32_t(sizeof(bf16)) / 16;
+  return (d & 0xFFFFFFFF00000000ull) | lo;
 }
 // K-major operand: rows row0 .. row0 + 63 (A) or all ROWS (B) of a tile, columns 16 ks .. 16 ks + 15.
 // Within a panel the 16 columns are 32 bytes further along each row; the hardware applies the
 // swizzle to the address it forms, so the start may sit inside a 128-byte row.
 template <int ROWS>
 __device__ __forceinline__ uint64_t kmajor_desc(const bf16* tile, int row0, int ks) {
-  return desc_advance(smem_desc(tile, 16), uint32_t((ks / 4) * ROWS * 64 + row0 * 64 + (ks % 4) * 16));
+  const int elems = (ks / 4) * ROWS * 64 + row0 * 64 + (ks % 4) * 16;
+  return desc_advance(smem_desc(tile, 16), uint32_t(elems));
 }
 // MN-major operand (B = the tile as stored, K along rows): rows 16 ks .. 16 ks + 15, every column.
 template <int ROWS> __device__ __forceinline__ uint64_t mnmajor_desc(const bf16* tile, int ks) {
