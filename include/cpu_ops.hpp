@@ -83,8 +83,8 @@ void embedding_fwd(const int32_t* tokens, const T* table, T* out, int64_t n, int
 template <typename T>
 void embedding_bwd(const int32_t* tokens, const T* dout, T* dtable, int64_t n, int64_t d);
 // order[0..n) = positions 0..n-1 sorted by token, ties in position order: the CUDA backward sums
-// each token's rows along it, deterministically.
-void token_order(const int32_t* tokens, int64_t n, int32_t* order);
+// each token's rows along it, deterministically. Every token in [0, V).
+void token_order(const int32_t* tokens, int64_t n, int64_t V, int32_t* order);
 
 // Cross-entropy of each row of logits[n, V] against targets[n] into row_loss[n]. If dlogits is
 // not null it receives (softmax - onehot) * grad_scale (1/n: the gradient of the mean); it may

@@ -180,7 +180,7 @@ template <typename T> void Model<T>::set_batch(const int32_t* inputs, const int3
   const int64_t n = B * T_;
   be.upload_bytes(inputs_.data(), inputs, size_t(n) * sizeof(int32_t));
   be.upload_bytes(targets_.data(), targets, size_t(n) * sizeof(int32_t));
-  cpu::token_order(inputs, n, order_host_.data());  // for the embedding's backward
+  cpu::token_order(inputs, n, cfg.vocab_size, order_host_.data());  // for the embedding's backward
   be.upload_bytes(order_.data(), order_host_.data(), size_t(n) * sizeof(int32_t));
 }
 

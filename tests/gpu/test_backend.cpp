@@ -324,7 +324,7 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
     cpu::embedding_bwd(tok.data(), dout.data(), dtable.data(), n, d);
     BackendArray<float, int32_t> gt(*gpu, size_t(n), MemTag::activations), go_(*gpu, size_t(n), MemTag::activations);
     std::vector<int32_t> order(static_cast<size_t>(n));
-    cpu::token_order(tok.data(), n, order.data());
+    cpu::token_order(tok.data(), n, V, order.data());
     gpu->upload_bytes(gt.data(), tok.data(), size_t(n) * 4);
     gpu->upload_bytes(go_.data(), order.data(), size_t(n) * 4);
     float *go = g.poisoned(n * d), *gdt = g.up(Vec(V * d, 0.0));

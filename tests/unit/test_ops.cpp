@@ -2,9 +2,11 @@
 // odd sizes; the fp32 instantiation against the fp64 one; the precision policy's rounding.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <numeric>
 
 #include "cpu_ops.hpp"
 #include "../helpers.hpp"
@@ -156,6 +158,19 @@ TEST_CASE("embedding: gather forward, scatter-add backward with repeated tokens"
   Vec dtable(V * d, 0.0);
   cpu::embedding_bwd(tokens.data(), r.data(), dtable.data(), n, d);
   check_grad(table, dtable, loss, "dtable");
+}
+
+TEST_CASE("token_order: positions sorted by token, ties in position order") {
+  for (auto [n, V] : {std::pair<int64_t, int64_t>{1, 1}, {17, 3}, {301, 50257}, {4099, 97}}) {
+    auto tokens = lmt::test::rand_tokens(size_t(n), int32_t(V));
+    tokens.front() = int32_t(V - 1), tokens.back() = 0;  // the last and first ids
+    std::vector<int32_t> order(static_cast<size_t>(n)), expect(order.size());
+    cpu::token_order(tokens.data(), n, V, order.data());
+    std::iota(expect.begin(), expect.end(), 0);
+    std::stable_sort(expect.begin(), expect.end(),
+                     [&](int32_t a, int32_t b) { return tokens[size_t(a)] < tokens[size_t(b)]; });
+    CHECK(order == expect);
+  }
 }
 
 TEST_CASE("cross_entropy: loss against its definition, dlogits against finite differences") {
