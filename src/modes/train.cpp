@@ -87,7 +87,9 @@ template <typename T> class Trainer {
   double interval_loss_ = 0, last_loss_ = NAN;
   int64_t interval_steps_ = 0;
   double exposed_ms_ = 0, comm_ms_ = 0;
-  Clock::time_point t0_, t_interval_;
+  // t_first_: when this run's first step returned (it also records the CUDA graphs and makes
+  // every first-call choice), the start of the steady steps' time.
+  Clock::time_point t0_, t_interval_, t_first_;
 };
 
 template <typename T>
@@ -108,8 +110,9 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
   training_ = set_up_training(c_, rt_, *backend_);  // as bench's
   model_ = training_.model.get(), optimizer_ = training_.optimizer.get();
   sync_ = optimizer_->sync();
-  for (auto name : {"world_size", "device_used", "parameters", "steps_run", "final_loss",
-                    "loss_floor", "ms_per_step", "tokens_per_s", "wall_s", "compute_ms_per_step",
+  for (auto name : {"date_utc", "world_size", "device_used", "device_name", "parameters",
+                    "steps_run", "final_loss", "loss_floor", "ms_per_step",
+                    "ms_per_step_after_first", "tokens_per_s", "wall_s", "compute_ms_per_step",
                     "comm_ms_per_step", "exposed_ms_per_step", "optimizer_bytes_rank0"})
     row_.add(name, "");
   row_.add("val_loss", "");  // empty: no validation
@@ -288,7 +291,7 @@ template <typename T> void Trainer<T>::evaluate(int64_t done) {
   val_step_ = done, fresh_val_ = true;
   const Clock::duration took = Clock::now() - t;
   eval_s_ += std::chrono::duration<double>(took).count();
-  t0_ += took, t_interval_ += took;
+  t0_ += took, t_interval_ += took, t_first_ += took;
 }
 
 // Every rank's data Rng and the exact masters and moments, written by rank 0. Collective.
@@ -315,6 +318,7 @@ template <typename T> int Trainer<T>::run() {
     double gnorm;
     const double lr = learning_rate(c_.optim, step, steps_);
     const StepVerdict verdict = this->step(step, lr, gnorm);
+    if (step == first_step_) t_first_ = Clock::now();
     if (verdict.diverged()) return kExitDiverged;
     const bool last = step + 1 == steps_;
     const int64_t eval_every = c_.train.eval_every;
@@ -345,6 +349,7 @@ template <typename T> int Trainer<T>::run() {
 template <typename T> void Trainer<T>::report() {
   const double wall = seconds_since(t0_), run_steps = double(steps_ - first_step_);
   const double ms_per_step = run_steps > 0 ? 1e3 * wall / run_steps : NAN;
+  const double after_first = run_steps > 1 ? 1e3 * seconds_since(t_first_) / (run_steps - 1) : NAN;
   if (!rt_.is_root()) return;
   const double floor = source_->loss_floor().value_or(NAN);
   printf("\n== done ==\n");
@@ -358,7 +363,8 @@ template <typename T> void Trainer<T>::report() {
     printf("  val loss      %.4f (after step %lld: %lld held-out windows, all ranks; %.1f s, not "
            "in the time below)\n", val_loss_, (long long)val_step_,
            (long long)(c_.train.eval_batches * B_), eval_s_);
-  printf("  time          %.1f s, %.1f ms/step\n", wall, ms_per_step);
+  printf("  time          %.1f s, %.1f ms/step%s\n", wall, ms_per_step,
+         run_steps > 1 ? strf(" (%.1f after the first)", after_first).c_str() : "");
   printf("  throughput    %s tokens/s\n",
          human_count(tokens_per_step_ * 1e3 / ms_per_step).c_str());
   if (sync_ && run_steps > 0) {
@@ -373,13 +379,16 @@ template <typename T> void Trainer<T>::report() {
            c_.ddp.strategy == Strategy::zero1 ? " and the parameter all-gather" : "");
   }
   if (cl_.csv_path.empty()) return;
+  row_.set("date_utc", utc_now());
   row_.set("world_size", std::to_string(rt_.world));
   row_.set("device_used", device_);
+  row_.set("device_name", backend_->device_name());
   row_.set("parameters", std::to_string(model_->layout.total));
   row_.set("steps_run", std::to_string(steps_ - first_step_));
   row_.set("final_loss", strf("%.6f", last_loss_));
   row_.set("loss_floor", strf("%.6f", floor));
   row_.set("ms_per_step", strf("%.3f", ms_per_step));
+  row_.set("ms_per_step_after_first", strf("%.3f", after_first));
   row_.set("tokens_per_s", strf("%.1f", tokens_per_step_ * 1e3 / ms_per_step));
   row_.set("wall_s", strf("%.3f", wall));
   // No synchronisation (one rank): all compute, no communication.

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -71,6 +72,22 @@ TEST_CASE("train: zero1 on 2 ranks follows flat's curve and holds half the optim
                             names.begin());
   CHECK(lmt::test::csv_cells(flat_row).at(col) == std::to_string(2 * 3248 * 4));
   CHECK(lmt::test::csv_cells(zero_row).at(col) == std::to_string(2 * 1624 * 4));
+  // The steps after the first, timed apart: their mean is at most 20/19 of the whole run's, and
+  // the closing table prints it.
+  auto cell = [&](const std::string& row, const char* name) {
+    const size_t at = size_t(std::find(names.begin(), names.end(), name) - names.begin());
+    return std::stod(lmt::test::csv_cells(row).at(at));
+  };
+  for (const std::string& row : {flat_row, zero_row}) {
+    const double all = cell(row, "ms_per_step"), after = cell(row, "ms_per_step_after_first");
+    CHECK(after > 0);
+    CHECK(after < all * 20.0 / 19.0);  // 20 steps: the 19 after the first took at most all of it
+  }
+  const size_t end = flat.output.find(" after the first)");
+  REQUIRE(end != std::string::npos);
+  const size_t open = flat.output.rfind('(', end);
+  const double printed = std::stod(flat.output.substr(open + 1, end - open - 1));
+  CHECK(std::fabs(printed - cell(flat_row, "ms_per_step_after_first")) <= 0.0501);  // one decimal
 }
 
 // The tiny model on 2 ranks for 6 steps, a checkpoint every 3, with `sets` added.
