@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """Markdown table of scripts/bench_gpt2.sh's rows: for each batch shape, the latest lmtrain
-measurement (run.graphs 0 and 1) beside the PyTorch rows (SDPA, eager and torch.compile)
-measured in the same call. scripts/report.py uses table_rows for REPORT.md.
+measurement (run.graphs 0 and 1; its train mode's, where that file is given) beside the PyTorch
+rows (SDPA, eager and torch.compile) measured in the same call. scripts/report.py uses table_rows
+for REPORT.md.
 
-    scripts/gpt2_table.py results/gpt2_lmtrain.csv results/gpt2_torch.csv > results/gpt2.md
+    scripts/gpt2_table.py results/gpt2_lmtrain.csv results/gpt2_torch.csv \
+        [results/gpt2_train.csv] > results/gpt2.md
 """
 import sys
 
 from bench_table import beside, residual, rows, seconds_apart
 
 HEADER = ["B x T", "device", "date", "lmtrain step ms (graphs 0 / 1)",
-          "lmtrain, bf16 residual stream, ms", "PyTorch SDPA eager ms",
+          "lmtrain, bf16 residual stream, ms", "lmtrain train mode ms/step",
+          "PyTorch SDPA eager ms",
           "PyTorch SDPA compile ms", "vs compile", "lmtrain tokens/s", "lmtrain MFU",
           "lmtrain memory GiB", "PyTorch compile peak GiB"]
 NOTE = ("configs/models/gpt2-small.toml (d_model 768, 12 layers, 12 heads, d_ff 2048, vocabulary "
@@ -21,7 +24,10 @@ NOTE = ("configs/models/gpt2-small.toml (d_model 768, 12 layers, 12 heads, d_ff 
         "compile' is PyTorch compiled over lmtrain with graphs (> 1: lmtrain faster). lmtrain "
         "memory: everything its allocator holds; PyTorch: torch.cuda.max_memory_allocated over "
         "one full step. 'bf16 residual stream': lmtrain with model.residual_dtype = \"bf16\" "
-        "(graphs), as llm.c keeps it; every other column with the default fp32 stream.")
+        "(graphs), as llm.c keeps it; every other column with the default fp32 stream. 'train "
+        "mode': lmtrain's train mode (graphs) over its steps after the first, host time (the "
+        "synthetic source's batches drawn, the loss and the gradient norm read back and the "
+        "gradients clipped every step), where bench times the GPU's work alone.")
 
 
 def latest(ours):
@@ -30,9 +36,11 @@ def latest(ours):
              residual(r)): r for r in ours}
 
 
-def table_rows(ours, torch_rows):
+def table_rows(ours, torch_rows, train_rows=()):
     """One row of HEADER's cells per batch shape, largest context and batch first."""
     latest_rows = latest(ours)
+    trained = {(int(r["train.batch_size"]), int(r["model.context_length"])): r
+               for r in train_rows if r["run.graphs"] == "1"}
     torch = {}
     for r in torch_rows:
         mode = "compile" if r["compile"] in ("True", "1", "true") else "eager"
@@ -47,25 +55,29 @@ def table_rows(ours, torch_rows):
         r16 = latest_rows.get((b, t, "1", "bf16"))  # shown if measured in the same call
         ms16 = (f"{float(r16['step_ms_median']):.2f}"
                 if r16 and seconds_apart(o, r16) < 600 else "n/a")
+        tr = trained.get((b, t))  # shown if measured in the same call
+        train_ms = (f"{float(tr['ms_per_step_after_first']):.2f}"
+                    if tr and seconds_apart(o, tr) < 600 else "n/a")
         th = {m: beside(o, torch.get((b, t, m), [])) for m in ("eager", "compile")}
         step = lambda m: f"{float(th[m]['step_ms_median']):.2f}" if th[m] else "n/a"
         vs = f"{float(th['compile']['step_ms_median']) / ms:.2f}x" if th["compile"] else "n/a"
         peak = (f"{float(th['compile']['peak_mem_step_bytes']) / 2**30:.2f}" if th["compile"]
                 else "n/a")
         out.append([f"{b} x {t}", o["device_name"], o["date_utc"][:10], f"{ms0:.2f} / {ms:.2f}",
-                    ms16, step("eager"), step("compile"), vs, f"{float(o['tokens_per_s']) / 1e3:.0f}k",
+                    ms16, train_ms, step("eager"), step("compile"), vs,
+                    f"{float(o['tokens_per_s']) / 1e3:.0f}k",
                     f"{100 * float(o['mfu']):.1f}%", f"{float(o['mem_total_bytes']) / 2**30:.2f}",
                     peak])
     return out
 
 
-def main(ours_csv, torch_csv):
+def main(ours_csv, torch_csv, train_csv=None):
     print("| " + " | ".join(HEADER) + " |")
     print("|" + "---|" * len(HEADER))
-    for r in table_rows(rows(ours_csv), rows(torch_csv)):
+    for r in table_rows(rows(ours_csv), rows(torch_csv), rows(train_csv) if train_csv else ()):
         print("| " + " | ".join(r) + " |")
     print("\n" + NOTE)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])

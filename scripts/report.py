@@ -1077,9 +1077,10 @@ KGPT2 = "kernels_gpt2-small_bf16_flash.txt"
 def b_gpt2_table(data):
     ours, torch = data.csv("gpt2_lmtrain.csv"), data.csv("gpt2_torch.csv")
     shown = list(gpt2_table.latest(ours).values())
-    return (table(gpt2_table.HEADER, gpt2_table.table_rows(ours, torch))
+    return (table(gpt2_table.HEADER,
+                  gpt2_table.table_rows(ours, torch, data.csv("gpt2_train.csv")))
             + source(f"one {devices(shown)}", dates(shown), "scripts/bench_gpt2.sh",
-                     ["gpt2.md", "gpt2_lmtrain.csv", "gpt2_torch.csv"]))
+                     ["gpt2.md", "gpt2_lmtrain.csv", "gpt2_train.csv", "gpt2_torch.csv"]))
 
 
 def b_gpt2_residual(data):
@@ -1092,6 +1093,22 @@ def b_gpt2_residual(data):
         parts.append(f"{f2(num(r, 'step_ms_median'))} ms against {f2(num(a, 'step_ms_median'))} "
                      f"at {b} x {t}")
     return ", ".join(parts)
+
+
+def b_gpt2_train(data):
+    """Train mode's steps after the first beside bench's graphs step, the newest row of each
+    shape measured in the same call."""
+    latest = gpt2_table.latest(data.csv("gpt2_lmtrain.csv"))
+    shown = {}
+    for r in data.csv("gpt2_train.csv"):
+        b, t = int(r["train.batch_size"]), int(r["model.context_length"])
+        bench = latest.get((b, t, "1", "fp32"))
+        if bench is not None and gpt2_table.seconds_apart(bench, r) < 600:
+            shown[(b, t)] = (f"{f2(num(r, 'ms_per_step_after_first'))} ms against "
+                             f"{f2(num(bench, 'step_ms_median'))} at {b} x {t}")
+    if not shown:
+        raise Missing("gpt2_train.csv: no train row measured beside a bench row with graphs")
+    return ", ".join(shown[k] for k in sorted(shown, key=lambda k: (-k[1], -k[0])))
 
 
 def b_gpt2_classifier(data):
