@@ -19,8 +19,8 @@ void embedding_bwd(const int32_t* tokens, const T* dout, T* dtable, int64_t n, i
     for (int64_t c = 0; c < d; ++c) dtable[int64_t(tokens[i]) * d + c] += dout[i * d + c];
 }
 
-// A counting sort: O(n + V) where a comparison sort took 1.3 ms of the host's time a step at
-// gpt2-small's 16 x 1024 tokens.
+// A counting sort, O(n + V), stable as it takes the positions in order: the host orders every
+// step's tokens while the GPU works, and a comparison sort of gpt2-small's 16 x 1024 takes 1.3 ms.
 void token_order(const int32_t* tokens, int64_t n, int64_t V, int32_t* order) {
   std::vector<int32_t> start(size_t(V) + 1, 0);  // start[t]: where token t's positions begin
   for (int64_t i = 0; i < n; ++i) {
