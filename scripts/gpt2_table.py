@@ -36,11 +36,22 @@ def latest(ours):
              residual(r)): r for r in ours}
 
 
+def trained_beside(latest_rows, train_rows):
+    """(batch, context) -> the newest train row (graphs) measured in the same call as latest_rows'
+    bench row with graphs and the fp32 stream."""
+    out = {}
+    for r in train_rows:
+        key = (int(r["train.batch_size"]), int(r["model.context_length"]))
+        bench = latest_rows.get((*key, "1", "fp32"))
+        if r["run.graphs"] == "1" and bench is not None and seconds_apart(bench, r) < 600:
+            out[key] = r
+    return out
+
+
 def table_rows(ours, torch_rows, train_rows=()):
     """One row of HEADER's cells per batch shape, largest context and batch first."""
     latest_rows = latest(ours)
-    trained = {(int(r["train.batch_size"]), int(r["model.context_length"])): r
-               for r in train_rows if r["run.graphs"] == "1"}
+    trained = trained_beside(latest_rows, train_rows)
     torch = {}
     for r in torch_rows:
         mode = "compile" if r["compile"] in ("True", "1", "true") else "eager"
@@ -55,9 +66,8 @@ def table_rows(ours, torch_rows, train_rows=()):
         r16 = latest_rows.get((b, t, "1", "bf16"))  # shown if measured in the same call
         ms16 = (f"{float(r16['step_ms_median']):.2f}"
                 if r16 and seconds_apart(o, r16) < 600 else "n/a")
-        tr = trained.get((b, t))  # shown if measured in the same call
-        train_ms = (f"{float(tr['ms_per_step_after_first']):.2f}"
-                    if tr and seconds_apart(o, tr) < 600 else "n/a")
+        tr = trained.get((b, t))
+        train_ms = f"{float(tr['ms_per_step_after_first']):.2f}" if tr else "n/a"
         th = {m: beside(o, torch.get((b, t, m), [])) for m in ("eager", "compile")}
         step = lambda m: f"{float(th[m]['step_ms_median']):.2f}" if th[m] else "n/a"
         vs = f"{float(th['compile']['step_ms_median']) / ms:.2f}x" if th["compile"] else "n/a"

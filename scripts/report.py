@@ -1096,19 +1096,14 @@ def b_gpt2_residual(data):
 
 
 def b_gpt2_train(data):
-    """Train mode's steps after the first beside bench's graphs step, the newest row of each
-    shape measured in the same call."""
+    """Train mode's steps after the first beside bench's graphs step, measured in one call."""
     latest = gpt2_table.latest(data.csv("gpt2_lmtrain.csv"))
-    shown = {}
-    for r in data.csv("gpt2_train.csv"):
-        b, t = int(r["train.batch_size"]), int(r["model.context_length"])
-        bench = latest.get((b, t, "1", "fp32"))
-        if bench is not None and gpt2_table.seconds_apart(bench, r) < 600:
-            shown[(b, t)] = (f"{f2(num(r, 'ms_per_step_after_first'))} ms against "
-                             f"{f2(num(bench, 'step_ms_median'))} at {b} x {t}")
-    if not shown:
+    trained = gpt2_table.trained_beside(latest, data.csv("gpt2_train.csv"))
+    if not trained:
         raise Missing("gpt2_train.csv: no train row measured beside a bench row with graphs")
-    return ", ".join(shown[k] for k in sorted(shown, key=lambda k: (-k[1], -k[0])))
+    return ", ".join(f"{f2(num(trained[k], 'ms_per_step_after_first'))} ms against "
+                     f"{f2(num(latest[(*k, '1', 'fp32')], 'step_ms_median'))} at {k[0]} x {k[1]}"
+                     for k in sorted(trained, key=lambda k: (-k[1], -k[0])))
 
 
 def b_gpt2_classifier(data):
