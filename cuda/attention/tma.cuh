@@ -263,19 +263,23 @@ void launch_specialized(const Params& p, int64_t B, int rows, cudaStream_t s, co
 }
 
 // A kernel's work by items: `tiles` row tiles of each of `heads` (B * H) heads. Persistent, a
-// block per SM takes every gridDim.x-th unit of one of two orders, and a block's next item's
-// copies run under its current one's last tiles:
+// block per SM takes units of one of two orders, and a block's next item's copies run under its
+// current one's last tiles:
 // - pairs: head after head, a unit being the items of rank k and tiles - 1 - k of one head (the
 //   k-th longest and the k-th shortest when causal masking makes them differ; the kernel decides
-//   which tiles those are; the middle item alone where tiles is odd). A pair's work is the same
-//   for every k, so the blocks' totals are even, and the blocks at work at once share few heads'
-//   tiles in L2. (Longest first, below, read K and V from DRAM 2.8 times over at B 16, H 12,
-//   T 1024, and gave a block up to 25 % more than the mean at B 1, H 16, T 4096.)
-// - longest first: an item a unit, every head's item of rank k before any of rank k + 1. Where
-//   there are fewer than two pairs a block (kPairsPerBlock), pairs leave many blocks with the
-//   largest total, all of them still at work at the end; longest first leaves few, so that
-//   their last items run on an emptier GPU (at xl's B 4, H 25, T 512: 200 pairs, 132 blocks,
-//   pairs' forward 18 % longer in the model; results/flash_tuning.md).
+//   which tiles those are; the middle item alone where tiles is odd), a block taking every
+//   gridDim.x-th. A pair's work is the same for every k, so the blocks' totals are even, and the
+//   blocks at work at once share few heads' tiles in L2. (Longest first, below, read K and V from
+//   DRAM 2.8 times over at B 16, H 12, T 1024.)
+// - longest first: an item a unit, every head's item of rank k before any of rank k + 1, dealt
+//   to the blocks in rounds of gridDim.x, every other round in reverse (a snake), so that a block
+//   that took one of a round's longest takes one of the next round's shortest. At xl's B 4, H 25,
+//   T 512 (400 items of 1-4 key tiles, 132 blocks; the mean 7.6 key tiles a block) no block then
+//   takes more than 8, where every round dealt in order gave 4 blocks 10 and 32 blocks 9; at B 1,
+//   H 16, T 4096 the largest total is the mean, 64, where it was 80. Where there are fewer than
+//   two pairs a block (kPairsPerBlock), pairs leave many blocks with the largest total, all of
+//   them still at work at the end (at xl's B 4, H 25, T 512: 200 pairs, 132 blocks, pairs'
+//   forward 18 % longer in the model than longest first dealt in order; results/flash_tuning.md).
 // Else a block an item, a head's items consecutive (they share its tiles in L2), as launch_tiles
 // orders them.
 struct Work {
@@ -303,7 +307,12 @@ __device__ __forceinline__ void for_each_item(const Work& w, F&& f) {
       f(u / pairs, k);
     }
   } else if constexpr (Persistent) {
-    for (int i = blockIdx.x; i < w.heads * w.tiles; i += gridDim.x) f(i % w.heads, i / w.heads);
+    const int items = w.heads * w.tiles, round = gridDim.x;
+#pragma unroll 1
+    for (int r0 = 0; r0 < items; r0 += round) {
+      const int i = r0 + (r0 / round % 2 ? round - 1 - int(blockIdx.x) : int(blockIdx.x));
+      if (i < items) f(i % w.heads, i / w.heads);
+    }
   } else {
     f(int(blockIdx.x) / w.tiles, int(blockIdx.x) % w.tiles);
   }

@@ -269,6 +269,14 @@ TEST_CASE("flash attention: 150 heads, more tiles than SMs, match fp64" *
     for (bool causal : {true, false}) check_problem(1, 301, 150, dh, causal, true, 10000.0);
 }
 
+// Fewer pairs of query tiles than two per SM, more tiles than SMs (on an H100: 400 tiles, 200
+// pairs, 132 SMs): the persistent forward deals the tiles longest first in rounds, every other
+// round reversed (tma.cuh's Work); two batches of 50 heads.
+TEST_CASE("flash attention: 2 x 50 heads at T 511, items dealt longest first, match fp64" *
+          doctest::skip(gpu_count() == 0)) {
+  for (bool causal : {true, false}) check_problem(2, 511, 50, 64, causal, true, 10000.0);
+}
+
 // Past the Hopper kernels' short-T entries at head dim 64 (flash.cuh's sm90_short_t, 4096, and
 // sm90_bwd_short_t, 2048): the long-T kernels, which the lengths above never reach there.
 TEST_CASE("flash attention: T 4097 at head dim 64, the long-T Hopper kernels, match fp64" *
