@@ -248,7 +248,7 @@ template <int DH, bool Short> struct TmaDq {
 template <int DH, bool Short>
 __global__ void __launch_bounds__(128 * (TmaDq<DH, Short>::kGroups + 1),
                                   TmaDq<DH, Short>::T::kBlocks)
-    dq_tma_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
+    dq_tma_kernel(const Params p, const int tail, const __grid_constant__ CUtensorMap q_map,
                   const __grid_constant__ CUtensorMap do_map, const __grid_constant__ CUtensorMap k_map,
                   const __grid_constant__ CUtensorMap v_map) {
 #ifdef LMT_SM90_DEVICE_CODE
@@ -258,7 +258,15 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH, Short>::kGroups + 1),
   const auto Q = smem.template next<typename F::QRing>(), dO = smem.template next<typename F::QRing>();
   const auto K = smem.template next<typename F::KRing>();
   const auto V = smem.template next<typename F::VRing>();
-  const int64_t b = blockIdx.y / p.H, h = blockIdx.y % p.H, q0 = query_tile(p) * BR;
+  // Blocks start in the order of their linear index: head after head (a head's tiles share its K
+  // and V in L2), but the last `tail` heads tile-major among themselves (every one's longest
+  // tile, then every one's second, ...), so that the grid's last blocks to start are short ones.
+  int64_t bh = blockIdx.y, rank = blockIdx.x;
+  if (const int64_t first = gridDim.y - tail; bh >= first) {
+    const int64_t i = (bh - first) * gridDim.x + rank;
+    bh = first + i % tail, rank = i / tail;
+  }
+  const int64_t b = bh / p.H, h = bh % p.H, q0 = query_tile(p, gridDim.x, rank) * BR;
   const int64_t tiles = key_tiles(p, q0, BR, BC);
   auto rope = [] { return rope_stage(F::Smem::kRest); };  // as dK/dV's
   init_barriers([&] {
@@ -332,8 +340,13 @@ template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream
       p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR), o_map(p, B, DH, p.dout, K::BR),
       qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC));
   using F = TmaDq<DH, Short>;
+  // The dQ kernel's tail taken tile-major: about a wave's worth of heads (kBlocks an SM). At short
+  // T only, where it was measured (results/flash_tuning.md); the dK/dV kernel's last blocks run
+  // beside the dQ kernel's.
+  const int64_t heads = B * p.H, tiles = ceil_div(p.T, F::BR);
+  const int tail = Short ? int(min64(heads, ceil_div(F::T::kBlocks * sm_count(), tiles))) : 0;
   launch_specialized<dq_tma_kernel<DH, Short>, F>(
-      p, B, F::BR, b.stream, qkv_map(p, B, DH, p.q, F::BR), o_map(p, B, DH, p.dout, F::BR),
+      p, B, F::BR, b.stream, tail, qkv_map(p, B, DH, p.q, F::BR), o_map(p, B, DH, p.dout, F::BR),
       qkv_map(p, B, DH, p.k, F::BC), qkv_map(p, B, DH, p.v, F::BC));
   CUDA_CHECK(cudaEventRecord(b.join, b.stream));
   CUDA_CHECK(cudaStreamWaitEvent(stream, b.join, 0));
