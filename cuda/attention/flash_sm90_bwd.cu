@@ -43,7 +43,9 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
     dkdv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
                     const __grid_constant__ CUtensorMap do_map,
                     const __grid_constant__ CUtensorMap k_map,
-                    const __grid_constant__ CUtensorMap v_map) {
+                    const __grid_constant__ CUtensorMap v_map,
+                    const __grid_constant__ CUtensorMap dk_map,
+                    const __grid_constant__ CUtensorMap dv_map) {
 #ifdef LMT_SM90_DEVICE_CODE
   using F = TmaDkdv<DH, Short>;
   constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
@@ -166,7 +168,24 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
     for (; i < masked_end; ++i) step(i, std::true_type{});
     for (; i < tiles; ++i) step(i, std::false_type{});
     turns.end();
-    store_dkdv<1, DH>(p, b, h, key, dk, dv, lane, warp_rope<DH>(p, rope(), group, warp, warp_k0));
+    // dK and dV leave as dq_rows's dQ does: through the warpgroup's rows of the K and V tiles
+    // (read for the last time by its last matmuls) and TMA stores.
+    bf16 *tk = const_cast<bf16*>(sK) + 64 * group * 64, *tv = const_cast<bf16*>(sV) + 64 * group * 64;
+    float scale[1][2], one[1][2];
+    fill(scale, p.scale);
+    fill(one, 1.0f);
+    if (p.rope)
+      stage_rows<DH>(tk, BC * 64, key, p.T, dk, scale, lane,
+                     warp_rope<DH>(p, rope(), group, warp, warp_k0));
+    else
+      stage_rows<DH>(tk, BC * 64, key, p.T, dk, scale, lane);
+    stage_rows<DH>(tv, BC * 64, key, p.T, dv, one, lane);
+    staged_ready(barrier);
+    if (me == 0) {
+      store_panels<DH>(dk_map, tk, BC * 64, group_k0, b, h);
+      store_panels<DH>(dv_map, tv, BC * 64, group_k0, b, h);
+      tma_store_wait_read();
+    }
   };
   specialize<G, F::T::kBlocks>(produce, consume);
 #else
@@ -183,11 +202,15 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
 // run under the loads of the rows' statistics); advance(j) is key_pipeline's (K_{j+1} and V_{j+1}
 // ready once it returns); issued() follows the issue of each dS K; release(j, has_next) follows
 // each tile's matmuls (j = -1: the first scores), when V_{j+1} (if has_next) and K_j (if j >= 0)
-// are no longer read.
+// are no longer read. dQ leaves through shared memory, the warpgroup's rows of the Q tile (read
+// for the last time by its last scores), and one TMA store (dq_map): its stores then take the
+// consumers' load-store path for a few shared stores rather than many narrow global ones, which
+// the block's end (its warps' exits) would wait to drain.
 template <int DH, int BR, int BC, typename KTiles, typename VTiles, typename Rope, typename Start,
           typename Advance, typename Issued, typename Release>
-__device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, int64_t q0, int group,
-                                        const bf16* sQ, const bf16* sdO, const KTiles& K,
+__device__ __forceinline__ void dq_rows(const Params& p, const CUtensorMap& dq_map, int64_t b,
+                                        int64_t h, int64_t q0, int group, bf16* sQ,
+                                        const bf16* sdO, const KTiles& K,
                                         const VTiles& V, Rope&& rope, Start&& start,
                                         Advance&& advance, Issued&& issued, Release&& release) {
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
@@ -227,7 +250,19 @@ __device__ __forceinline__ void dq_rows(const Params& p, int64_t b, int64_t h, i
   };
   key_pipeline(tiles, mine, clean, scores, grads, dsk, after, advance);
 
-  store_dq<1, DH>(p, b, h, row, dq, lane, warp_rope<DH>(p, rope(), group, warp, warp_q0));
+  bf16* tile = sQ + 64 * group * 64;  // the warpgroup's rows in each 64-column panel
+  float scale[1][2];
+  fill(scale, p.scale);
+  if (p.rope)
+    stage_rows<DH>(tile, BR * 64, row, p.T, dq, scale, lane,
+                   warp_rope<DH>(p, rope(), group, warp, warp_q0));
+  else
+    stage_rows<DH>(tile, BR * 64, row, p.T, dq, scale, lane);
+  staged_ready(kFirstGroupBarrier + group);
+  if (threadIdx.x % 128 == 0) {
+    store_panels<DH>(dq_map, tile, BR * 64, group_q0, b, h);
+    tma_store_wait_read();
+  }
 }
 
 // Warpgroup 0 produces (TMA: Q and dO once, then K_t and V_t in order), warpgroups
@@ -250,7 +285,8 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH, Short>::kGroups + 1),
                                   TmaDq<DH, Short>::T::kBlocks)
     dq_tma_kernel(const Params p, const int tail, const __grid_constant__ CUtensorMap q_map,
                   const __grid_constant__ CUtensorMap do_map, const __grid_constant__ CUtensorMap k_map,
-                  const __grid_constant__ CUtensorMap v_map) {
+                  const __grid_constant__ CUtensorMap v_map,
+                  const __grid_constant__ CUtensorMap dq_map) {
 #ifdef LMT_SM90_DEVICE_CODE
   using F = TmaDq<DH, Short>;
   constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
@@ -301,7 +337,8 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH, Short>::kGroups + 1),
       if constexpr (decltype(has_next)::value) V.release(j + 1, signal);
       if (j >= 0) K.release(j, signal);
     };
-    dq_rows<DH, BR, BC>(p, b, h, q0, me, Q.tile(0), dO.tile(0), K, V, rope, start, advance,
+    dq_rows<DH, BR, BC>(p, dq_map, b, h, q0, me, const_cast<bf16*>(Q.tile(0)), dO.tile(0), K, V,
+                        rope, start, advance,
                         [&] { turns.pass(); }, release);
     turns.end();
   };
@@ -338,7 +375,8 @@ template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream
   using K = TmaDkdv<DH, Short>;
   launch_specialized<dkdv_tma_kernel<DH, Short>, K>(
       p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR), o_map(p, B, DH, p.dout, K::BR),
-      qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC));
+      qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC), qkv_map(p, B, DH, p.dk, 64),
+      qkv_map(p, B, DH, p.dv, 64));
   using F = TmaDq<DH, Short>;
   // The dQ kernel's tail taken tile-major: about a wave's worth of heads (kBlocks an SM). At short
   // T only, where it was measured (results/flash_tuning.md); the dK/dV kernel's last blocks run
@@ -347,7 +385,7 @@ template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream
   const int tail = Short ? int(min64(heads, ceil_div(F::T::kBlocks * sm_count(), tiles))) : 0;
   launch_specialized<dq_tma_kernel<DH, Short>, F>(
       p, B, F::BR, b.stream, tail, qkv_map(p, B, DH, p.q, F::BR), o_map(p, B, DH, p.dout, F::BR),
-      qkv_map(p, B, DH, p.k, F::BC), qkv_map(p, B, DH, p.v, F::BC));
+      qkv_map(p, B, DH, p.k, F::BC), qkv_map(p, B, DH, p.v, F::BC), qkv_map(p, B, DH, p.dq, 64));
   CUDA_CHECK(cudaEventRecord(b.join, b.stream));
   CUDA_CHECK(cudaStreamWaitEvent(stream, b.join, 0));
 }

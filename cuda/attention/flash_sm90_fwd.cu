@@ -26,11 +26,14 @@ namespace {
 // key tile t at K.tile(t), value tile t at V.tile(t). advance(j) is key_pipeline's (K_{j+1} and
 // V_j ready once it returns); issued() follows the issue of each P V; release(j, has_next) follows
 // each tile's matmuls (j = -1: the first scores), when K_{j+1} (if has_next) and V_j (if j >= 0)
-// are no longer read.
+// are no longer read. O leaves as the dQ kernel's dQ does (flash_sm90_bwd.cu's dq_rows): through
+// the warpgroup's rows of the Q tile, read for the last time by its last scores, and a TMA store
+// (o_map), done reading before this returns.
 template <int DH, int BR, int BC, typename Tiles, typename Advance, typename Issued,
           typename Release>
-__device__ __forceinline__ void fwd_rows(const Params& p, int64_t b, int64_t h, int64_t q0,
-                                         int group, const bf16* sQ, const Tiles& K, const Tiles& V,
+__device__ __forceinline__ void fwd_rows(const Params& p, const CUtensorMap& o_map, int64_t b,
+                                         int64_t h, int64_t q0, int group, bf16* sQ,
+                                         const Tiles& K, const Tiles& V,
                                          Advance&& advance, Issued&& issued, Release&& release) {
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int64_t group_q0 = q0 + 64 * group, warp_q0 = group_q0 + 16 * warp, row = warp_q0 + lane / 4;
@@ -69,7 +72,15 @@ __device__ __forceinline__ void fwd_rows(const Params& p, int64_t b, int64_t h, 
   };
   key_pipeline(tiles, mine, clean, scores, softmax, pv, after, advance);
 
-  store_fwd<1, DH>(p, b, h, row, o, m, l, lane);
+  float inv[1][2];
+  store_lse<1>(p, b * p.H + h, row, m, l, lane, inv);
+  bf16* tile = sQ + 64 * group * 64;  // the warpgroup's rows in each 64-column panel
+  stage_rows<DH>(tile, BR * 64, row, p.T, o, inv, lane);
+  staged_ready(kFirstGroupBarrier + group);
+  if (threadIdx.x % 128 == 0) {
+    store_panels<DH>(o_map, tile, BR * 64, group_q0, b, h);
+    tma_store_wait_read();
+  }
 }
 
 // Warpgroup 0 produces (TMA: each item's Q, then its K_t and V_t in order), warpgroups 1 ..
@@ -87,7 +98,8 @@ template <int DH, bool Short> struct TmaFwd {
 template <int DH, bool Short, bool Pairs>
 __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
     fwd_tma_kernel(const Params p, const Work work, const __grid_constant__ CUtensorMap q_map,
-                   const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map) {
+                   const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
+                   const __grid_constant__ CUtensorMap o_map) {
 #ifdef LMT_SM90_DEVICE_CODE
   using F = TmaFwd<DH, Short>;
   constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
@@ -140,8 +152,8 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
         if constexpr (decltype(has_next)::value) Kt.release(j + 1, signal);
         if (j >= 0) Vt.release(j, signal);
       };
-      fwd_rows<DH, BR, BC>(p, it.b, it.h, it.q0, me, Q.tile(n), Kt, Vt, advance,
-                            [&] { turns.pass(); }, release);
+      fwd_rows<DH, BR, BC>(p, o_map, it.b, it.h, it.q0, me, const_cast<bf16*>(Q.tile(n)), Kt, Vt,
+                           advance, [&] { turns.pass(); }, release);
       Q.release(n++, signal);
       kv += it.tiles;
     });
@@ -158,7 +170,7 @@ void launch(const Params& p, int64_t B, const Work& work, cudaStream_t stream) {
   using F = TmaFwd<DH, Short>;
   launch_items<fwd_tma_kernel<DH, Short, Pairs>, F, Short>(
       p, work, stream, qkv_map(p, B, DH, p.q, F::BR), qkv_map(p, B, DH, p.k, F::BC),
-      qkv_map(p, B, DH, p.v, F::BC));
+      qkv_map(p, B, DH, p.v, F::BC), o_map(p, B, DH, p.out, 64));
 }
 template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   const Work work = make_work(int(B * p.H), int(ceil_div(p.T, TmaFwd<DH, Short>::BR)));

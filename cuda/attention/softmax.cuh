@@ -79,18 +79,46 @@ __device__ __forceinline__ void store_rows(const Params& p, bf16* base, int64_t 
       }
     }
 }
+// The same for one warpgroup's 64 rows (MT 1), written instead into shared memory as a swizzled
+// tile holds them (wgmma.cuh; `tile` the first of the rows, in each of the DH / 64 panels of 64
+// columns, panel c `panel` elements after panel 0), for a TMA store: row r's 16-byte chunk j at
+// chunk j ^ (r % 8), so that a warp's eight rows of one chunk fall in distinct banks. Rows past T
+// are staged unrotated (the table has no rows there); the store leaves them out.
+template <int DH, typename Rope = NoRope>
+__device__ __forceinline__ void stage_rows(bf16* tile, int panel, int64_t row, int64_t T,
+                                           const float (&acc)[1][DH / 8][4],
+                                           const float (&scale)[1][2], int lane, Rope rope = {}) {
+  constexpr bool kRope = !std::is_same_v<Rope, NoRope>;
+  const int warp = threadIdx.x / 32 % 4;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = 16 * warp + lane / 4 + 8 * hh;  // of the warpgroup's 64
+    float2 cs[DH / 8];
+    if constexpr (kRope)
+#pragma unroll
+      for (int n = 0; n < DH / 8; ++n)
+        cs[n] = row + 8 * hh < T ? rope(row + 8 * hh, n * 4 + lane % 4) : float2{1.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < DH / 8; ++n) {
+      float2 x{acc[0][n][2 * hh] * scale[0][hh], acc[0][n][2 * hh + 1] * scale[0][hh]};
+      if constexpr (kRope) x = unrotate(cs[n], x.x, x.y);
+      const __nv_bfloat162 v = __floats2bfloat162_rn(x.x, x.y);
+      *reinterpret_cast<__nv_bfloat162*>(tile + n / 8 * panel + r * 64 + ((n % 8) ^ (r % 8)) * 8 +
+                                         2 * (lane % 4)) = v;
+    }
+  }
+}
 template <int MT> __device__ __forceinline__ void fill(float (&x)[MT][2], float v) {
 #pragma unroll
   for (int i = 0; i < MT; ++i) x[i][0] = x[i][1] = v;
 }
 
-// The forward's end for one thread's rows: O / l, and L = scale m + ln l into lse[bh, t].
-template <int MT, int DH>
-__device__ __forceinline__ void store_fwd(const Params& p, int64_t b, int64_t h, int64_t row,
-                                          const float (&o)[MT][DH / 8][4], const float (&m)[MT][2],
-                                          float (&l)[MT][2], int lane) {
-  const int64_t bh = b * p.H + h;
-  float inv[MT][2];
+// The forward's end for one thread's rows: L = scale m + ln l into lse[bh, t], and 1 / l into
+// inv (O's scale).
+template <int MT>
+__device__ __forceinline__ void store_lse(const Params& p, int64_t bh, int64_t row,
+                                          const float (&m)[MT][2], const float (&l)[MT][2],
+                                          int lane, float (&inv)[MT][2]) {
 #pragma unroll
   for (int i = 0; i < MT; ++i)
 #pragma unroll
@@ -102,6 +130,14 @@ __device__ __forceinline__ void store_fwd(const Params& p, int64_t b, int64_t h,
       const int64_t t = row + 16 * i + 8 * hh;
       if (t < p.T && lane % 4 == 0) p.lse[bh * p.T + t] = m[i][hh] * p.scale + log2f(sum) * kLn2;
     }
+}
+// The same, and O / l.
+template <int MT, int DH>
+__device__ __forceinline__ void store_fwd(const Params& p, int64_t b, int64_t h, int64_t row,
+                                          const float (&o)[MT][DH / 8][4], const float (&m)[MT][2],
+                                          const float (&l)[MT][2], int lane) {
+  float inv[MT][2];
+  store_lse<MT>(p, b * p.H + h, row, m, l, lane, inv);
   store_rows<MT, DH>(p, head<bf16>(p.out, b, h, DH, p.o_batch), p.o_row, row, o, inv, lane);
 }
 

@@ -67,6 +67,25 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const void* map, int c0, 
       : "memory");
 }
 
+// TMA's store (cp.async.bulk.tensor, shared to global): one thread copies a box of rows from shared
+// memory, laid out as `map` swizzles them, into the tensor `map` describes (rows outside it are
+// left alone), in a bulk group. The writers of those bytes each make them visible to the copy
+// first (fence_async_shared, then a barrier among them); the copying thread waits until the copy
+// has read them (tma_store_wait_read) before the buffer is written again or the block ends.
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void tma_store_4d(const void* map, const void* src, int c0, int c1,
+                                             int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+      ::"l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2),
+      "r"(c3) : "memory");
+}
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 // Named barriers: ids 0 .. kNamedBarriers - 1, 0 being __syncthreads'. `threads` arrivals complete
 // one; sync waits for it, arrive does not. The ids this code uses are NamedBarrier's.
 constexpr int kNamedBarriers = 16;
@@ -81,6 +100,22 @@ __device__ __forceinline__ void bar_sync(int id, int threads) {
 }
 __device__ __forceinline__ void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// A consumer warpgroup's rows staged by softmax.cuh's stage_rows: its 128 threads make their
+// writes visible to TMA and meet at named barrier `bar` (staged_ready); then one of them stores
+// each 64-column panel of the 64 rows (panel c `panel` elements after `tile`) to rows row0 on of
+// head (b, h) through `map` (store_panels), and waits for the copies to read them.
+__device__ __forceinline__ void staged_ready(int bar) {
+  fence_async_shared();
+  bar_sync(bar, 128);
+}
+template <int DH>
+__device__ __forceinline__ void store_panels(const CUtensorMap& map, const bf16* tile, int panel,
+                                             int64_t row0, int64_t b, int64_t h) {
+#pragma unroll
+  for (int c = 0; c < DH / 64; ++c)
+    tma_store_4d(&map, tile + c * panel, 64 * c, int(row0), int(h), int(b));
 }
 
 // STAGES buffers of ROWS x DH bf16 (tile t in buffer t % STAGES), each with its full and free
