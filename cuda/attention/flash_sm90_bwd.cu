@@ -180,12 +180,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
     else
       stage_rows<DH>(tk, BC * 64, key, p.T, dk, scale, lane);
     stage_rows<DH>(tv, BC * 64, key, p.T, dv, one, lane);
-    staged_ready(barrier);
-    if (me == 0) {
-      store_panels<DH>(dk_map, tk, BC * 64, group_k0, b, h);
-      store_panels<DH>(dv_map, tv, BC * 64, group_k0, b, h);
-      tma_store_wait_read();
-    }
+    store_staged<DH>(barrier, BC * 64, group_k0, b, h, Staged{dk_map, tk}, Staged{dv_map, tv});
   };
   specialize<G, F::T::kBlocks>(produce, consume);
 #else
@@ -258,11 +253,7 @@ __device__ __forceinline__ void dq_rows(const Params& p, const CUtensorMap& dq_m
                    warp_rope<DH>(p, rope(), group, warp, warp_q0));
   else
     stage_rows<DH>(tile, BR * 64, row, p.T, dq, scale, lane);
-  staged_ready(kFirstGroupBarrier + group);
-  if (threadIdx.x % 128 == 0) {
-    store_panels<DH>(dq_map, tile, BR * 64, group_q0, b, h);
-    tma_store_wait_read();
-  }
+  store_staged<DH>(kFirstGroupBarrier + group, BR * 64, group_q0, b, h, Staged{dq_map, tile});
 }
 
 // Warpgroup 0 produces (TMA: Q and dO once, then K_t and V_t in order), warpgroups

@@ -76,11 +76,7 @@ __device__ __forceinline__ void fwd_rows(const Params& p, const CUtensorMap& o_m
   store_lse<1>(p, b * p.H + h, row, m, l, lane, inv);
   bf16* tile = sQ + 64 * group * 64;  // the warpgroup's rows in each 64-column panel
   stage_rows<DH>(tile, BR * 64, row, p.T, o, inv, lane);
-  staged_ready(kFirstGroupBarrier + group);
-  if (threadIdx.x % 128 == 0) {
-    store_panels<DH>(o_map, tile, BR * 64, group_q0, b, h);
-    tma_store_wait_read();
-  }
+  store_staged<DH>(kFirstGroupBarrier + group, BR * 64, group_q0, b, h, Staged{o_map, tile});
 }
 
 // Warpgroup 0 produces (TMA: each item's Q, then its K_t and V_t in order), warpgroups 1 ..

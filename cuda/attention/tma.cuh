@@ -102,20 +102,28 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// A consumer warpgroup's rows staged by softmax.cuh's stage_rows: its 128 threads make their
-// writes visible to TMA and meet at named barrier `bar` (staged_ready); then one of them stores
-// each 64-column panel of the 64 rows (panel c `panel` elements after `tile`) to rows row0 on of
-// head (b, h) through `map` (store_panels), and waits for the copies to read them.
-__device__ __forceinline__ void staged_ready(int bar) {
+// A consumer warpgroup's rows staged by softmax.cuh's stage_rows, each a tile's 64 rows in
+// DH / 64 panels of 64 columns (panel c `panel` elements after `tile`), stored to rows row0 on of
+// head (b, h) through `map`: its 128 threads make their writes visible to TMA and meet at named
+// barrier `bar`; then one of them stores every panel of every tile and waits for the copies to
+// read them.
+struct Staged {
+  const CUtensorMap& map;
+  const bf16* tile;
+};
+template <int DH, typename... Tiles>
+__device__ __forceinline__ void store_staged(int bar, int panel, int64_t row0, int64_t b,
+                                             int64_t h, const Tiles&... tiles) {
   fence_async_shared();
   bar_sync(bar, 128);
-}
-template <int DH>
-__device__ __forceinline__ void store_panels(const CUtensorMap& map, const bf16* tile, int panel,
-                                             int64_t row0, int64_t b, int64_t h) {
+  if (threadIdx.x % 128 != 0) return;
+  auto store = [&](const Staged& s) {
 #pragma unroll
-  for (int c = 0; c < DH / 64; ++c)
-    tma_store_4d(&map, tile + c * panel, 64 * c, int(row0), int(h), int(b));
+    for (int c = 0; c < DH / 64; ++c)
+      tma_store_4d(&s.map, s.tile + c * panel, 64 * c, int(row0), int(h), int(b));
+  };
+  (store(tiles), ...);
+  tma_store_wait_read();
 }
 
 // STAGES buffers of ROWS x DH bf16 (tile t in buffer t % STAGES), each with its full and free
