@@ -4,6 +4,9 @@
 # synccheck (barriers misused) and initcheck (reads of device memory nothing wrote). Each runs
 #   - attention mode at odd sequence lengths, every FlashAttention head dim, flash and flash-mma
 #     (the mma.sync kernels) and naive, causal and not, bf16 and fp32: every attention kernel;
+#   - attention mode with more query tiles than the GPU has SMs (4 x 40 heads at T 255 and 511,
+#     head dim 64): the persistent forward's blocks taking several items in turn, longest first
+#     and in pairs, reusing their Q buffers;
 #   - a few training steps of the tiny model with a 1001-token vocabulary (an odd one, for the
 #     classifier's unaligned rows): embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, AdamW, the
 #     reductions and the matmuls; and again with AdamW's leaner state (bf16 moments, with fp32
@@ -36,6 +39,10 @@ attention=(--set run.mode=attention --set attention.batch=1 --set attention.head
            --set 'attention.dtypes=["bf16", "fp32"]' --set attention.warmup=0 --set attention.iters=1)
 attention_racecheck=("${attention[@]}" --set "attention.seq_lens=[77]"
                     --set 'attention.impls=["flash", "flash-mma"]')
+persistent=(--set run.mode=attention --set attention.batch=4 --set attention.heads=40
+            --set "attention.seq_lens=[255, 511]" --set "attention.head_dims=[64]"
+            --set 'attention.impls=["flash"]' --set 'attention.masks=["causal", "none"]'
+            --set 'attention.dtypes=["bf16"]' --set attention.warmup=0 --set attention.iters=1)
 train=(--config configs/models/tiny.toml --set run.device=cuda --set model.vocab_size=1001
        --set train.steps=3 --set train.log_every=1)
 bf16_moments=("${train[@]}" --set model.precision=bf16 --set optim.state_dtype=bf16)
@@ -44,7 +51,7 @@ bf16_residual=("${bf16_moments[@]}" --set model.residual_dtype=bf16)
 status=0
 for tool in memcheck racecheck synccheck initcheck; do
   line="" errors=0
-  for run in attention train bf16_moments no_masters bf16_residual; do
+  for run in attention persistent train bf16_moments no_masters bf16_residual; do
     declare -n args=$run
     [ "$tool" = racecheck ] && [ "$run" = attention ] && declare -n args=attention_racecheck
     log=$logs/$tool-$run.log
