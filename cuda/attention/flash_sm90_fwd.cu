@@ -28,8 +28,9 @@ namespace {
 // each tile's matmuls (j = -1: the first scores), when K_{j+1} (if has_next) and V_j (if j >= 0)
 // are no longer read. O leaves as the dQ kernel's dQ does (flash_sm90_bwd.cu's dq_rows): through
 // the warpgroup's rows of the Q tile, read for the last time by its last scores, and a TMA store
-// (o_map), done reading before this returns.
-template <int DH, int BR, int BC, typename Tiles, typename Advance, typename Issued,
+// (o_map), done reading before this returns if Wait; else the caller waits for it
+// (tma_store_wait_read, in the storing thread) before the tile is written again.
+template <int DH, int BR, int BC, bool Wait, typename Tiles, typename Advance, typename Issued,
           typename Release>
 __device__ __forceinline__ void fwd_rows(const Params& p, const CUtensorMap& o_map, int64_t b,
                                          int64_t h, int64_t q0, int group, bf16* sQ,
@@ -76,7 +77,7 @@ __device__ __forceinline__ void fwd_rows(const Params& p, const CUtensorMap& o_m
   store_lse<1>(p, b * p.H + h, row, m, l, lane, inv);
   bf16* tile = sQ + 64 * group * 64;  // the warpgroup's rows in each 64-column panel
   stage_rows<DH>(tile, BR * 64, row, p.T, o, inv, lane);
-  store_staged<DH>(kFirstGroupBarrier + group, BR * 64, group_q0, b, h, Staged{o_map, tile});
+  store_staged<DH, Wait>(kFirstGroupBarrier + group, BR * 64, group_q0, b, h, Staged{o_map, tile});
 }
 
 // Warpgroup 0 produces (TMA: each item's Q, then its K_t and V_t in order), warpgroups 1 ..
@@ -126,6 +127,7 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
   auto consume = [&](int me) {
     const Turns<G, Sm90FwdTraits<DH>::kPingPong && (G > 1)> turns{me};
     const bool signal = threadIdx.x % 32 == 0;  // one arrival per warp frees a buffer
+    const bool storer = threadIdx.x % 128 == 0;  // store_staged's thread
     int n = 0, kv = 0;
     for_each_item<Short, Pairs>(work, [&](int bh, int k) {
       const Item it = item(bh, k);
@@ -146,13 +148,21 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
       auto release = [&](int64_t j, auto has_next) {
         turns.released(j);
         if constexpr (decltype(has_next)::value) Kt.release(j + 1, signal);
-        if (j >= 0) Vt.release(j, signal);
+        if (j >= 0) {
+          Vt.release(j, signal);
+        } else if (Short && n > 0) {  // the first scores are done: the last item's O stores
+          // have had their time to read its Q tile, which is released only now
+          if (storer) tma_store_wait_read();
+          Q.release(n - 1, signal);
+        }
       };
-      fwd_rows<DH, BR, BC>(p, o_map, it.b, it.h, it.q0, me, const_cast<bf16*>(Q.tile(n)), Kt, Vt,
-                           advance, [&] { turns.pass(); }, release);
-      Q.release(n++, signal);
+      fwd_rows<DH, BR, BC, !Short>(p, o_map, it.b, it.h, it.q0, me, const_cast<bf16*>(Q.tile(n)),
+                                   Kt, Vt, advance, [&] { turns.pass(); }, release);
+      if constexpr (!Short) Q.release(n, signal);
+      ++n;
       kv += it.tiles;
     });
+    if (Short && storer) tma_store_wait_read();  // the last item's
     turns.end();
   };
   specialize<G>(produce, consume);

@@ -82,8 +82,11 @@ __device__ __forceinline__ void tma_store_4d(const void* map, const void* src, i
       ::"l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2),
       "r"(c3) : "memory");
 }
+__device__ __forceinline__ void tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
 __device__ __forceinline__ void tma_store_wait_read() {
-  asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
 // Named barriers: ids 0 .. kNamedBarriers - 1, 0 being __syncthreads'. `threads` arrivals complete
@@ -105,13 +108,14 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
 // A consumer warpgroup's rows staged by softmax.cuh's stage_rows, each a tile's 64 rows in
 // DH / 64 panels of 64 columns (panel c `panel` elements after `tile`), stored to rows row0 on of
 // head (b, h) through `map`: its 128 threads make their writes visible to TMA and meet at named
-// barrier `bar`; then one of them stores every panel of every tile and waits for the copies to
-// read them.
+// barrier `bar`; then one of them stores every panel of every tile and (Wait) waits for the
+// copies to read them; without Wait, that thread (threadIdx.x % 128 == 0) calls
+// tma_store_wait_read itself before the tiles are written again or the block ends.
 struct Staged {
   const CUtensorMap& map;
   const bf16* tile;
 };
-template <int DH, typename... Tiles>
+template <int DH, bool Wait = true, typename... Tiles>
 __device__ __forceinline__ void store_staged(int bar, int panel, int64_t row0, int64_t b,
                                              int64_t h, const Tiles&... tiles) {
   fence_async_shared();
@@ -123,7 +127,8 @@ __device__ __forceinline__ void store_staged(int bar, int panel, int64_t row0, i
       tma_store_4d(&s.map, s.tile + c * panel, 64 * c, int(row0), int(h), int(b));
   };
   (store(tiles), ...);
-  tma_store_wait_read();
+  tma_store_commit();
+  if constexpr (Wait) tma_store_wait_read();
 }
 
 // STAGES buffers of ROWS x DH bf16 (tile t in buffer t % STAGES), each with its full and free
