@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
       };
       fwd_rows<DH, BR, BC, !Short>(p, o_map, it.b, it.h, it.q0, me, const_cast<bf16*>(Q.tile(n)),
                                    Kt, Vt, advance, [&] { turns.pass(); }, release);
-      if constexpr (!Short) Q.release(n, signal);
+      if constexpr (!Short) Q.release(n, signal);  // Short: under the next item (above)
       ++n;
       kv += it.tiles;
     });
