@@ -97,8 +97,7 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
     : cl_(cl), c_(cl.config), rt_(rt), device_(device), B_(c_.train.batch_size),
       T_(c_.model.context_length), accum_(c_.train.grad_accum), steps_(c_.train.steps),
       rng_(data_rng(uint64_t(c_.run.seed), rt.rank)), last_checkpoint_(c_.train.resume),
-      row_(config_columns(c_)), inputs_(static_cast<size_t>(B_ * T_)),
-      targets_(static_cast<size_t>(B_ * T_)) {
+      row_(config_columns(c_)) {
   // What would fail late fails now, before anything is allocated (preflight.hpp).
   agree(rt_, [&] {
     if (!c_.train.checkpoint_dir.empty() && rt_.is_root()) prepare_checkpoint_dir(c_);
@@ -107,6 +106,7 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
   host_ = make_mpi_communicator(MPI_COMM_WORLD);
   backend_ = make_backend<T>(device_, rt_);
   agree(rt_, [&] { check_device_memory(c_, rt_, device_); });
+  inputs_.resize(static_cast<size_t>(B_ * T_)), targets_.resize(static_cast<size_t>(B_ * T_));
   training_ = set_up_training(c_, rt_, *backend_);  // as bench's
   model_ = training_.model.get(), optimizer_ = training_.optimizer.get();
   sync_ = optimizer_->sync();

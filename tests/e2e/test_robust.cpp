@@ -109,6 +109,19 @@ TEST_CASE("robust: a model too big for host memory is refused in seconds with th
   CHECK(s < 10);
 }
 
+TEST_CASE("robust: a batch or context too big for host memory is refused before a byte of it is taken") {
+  // Train mode sizes the batch's host buffers (B x T tokens, inputs and targets) only after the
+  // memory check, which names the bytes.
+  for (std::string set : {"model.context_length=10000000000", "train.batch_size=10000000000"}) {
+    auto r = run("timeout 60 " + std::string(lmt::test::lmtrain()) +
+                 " --set run.device=cpu --set " + set);
+    INFO(set, r.output);
+    CHECK(r.code == kExitUsage);
+    CHECK(r.output.find("out of host memory: this run needs ") != std::string::npos);
+    CHECK(r.output.find("bad_alloc") == std::string::npos);
+  }
+}
+
 TEST_CASE("robust: a model of 100k layers is laid out and takes a step in seconds") {
   // Small layers: the run fits; what is tested is the parameter layout's cost (its name lookups
   // were quadratic in the layer count).
