@@ -106,8 +106,9 @@ void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::
     bool low = f.min_open ? x <= f.min : x < f.min;
     if (low || x > f.max || std::isnan(x)) {
       std::string lo = strf("%s %g", f.min_open ? ">" : ">=", f.min);
-      bad(f.max < kBig ? strf("a number %s and <= %g", lo.c_str(), f.max)
-                       : strf("a number %s", lo.c_str()), &node);
+      // The bound every field has (kBig) is named only to a value past it.
+      bad(f.max < kBig || x > f.max ? strf("a number %s and <= %g", lo.c_str(), f.max)
+                                    : strf("a number %s", lo.c_str()), &node);
     }
   };
   auto integer = [&](const toml::node& x) {

@@ -120,6 +120,8 @@ const BadInput kBadInputs[] = {
      "--set: model.d_model = \"abc\": expected an integer"},
     {"--set out of range", "", "--set optim.lr=-1", 0,
      "--set: optim.lr = -1: expected a number >= 0"},
+    {"--set past every field's bound", "", "--set optim.lr=1e300", 0,
+     "--set: optim.lr = 1.0000000000000001e+300: expected a number >= 0 and <= 1e+18"},
     {"unknown argument", "", "--verbose", 0, "unknown argument '--verbose'"},
     {"a directory as the config", "", "--config /tmp", 0, "config file '/tmp' is not a regular file"},
     {"no value after --config", "", "--config", 0, "--config: expected a value after it"},
