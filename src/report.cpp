@@ -70,9 +70,13 @@ void check_csv(const std::string& path, const std::vector<std::string>& header) 
       throw UsageError(strf("--csv %s: the file has another header than this run's rows (%s...); "
                             "use a new file", path.c_str(), first.substr(0, 60).c_str()));
   }
+  check_output_dir("--csv", path);
+}
+
+void check_output_dir(const char* flag, const std::string& path) {
   std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   if (access(dir.c_str(), W_OK) != 0)
-    throw UsageError(strf("--csv %s: cannot write in %s: %s", path.c_str(), dir.c_str(),
+    throw UsageError(strf("%s %s: cannot write in %s: %s", flag, path.c_str(), dir.c_str(),
                           strerror(errno)));
 }
 

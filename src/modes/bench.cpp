@@ -117,6 +117,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   std::unique_ptr<TokenSource> source;
   agree(rt, [&] {
     if (!cl.csv_path.empty() && rt.is_root()) check_csv(cl.csv_path, bench_columns(c).header);
+    if (!cl.trace_path.empty() && rt.is_root()) check_output_dir("--trace", cl.trace_path);
     source = make_token_source(c);
   });
   // The model and its optimizer as train sets them up: on several ranks (or under zero1) the

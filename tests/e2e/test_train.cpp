@@ -388,6 +388,15 @@ TEST_CASE("bench: --trace writes the timed steps' phases and a memory counter; t
   auto train = run(std::string(lmt::test::lmtrain()) + kTiny + " --trace " + path);
   CHECK(train.code == 2);
   CHECK(train.output.find("only run.mode = \"bench\" writes a trace") != std::string::npos);
+  // A folder it cannot write in is refused before the run, as --csv's.
+  const std::string nowhere = dir.file("no/such/folder/trace.json");
+  auto unwritable = run(std::string(lmt::test::lmtrain()) + kTiny +
+                        " --set run.mode=bench --set bench.warmup=0 --set bench.steps=1 --trace " + nowhere);
+  INFO(unwritable.output);
+  CHECK(unwritable.code == 2);
+  CHECK(unwritable.output.find("lmtrain: error: --trace " + nowhere + ": cannot write in ") !=
+        std::string::npos);
+  CHECK(unwritable.output.find("== lmtrain bench") == std::string::npos);
 }
 
 TEST_CASE("bench --trace on 2 ranks: one file, each rank's phases, collectives and waits") {
