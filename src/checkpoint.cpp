@@ -209,6 +209,11 @@ std::string resume_mismatch(const Config& c, const Resumed& r) {
   };
   differ("run.seed", std::to_string(c.run.seed), r.seed);
   differ("data", data_identity(c), r.data);
+  // Another batch size under the same accumulation: other tokens per optimizer step (another
+  // accumulation that keeps them is the same stream, and one that does not check_resume_batch
+  // refuses).
+  if (r.batch_size && r.batch_size * r.grad_accum != c.train.batch_size * c.train.grad_accum)
+    differ("train.batch_size", std::to_string(c.train.batch_size), std::to_string(r.batch_size));
   if (now.empty()) return "";
   return strf("resuming %s with %s; its run had %s: continuing, on other data streams than the "
               "interrupted run's", c.train.resume.c_str(), now.c_str(), then.c_str());

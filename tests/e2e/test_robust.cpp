@@ -287,7 +287,7 @@ TEST_CASE("robust: another run's checkpoint directory is refused unless train.ov
   CHECK(forced.code == 0);
 }
 
-TEST_CASE("robust: resuming under another seed or data source warns in one line and continues") {
+TEST_CASE("robust: resuming under another seed, data source or batch size warns in one line and continues") {
   TempDir dir;
   const std::string base = std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=4";
   REQUIRE(run(base + " --set train.steps=2 --set train.checkpoint_dir=" + dir.path).code == 0);
@@ -307,6 +307,16 @@ TEST_CASE("robust: resuming under another seed or data source warns in one line 
   CHECK(r.output.find("lmtrain: warning: resuming " + ckpt + " with run.seed 3, data file " + file +
                       " (2000 bytes); its run had run.seed 0, data synthetic (4 successors): "
                       "continuing") != std::string::npos);
+  // kTiny's batch of 2 as 2 micro-batches of 1 is the same stream; a batch of 1 is not.
+  auto split = run(base + " --set train.batch_size=1 --set train.grad_accum=2 --set train.resume=" + ckpt);
+  CHECK(split.code == 0);
+  CHECK(split.output.find("warning") == std::string::npos);
+  auto smaller = run(base + " --set train.batch_size=1 --set train.resume=" + ckpt);
+  INFO(smaller.output);
+  CHECK(smaller.code == 0);
+  CHECK(count(smaller.output, "warning") == 1);
+  CHECK(smaller.output.find("lmtrain: warning: resuming " + ckpt + " with train.batch_size 1; its "
+                            "run had train.batch_size 2: continuing") != std::string::npos);
 }
 
 TEST_CASE("robust: a stopped rank ends the job after run.comm_timeout_s, named, exit code 5") {
