@@ -5,9 +5,10 @@
 // j*B .. j*B+B-1 of batches*B. Rank r evaluates batches r, r + world, ... (Model::evaluate: the
 // batch's mean loss, the same wherever it runs: same tokens, shape and parameters) into slot j
 // of a vector that is zero elsewhere. Summing those vectors over the ranks is exact (one
-// nonzero per slot), and the slots' mean is taken in slot order: the world size changes which
+// nonzero per slot), and the slots are added up in slot order: the world size changes which
 // rank computes a batch, never a bit of the result. A world larger than `batches` leaves ranks
-// idle; nothing is padded.
+// idle; nothing is padded. The slots go kValidationChunk at a time (a collective each), so that
+// what is held does not grow with `batches`.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -18,15 +19,18 @@
 
 namespace lmt {
 
-// The slots of `rank` of `world`: batch j's mean loss where j % world == rank, 0 elsewhere.
+constexpr int64_t kValidationChunk = 4096;
+
+// Slots first .. first + count - 1 of `rank` of `world`: batch j's mean loss where
+// j % world == rank, 0 elsewhere.
 template <typename T>
 std::vector<double> held_out_losses(Model<T>& model, const TokenSource& source, int64_t batches,
-                                    int rank, int world);
+                                    int rank, int world, int64_t first, int64_t count);
 
-// The mean of the slots, summed in slot order.
-double held_out_mean(const std::vector<double>& losses);
+// sum plus the slots, added in slot order.
+double add_slots(double sum, const std::vector<double>& losses);
 
-// held_out_losses of every rank of `host`, summed over them, and their mean. Collective.
+// The slots of every rank of `host`, summed over them, and their mean. Collective.
 template <typename T>
 double validation_loss(Model<T>& model, const TokenSource& source, int64_t batches,
                        Communicator& host);
