@@ -10,7 +10,11 @@
 // instead (up to eight 16-byte vectors a thread; the row read once, its max taken before its sum)
 // took as long at gpt2-small's 16 384 x 50 304: 1.36, 1.38, 1.36, 1.36 ms against 1.35, 1.36,
 // 1.39, 1.36 (bench's kernel summary, on an H100, one call): at 58 registers a thread a block
-// holds its SM alone, where two blocks of this kernel share one.
+// holds its SM alone, where two blocks of this kernel share one. Nor did staging rows in shared
+// memory pay (on a Hopper GPU a block an SM holding two rows, each copied in with one bulk copy
+// as its buffer came free, both passes reading the copy): 1.28, 1.34 ms against 1.34, 1.36 at
+// 16 x 1024 rows, but 0.77, 0.77 against 0.69, 0.68 at 8 x 1024 (bench's kernel summary, on an
+// H100, one call, the step no faster).
 #include <type_traits>
 
 #include "common.cuh"
