@@ -828,6 +828,36 @@ def b_allreduce_mpi(data):
                      ["allreduce.csv", "allreduce.failed.csv"]))
 
 
+X4_CMD = ('CSV=results/allreduce_x4.csv NPS="2 4" BACKENDS=nccl '
+          'MPIRUN="mpirun -q --bind-to none -x NCCL_NVLS_ENABLE=0" scripts/sweep_allreduce.sh')
+
+
+def x4(data, world):
+    return {int(r["size_bytes"]): r for r in data.csv("allreduce_x4.csv")
+            if r["allreduce.backend"] == "nccl" and r["world_size"] == str(world)}
+
+
+def b_allreduce_x4(data):
+    by = {w: x4(data, w) for w in (2, 4)}
+    rows = [[size_label(s)] + [ar_cell(by[w].get(s)) for w in (2, 4)]
+            for s in sorted(set(by[2]) | set(by[4]))]
+    used = [r for w in by.values() for r in w.values()]
+    return (table(["size", "2 ranks", "4 ranks"], rows)
+            + source(f"NCCL on one machine of 4 {devices(used)} (NVLink between every pair)",
+                     dates(used), X4_CMD,
+                     ["allreduce_x4.csv", "allreduce_x4.md", "allreduce_x4_busbw.png"]))
+
+
+def b_x4_scaling(data):
+    two, four = x4(data, 2), x4(data, 4)
+    lo, hi = min(two), max(two)
+    t = lambda r: float(r["time_us"])
+    return (f"{t(four[hi]) / t(two[hi]):.2f}× as long at {size_label(hi)} and "
+            f"{t(four[lo]) / t(two[lo]):.2f}× at {size_label(lo)}, its bus bandwidth "
+            f"{float(two[hi]['busbw_gbs']):.0f} → {float(four[hi]['busbw_gbs']):.0f} GB/s at "
+            f"{size_label(hi)}")
+
+
 def b_nccl_small(data):
     n = allreduce(data, "nccl", 2)
     return ar_cell(n[min(n)]).split("(")[1].rstrip(")") + f" for {size_label(min(n))}"
