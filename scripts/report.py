@@ -880,14 +880,19 @@ def b_mpi_vs_nccl(data):
 DDP_CMD = "scripts/sweep_ddp.sh"
 
 
-def ddp(data, accum=1, ctas=0):
+DDP_X4_CMD = ('NP=4 BUCKETS_MB="10 100 1000" ACCUM=1 CSV=results/ddp_x4.csv '
+              'MPIRUN="mpirun -q --bind-to none -x NCCL_NVLS_ENABLE=0" scripts/sweep_ddp.sh')
+
+
+def ddp(data, accum=1, ctas=0, stem="ddp"):
     """The rows of `accum` micro-batches per step with NCCL's own thread blocks (ddp.comm_ctas 0,
-    or `ctas`), and the newest one-rank row of the same accum."""
+    or `ctas`), and the newest one-rank row of the same accum; from stem.csv (ddp.csv: 2 ranks,
+    ddp_x4.csv: 4) and stem_1rank.csv."""
     pick = lambda rows: [r for r in rows if ddp_table.accum(r) == accum]
-    rows = [r for r in pick(data.csv("ddp.csv")) if int(r.get("ddp.comm_ctas") or 0) == ctas]
-    one = pick(data.csv("ddp_1rank.csv"))
+    rows = [r for r in pick(data.csv(f"{stem}.csv")) if int(r.get("ddp.comm_ctas") or 0) == ctas]
+    one = pick(data.csv(f"{stem}_1rank.csv"))
     if not one:
-        raise Missing(f"ddp_1rank.csv: no row of grad_accum {accum}")
+        raise Missing(f"{stem}_1rank.csv: no row of grad_accum {accum}")
     return rows, one[-1]
 
 
@@ -900,8 +905,8 @@ def ddp_row(data, strategy, bucket=None):
     return out[-1]
 
 
-def b_ddp_table(data):
-    rows, one = ddp(data)
+def ddp_strategies(data, stem, ranks, command):
+    rows, one = ddp(data, stem=stem)
     base = num(one, "step_ms_median")
     order = {"naive": 0, "flat": 1, "overlap": 2, "bucketed": 3, "zero1": 4}
     out = [["1 GPU", "–", f2(base), "–", "–", "–", f"{num(one, 'optimizer_bytes') / MIB:,.1f}"]]
@@ -912,8 +917,27 @@ def b_ddp_table(data):
                     f"{num(r, 'optimizer_bytes') / MIB:,.1f}"])
     return (table(["strategy", "bucket MB", "step ms", "comm ms", "exposed ms", "scaling vs 1 GPU",
                    "optimizer MiB / rank"], out)
-            + source(f"2 × {devices(rows)} over NCCL", dates(rows + [one]), DDP_CMD,
-                     ["ddp.csv", "ddp_1rank.csv", "ddp.md"]))
+            + source(f"{ranks} × {devices(rows)} over NCCL", dates(rows + [one]), command,
+                     [f"{stem}.csv", f"{stem}_1rank.csv", f"{stem}.md"]))
+
+
+def b_ddp_table(data):
+    return ddp_strategies(data, "ddp", 2, DDP_CMD)
+
+
+def b_ddp_table_x4(data):
+    return ddp_strategies(data, "ddp_x4", 4, DDP_X4_CMD)
+
+
+def b_ddp_x4_best(data):
+    """The fastest strategy at 4 ranks and its scaling, beside the fastest at 2."""
+    def best(stem):
+        rows, one = ddp(data, stem=stem)
+        r = min(rows, key=lambda r: num(r, "step_ms_median"))
+        bucket = f" at {float(r['ddp.bucket_mb']):g} MB" if r["ddp.strategy"] in ("bucketed", "zero1") else ""
+        return (f"{r['ddp.strategy']}{bucket}, {f2(num(r, 'step_ms_median'))} ms "
+                f"({100 * num(one, 'step_ms_median') / num(r, 'step_ms_median'):.1f}% of linear)")
+    return f"{best('ddp_x4')} at 4 ranks, where 2 had {best('ddp')}"
 
 
 def b_ddp_ctas(data):
