@@ -61,12 +61,16 @@ std::string list(const std::vector<char>& ranks, char want) {
   }
   const double grace = std::min(g_timeout_s, 5.0);
   const auto t0 = Clock::now();
-  // The lowest reporting rank speaks after the grace period; the others give it as long again.
+  // The lowest reporting rank speaks after the grace period and aborts the job; the others speak
+  // only if that abort has not reached them kAbortSlackS later (that rank itself stuck). Twice the
+  // grace was too short on a loaded machine: a second rank printed its line before the abort
+  // ended it.
+  constexpr double kAbortSlackS = 30;
   for (;;) {
     take_reports(here);
     const bool lowest = std::find(here.begin(), here.end(), 1) - here.begin() == rank;
     const double t = seconds_since(t0);
-    if ((lowest && t > grace) || t > 2 * grace) break;
+    if ((lowest && t > grace) || t > grace + kAbortSlackS) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const std::string missing = list(here, 0);
