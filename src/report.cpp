@@ -1,5 +1,6 @@
 #include "report.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,7 +75,11 @@ void check_csv(const std::string& path, const std::vector<std::string>& header) 
 }
 
 void check_output_dir(const char* flag, const std::string& path) {
-  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw UsageError(strf("%s %s: a directory, not a file", flag, path.c_str()));
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   if (access(dir.c_str(), W_OK) != 0)
     throw UsageError(strf("%s %s: cannot write in %s: %s", flag, path.c_str(), dir.c_str(),
                           strerror(errno)));
