@@ -507,8 +507,10 @@ std::string usage_text() {
 
 CommandLine parse_command_line(const std::vector<std::string>& args) {
   CommandLine cl;
+  // A flag's value; the next flag in its place means it has none (a file named so: ./--name).
   auto next = [&](size_t& i) -> const std::string& {
-    if (i + 1 >= args.size()) throw UsageError(args[i] + ": expected a value after it");
+    if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0)
+      throw UsageError(args[i] + ": expected a value after it");
     return args[++i];
   };
   std::vector<std::string> overrides;  // applied after every file, wherever they stand

@@ -125,6 +125,8 @@ const BadInput kBadInputs[] = {
     {"unknown argument", "", "--verbose", 0, "unknown argument '--verbose'"},
     {"a directory as the config", "", "--config /tmp", 0, "config file '/tmp' is not a regular file"},
     {"no value after --config", "", "--config", 0, "--config: expected a value after it"},
+    {"a flag where --set's value goes", "", "--set --csv x.csv", 0,
+     "--set: expected a value after it"},
     {"empty list", "[attention]\nseq_lens = []\n", "", 2,
      "attention.seq_lens = an array: expected a non-empty array"},
     {"list element not a choice", "[attention]\n\ndtypes = [\"bf16\", \"fp16\"]\n", "", 3,
