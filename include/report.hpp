@@ -23,7 +23,8 @@ CsvRow config_columns(const Config& c);
 // Throws UsageError if `path` exists with another header (checked before a run starts, so a long
 // run never ends unable to write its row) or its folder cannot be written.
 void check_csv(const std::string& path, const std::vector<std::string>& header);
-// Throws UsageError, naming the flag, if the folder of an output file cannot be written.
+// Throws UsageError, naming the flag, if an output file's path is a folder or its folder cannot
+// be written.
 void check_output_dir(const char* flag, const std::string& path);
 // Appends the row (writing the header first into a new file); the file is rewritten to a
 // temporary name and renamed, so a killed run leaves the old file whole.

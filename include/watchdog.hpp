@@ -6,8 +6,9 @@
 // reports to every rank over a communicator of its own ("I am here, waiting"), listens for the
 // others' reports for a grace period (the timeout, at most 5 s), and then the lowest reporting
 // rank prints one line naming the ranks that did not report (did not arrive) and aborts the job
-// with kExitCommTimeout (the others print theirs only if that abort has not ended them 30 s on). The NCCL path calls peers_overdue() from its own polling loop. A rank
-// that gets SIGTERM while it waits (mpirun ending the job: a rank died) says so, once.
+// with kExitCommTimeout (the others print theirs only if that abort has not ended them 30 s
+// on). The NCCL path calls peers_overdue() from its own polling loop. A rank that gets SIGTERM
+// while it waits (mpirun ending the job: a rank died) says so, once.
 #pragma once
 #include <mpi.h>
 

@@ -62,9 +62,8 @@ std::string list(const std::vector<char>& ranks, char want) {
   const double grace = std::min(g_timeout_s, 5.0);
   const auto t0 = Clock::now();
   // The lowest reporting rank speaks after the grace period and aborts the job; the others speak
-  // only if that abort has not reached them kAbortSlackS later (that rank itself stuck). Twice the
-  // grace was too short on a loaded machine: a second rank printed its line before the abort
-  // ended it.
+  // only if that abort has not reached them kAbortSlackS later (that rank itself stuck), a slack
+  // that a loaded machine's MPI_Abort, taking seconds to end the ranks, stays well inside.
   constexpr double kAbortSlackS = 30;
   for (;;) {
     take_reports(here);
