@@ -880,7 +880,7 @@ def b_mpi_vs_nccl(data):
 DDP_CMD = "scripts/sweep_ddp.sh"
 
 
-DDP_X4_CMD = ('NP=4 BUCKETS_MB="10 100 1000" ACCUM=1 CSV=results/ddp_x4.csv '
+DDP_X4_CMD = ('NP=4 BUCKETS_MB="10 100 1000" CSV=results/ddp_x4.csv '
               'MPIRUN="mpirun -q --bind-to none -x NCCL_NVLS_ENABLE=0" scripts/sweep_ddp.sh')
 
 
@@ -956,10 +956,10 @@ def b_ddp_ctas(data):
     return "; ".join(parts)
 
 
-def b_ddp_accum(data):
-    rows, one = ddp(data, accum=4)
+def ddp_accum_table(data, stem, ranks, command):
+    rows, one = ddp(data, accum=4, stem=stem)
     if not rows:
-        raise Missing("ddp.csv: no grad_accum 4 row")
+        raise Missing(f"{stem}.csv: no grad_accum 4 row")
     base = num(one, "step_ms_median")
     order = {"naive": 0, "flat": 1, "overlap": 2, "bucketed": 3, "zero1": 4}
     out = [["1 GPU", "–", f2(base), "–", "–", "–"]]
@@ -968,8 +968,16 @@ def b_ddp_accum(data):
         out.append([r["ddp.strategy"], bucket, f2(num(r, "step_ms_median")), f2(num(r, "comm_ms")),
                     f2(num(r, "exposed_ms")), f"{100 * base / num(r, 'step_ms_median'):.1f}%"])
     return (table(["strategy", "bucket MB", "step ms", "comm ms", "exposed ms", "scaling vs 1 GPU"], out)
-            + source(f"2 × {devices(rows)} over NCCL", dates(rows + [one]), DDP_CMD,
-                     ["ddp.csv", "ddp_1rank.csv", "ddp.md"]))
+            + source(f"{ranks} × {devices(rows)} over NCCL", dates(rows + [one]), command,
+                     [f"{stem}.csv", f"{stem}_1rank.csv", f"{stem}.md"]))
+
+
+def b_ddp_accum(data):
+    return ddp_accum_table(data, "ddp", 2, DDP_CMD)
+
+
+def b_ddp_accum_x4(data):
+    return ddp_accum_table(data, "ddp_x4", 4, DDP_X4_CMD)
 
 
 def b_ddp_date(data):
