@@ -1,7 +1,9 @@
 #include "checkpoint.hpp"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -60,6 +62,36 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
   return strf("%s/step_%08lld.safetensors", dir.c_str(), (long long)step);
 }
 
+std::vector<std::string> checkpoint_files(const std::string& dir) {
+  std::vector<std::string> paths;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return paths;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind("step_", 0) == 0 && name.size() > 12 &&
+        name.compare(name.size() - 12, 12, ".safetensors") == 0)
+      paths.push_back(dir + "/" + name);
+  }
+  closedir(d);
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+namespace {
+
+// A folder given as the checkpoint to resume is named, with the newest checkpoint in it.
+void refuse_folder(const std::string& path) {
+  struct stat sb {};
+  if (stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
+  const std::vector<std::string> files = checkpoint_files(path);
+  throw UsageError(files.empty()
+                       ? strf("%s: a directory, not a checkpoint file (it holds none)", path.c_str())
+                       : strf("%s: a directory, not a checkpoint file; its newest: "
+                              "--set train.resume=%s", path.c_str(), files.back().c_str()));
+}
+
+}  // namespace
+
 template <typename T>
 void save_checkpoint(const std::string& path, const Config& c, const ParamLayout& layout,
                      const std::vector<T>& params, const OptimizerState<T>& opt, int64_t step,
@@ -105,6 +137,7 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
 template <typename T>
 Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
                         bool master_weights, int world, std::vector<RngState>& rngs) {
+  refuse_folder(path);
   Safetensors st = Safetensors::read(path);
   auto meta = [&](const std::string& key) {
     auto it = st.metadata.find(key);
@@ -182,6 +215,7 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
 }
 
 std::string checkpoint_run_id(const std::string& path) {
+  refuse_folder(path);
   Safetensors st = Safetensors::read_header(path);
   auto it = st.metadata.find("run_id");
   return it == st.metadata.end() ? "" : it->second;

@@ -101,19 +101,7 @@ void remove_stale_partials(const Config& c) {
 // would be overwritten, or mixed with this run's.
 void refuse_others_checkpoints(const Config& c) {
   const std::string mine = c.train.resume.empty() ? "" : checkpoint_run_id(c.train.resume);
-  DIR* d = opendir(c.train.checkpoint_dir.c_str());
-  if (!d) return;
-  std::vector<std::string> names;
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.rfind("step_", 0) == 0 && name.size() > 12 &&
-        name.compare(name.size() - 12, 12, ".safetensors") == 0)
-      names.push_back(name);
-  }
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
-    const std::string path = c.train.checkpoint_dir + "/" + name;
+  for (const std::string& path : checkpoint_files(c.train.checkpoint_dir)) {
     std::string theirs;
     try {
       theirs = checkpoint_run_id(path);

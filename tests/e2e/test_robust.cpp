@@ -353,7 +353,20 @@ TEST_CASE("robust: a directory as token file or checkpoint is named as such") {
         std::string::npos);
   auto resume = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.resume=" + dir.path);
   CHECK(resume.code == kExitUsage);
-  CHECK(resume.output.find(dir.path + ": a directory, not a safetensors file") != std::string::npos);
+  CHECK(resume.output.find(dir.path + ": a directory, not a checkpoint file (it holds none)") !=
+        std::string::npos);
+  // One that holds checkpoints names the newest, with or without a checkpoint_dir of this run.
+  REQUIRE(run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=4 --set "
+              "train.checkpoint_every=2 --set train.checkpoint_dir=" + dir.path).code == 0);
+  for (const std::string& more : {std::string(), " --set train.checkpoint_dir=" + dir.path}) {
+    auto named = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=6 --set "
+                     "train.resume=" + dir.path + more);
+    INFO(named.output);
+    CHECK(named.code == kExitUsage);
+    CHECK(named.output.find(dir.path + ": a directory, not a checkpoint file; its newest: --set "
+                            "train.resume=" + dir.path + "/step_00000004.safetensors") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("robust: under mpirun -q, a rank that dies leaves a line saying why the others end") {
