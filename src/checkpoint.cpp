@@ -73,7 +73,10 @@ std::vector<std::string> checkpoint_files(const std::string& dir) {
       paths.push_back(dir + "/" + name);
   }
   closedir(d);
-  std::sort(paths.begin(), paths.end());
+  // By step: step_%08lld names sort as text up to 10^8 steps, longer ones after.
+  std::sort(paths.begin(), paths.end(), [](const std::string& a, const std::string& b) {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  });
   return paths;
 }
 
