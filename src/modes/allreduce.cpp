@@ -114,6 +114,9 @@ int run_allreduce(const CommandLine& cl, const Runtime& rt) {
   const DType t = a.dtype == "bf16" ? DType::bf16 : DType::f32;
   const std::vector<size_t> sizes = sizes_bytes(a, dtype_size(t));
   agree(rt, [&] {
+    if (rt.world < 2)  // a lone rank's "all-reduce" moves nothing: its bandwidths would mislead
+      throw UsageError("run.mode = \"allreduce\" on 1 rank has no peer to reduce with: launch 2 "
+                       "or more (mpirun -np N)");
     if (nccl && gpu_count() == 0) {
       auto it = c.origin.find("allreduce.backend");
       throw UsageError(strf("%s: allreduce.backend = \"nccl\" needs a GPU per rank: no GPU is "

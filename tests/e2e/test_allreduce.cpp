@@ -122,6 +122,12 @@ TEST_CASE("allreduce: bad configs stop every rank with one line and exit code 2"
     CHECK(std::count(r.output.begin(), r.output.end(), '\n') == 1);
     CHECK(r.output.find(bad.expect) != std::string::npos);
   }
+  auto alone = run(allreduce(1, "--set allreduce.backend=mpi"));  // nothing to reduce across
+  INFO(alone.output);
+  CHECK(alone.code == 2);
+  CHECK(std::count(alone.output.begin(), alone.output.end(), '\n') == 1);
+  CHECK(alone.output.find("run.mode = \"allreduce\" on 1 rank has no peer to reduce with") !=
+        std::string::npos);
   if (lmt::gpu_count() == 0) {  // nccl needs a GPU: refused before any work
     auto r = run(allreduce(2, "--set allreduce.backend=nccl"));
     INFO(r.output);
