@@ -318,7 +318,7 @@ TEST_CASE("train: --csv appends rows under one header; a file with another heade
   std::ifstream g(other);
   std::string kept((std::istreambuf_iterator<char>(g)), {});
   CHECK(kept == "a,b\n1,2\n");
-  // A folder given as the file is named as such (it said "cannot write in" an empty name at /).
+  // A folder given as the file is named as such, / too.
   for (const std::string& folder : {dir.path, std::string("/")}) {
     auto d = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=2 --csv " + folder);
     INFO(d.output);
