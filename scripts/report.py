@@ -905,28 +905,33 @@ def ddp_row(data, strategy, bucket=None):
     return out[-1]
 
 
-def ddp_strategies(data, stem, ranks, command):
-    rows, one = ddp(data, stem=stem)
+def ddp_strategy_table(data, stem, ranks, command, accum=1):
+    """Every strategy's step, communication and scaling against one GPU at `accum` micro-batches
+    a step, from stem.csv; at accum 1 each rank's optimizer state too."""
+    rows, one = ddp(data, accum=accum, stem=stem)
+    if not rows:
+        raise Missing(f"{stem}.csv: no grad_accum {accum} row")
+    state = accum == 1
+    mib = lambda r: [f"{num(r, 'optimizer_bytes') / MIB:,.1f}"] if state else []
     base = num(one, "step_ms_median")
     order = {"naive": 0, "flat": 1, "overlap": 2, "bucketed": 3, "zero1": 4}
-    out = [["1 GPU", "–", f2(base), "–", "–", "–", f"{num(one, 'optimizer_bytes') / MIB:,.1f}"]]
+    out = [["1 GPU", "–", f2(base), "–", "–", "–"] + mib(one)]
     for r in sorted(rows, key=lambda r: (order.get(r["ddp.strategy"], 9), float(r["ddp.bucket_mb"]))):
         bucket = f"{float(r['ddp.bucket_mb']):g}" if r["ddp.strategy"] in ("bucketed", "zero1") else "–"
         out.append([r["ddp.strategy"], bucket, f2(num(r, "step_ms_median")), f2(num(r, "comm_ms")),
-                    f2(num(r, "exposed_ms")), f"{100 * base / num(r, 'step_ms_median'):.1f}%",
-                    f"{num(r, 'optimizer_bytes') / MIB:,.1f}"])
-    return (table(["strategy", "bucket MB", "step ms", "comm ms", "exposed ms", "scaling vs 1 GPU",
-                   "optimizer MiB / rank"], out)
+                    f2(num(r, "exposed_ms")), f"{100 * base / num(r, 'step_ms_median'):.1f}%"] + mib(r))
+    return (table(["strategy", "bucket MB", "step ms", "comm ms", "exposed ms", "scaling vs 1 GPU"]
+                  + (["optimizer MiB / rank"] if state else []), out)
             + source(f"{ranks} × {devices(rows)} over NCCL", dates(rows + [one]), command,
                      [f"{stem}.csv", f"{stem}_1rank.csv", f"{stem}.md"]))
 
 
 def b_ddp_table(data):
-    return ddp_strategies(data, "ddp", 2, DDP_CMD)
+    return ddp_strategy_table(data, "ddp", 2, DDP_CMD)
 
 
 def b_ddp_table_x4(data):
-    return ddp_strategies(data, "ddp_x4", 4, DDP_X4_CMD)
+    return ddp_strategy_table(data, "ddp_x4", 4, DDP_X4_CMD)
 
 
 def b_ddp_x4_best(data):
@@ -956,28 +961,12 @@ def b_ddp_ctas(data):
     return "; ".join(parts)
 
 
-def ddp_accum_table(data, stem, ranks, command):
-    rows, one = ddp(data, accum=4, stem=stem)
-    if not rows:
-        raise Missing(f"{stem}.csv: no grad_accum 4 row")
-    base = num(one, "step_ms_median")
-    order = {"naive": 0, "flat": 1, "overlap": 2, "bucketed": 3, "zero1": 4}
-    out = [["1 GPU", "–", f2(base), "–", "–", "–"]]
-    for r in sorted(rows, key=lambda r: order.get(r["ddp.strategy"], 9)):
-        bucket = f"{float(r['ddp.bucket_mb']):g}" if r["ddp.strategy"] in ("bucketed", "zero1") else "–"
-        out.append([r["ddp.strategy"], bucket, f2(num(r, "step_ms_median")), f2(num(r, "comm_ms")),
-                    f2(num(r, "exposed_ms")), f"{100 * base / num(r, 'step_ms_median'):.1f}%"])
-    return (table(["strategy", "bucket MB", "step ms", "comm ms", "exposed ms", "scaling vs 1 GPU"], out)
-            + source(f"{ranks} × {devices(rows)} over NCCL", dates(rows + [one]), command,
-                     [f"{stem}.csv", f"{stem}_1rank.csv", f"{stem}.md"]))
-
-
 def b_ddp_accum(data):
-    return ddp_accum_table(data, "ddp", 2, DDP_CMD)
+    return ddp_strategy_table(data, "ddp", 2, DDP_CMD, accum=4)
 
 
 def b_ddp_accum_x4(data):
-    return ddp_accum_table(data, "ddp_x4", 4, DDP_X4_CMD)
+    return ddp_strategy_table(data, "ddp_x4", 4, DDP_X4_CMD, accum=4)
 
 
 def b_ddp_date(data):
