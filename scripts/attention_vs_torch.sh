@@ -40,7 +40,10 @@ build/lmtrain --set run.mode=attention --set attention.batch="$batch" --set atte
   ${TORCH_IMPLS:+--impls $TORCH_IMPLS} --csv results/attention_torch.csv
 "$py" scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md
 cat results/attention.md
-# The plots of this batch and head count only (the study's B 1 x H 16 unsuffixed).
+# The plots of this batch and head count only (the study's B 1 x H 16 unsuffixed), where the grid
+# has more than one length (a model's shape alone, e.g. BATCH=4 HEADS=25 SEQ_LENS=512, is rows of
+# the table only).
+[ "$(wc -w <<< "$seq")" -gt 1 ] || exit 0
 tag=""
 [ "$batch,$heads" = "1,16" ] || tag="_b${batch}_h${heads}"
 "$py" scripts/plot.py results/attention_lmtrain.csv --x seq_len --y fwd_bwd_ms --logx --logy \
