@@ -24,9 +24,9 @@ namespace {
 
 // One consumer warpgroup's queries 64 group .. + 63 of the block's tile at q0 (sQ holds BR rows):
 // key tile t at K.tile(t), value tile t at V.tile(t). advance(j) is key_pipeline's (K_{j+1} and
-// V_j ready once it returns); issued() follows the issue of each P V; release(j, has_next) follows
-// each tile's matmuls (j = -1: the first scores), when K_{j+1} (if has_next) and V_j (if j >= 0)
-// are no longer read. O leaves as the dQ kernel's dQ does (flash_sm90_bwd.cu's dq_rows): through
+// V_j ready once it returns); issued() follows the issue of the first scores and of each P V (the
+// consumer's turn passes at each); release(j, has_next) follows each tile's matmuls (j = -1: the
+// first scores), when K_{j+1} (if has_next) and V_j (if j >= 0) are no longer read. O leaves as the dQ kernel's dQ does (flash_sm90_bwd.cu's dq_rows): through
 // the warpgroup's rows of the Q tile, read for the last time by its last scores, and a TMA store
 // (o_map), done reading before this returns if Wait; else the caller waits for it
 // (tma_store_wait_read, in the storing thread) before the tile is written again.
@@ -51,6 +51,7 @@ __device__ __forceinline__ void fwd_rows(const Params& p, const CUtensorMap& o_m
   auto scores = [&](int64_t t) {  // s = Q K_t^T
     wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, K.tile(t));
     wgmma_commit();
+    if (t == 0) issued();  // the first scores' turn; later scores go with a P V's
   };
   auto softmax = [&](int64_t t, auto mask) {  // s = P_t; alpha
     fence_regs(s[0]);
@@ -146,7 +147,6 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
         });
       };
       auto release = [&](int64_t j, auto has_next) {
-        turns.released(j);
         if constexpr (decltype(has_next)::value) Kt.release(j + 1, signal);
         if (j >= 0) {
           Vt.release(j, signal);
