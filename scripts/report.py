@@ -737,6 +737,39 @@ def b_att_short(data):
     return span(out, unit="×")
 
 
+# The models' own attention shapes (head dim 64): (batch, heads, T, the model).
+MODEL_SHAPES = [(4, 25, 512, "xl, batch 4"), (16, 25, 512, "xl, batch 16"),
+                (16, 12, 1024, "gpt2-small, batch 16")]
+
+
+def b_att_models(data):
+    """Ours beside SDPA at the models' shapes (rows that attention_vs_torch.sh wrote for them)."""
+    ours = attention_table.latest(data.path("attention_lmtrain.csv"), "lmtrain ")
+    torch = attention_table.latest(data.path("attention_torch.csv"), "torch ")
+    rows, used = [], []
+    for b, h, t, model in MODEL_SHAPES:
+        key = ("bf16", "causal", b, h, t, 64)
+        r = {**ours.get(key, {}), **torch.get(key, {})}
+        a, cudnn = r.get("lmtrain flash"), r.get("torch sdpa-cudnn")
+        if not a or not cudnn:
+            continue
+        used += list(r.values())
+        ms = [float(a["fwd_ms"]), float(a["bwd_ms"])]
+        rows.append([f"{b} × {h}", t, model, " / ".join(f"{x:.4f}" for x in ms),
+                     f"{float(a['fwd_tflops']):.0f}", att_cell(r.get("torch sdpa-flash")),
+                     att_cell(cudnn), f"{float(cudnn['fwd_bwd_ms']) / float(a['fwd_bwd_ms']):.1f}×"])
+    if not rows:
+        raise Missing("attention: no rows at the models' shapes")
+    lm = [r for r in used if "device_name" in r]
+    tr = [r for r in used if "gpu_name" in r]
+    return (table(["B × H", "T", "model", "flash (ours): forward / backward ms", "forward TFLOP/s",
+                   "SDPA flash: both ms", "SDPA cuDNN: both ms", "cuDNN / ours"], rows)
+            + source(f"one {devices(lm)}", f"{dates(lm)} (ours), {dates(tr, 'date')} (PyTorch)",
+                     'for s in "4 25 512" "16 25 512" "16 12 1024"; do set -- $s; BATCH=$1 HEADS=$2 '
+                     "SEQ_LENS=$3 HEAD_DIMS=64 scripts/attention_vs_torch.sh; done",
+                     ["attention_lmtrain.csv", "attention_torch.csv", "attention.md"]))
+
+
 COMPILED = "attention_torch_compiled.csv"
 
 
