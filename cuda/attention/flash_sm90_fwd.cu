@@ -26,10 +26,11 @@ namespace {
 // key tile t at K.tile(t), value tile t at V.tile(t). advance(j) is key_pipeline's (K_{j+1} and
 // V_j ready once it returns); issued() follows the issue of the first scores and of each P V (the
 // consumer's turn passes at each); release(j, has_next) follows each tile's matmuls (j = -1: the
-// first scores), when K_{j+1} (if has_next) and V_j (if j >= 0) are no longer read. O leaves as the dQ kernel's dQ does (flash_sm90_bwd.cu's dq_rows): through
-// the warpgroup's rows of the Q tile, read for the last time by its last scores, and a TMA store
-// (o_map), done reading before this returns if Wait; else the caller waits for it
-// (tma_store_wait_read, in the storing thread) before the tile is written again.
+// first scores), when K_{j+1} (if has_next) and V_j (if j >= 0) are no longer read. O leaves as
+// the dQ kernel's dQ does (flash_sm90_bwd.cu's dq_rows): through the warpgroup's rows of the Q
+// tile, read for the last time by its last scores, and a TMA store (o_map), done reading before
+// this returns if Wait; else the caller waits for it (tma_store_wait_read, in the storing thread)
+// before the tile is written again.
 template <int DH, int BR, int BC, bool Wait, typename Tiles, typename Advance, typename Issued,
           typename Release>
 __device__ __forceinline__ void fwd_rows(const Params& p, const CUtensorMap& o_map, int64_t b,
