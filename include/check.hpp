@@ -19,6 +19,9 @@ struct UsageError : std::runtime_error {
 // Formats like printf into a std::string (messages are built in many places).
 std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// Whether `path` names a folder (a path given where a file belongs is refused by name).
+bool is_directory(const std::string& path);
+
 }  // namespace lmt
 
 #define LMT_FATAL(msg) ::lmt::fatal((msg), __FILE__, __LINE__)

@@ -84,8 +84,7 @@ namespace {
 
 // A folder given as the checkpoint to resume is named, with the newest checkpoint in it.
 void refuse_folder(const std::string& path) {
-  struct stat sb {};
-  if (stat(path.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
+  if (!is_directory(path)) return;
   const std::vector<std::string> files = checkpoint_files(path);
   throw UsageError(files.empty()
                        ? strf("%s: a directory, not a checkpoint file (it holds none)", path.c_str())

@@ -1,6 +1,5 @@
 #include "report.hpp"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,8 +74,7 @@ void check_csv(const std::string& path, const std::vector<std::string>& header) 
 }
 
 void check_output_dir(const char* flag, const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+  if (is_directory(path))
     throw UsageError(strf("%s %s: a directory, not a file", flag, path.c_str()));
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);

@@ -4,6 +4,8 @@
 #include "gpu.hpp"
 #include "watchdog.hpp"
 
+#include <sys/stat.h>
+
 #include <array>
 #include <cstdarg>
 #include <cstdint>
@@ -24,6 +26,11 @@ std::string strf(const char* fmt, ...) {
   vsnprintf(s.data(), size_t(n) + 1, fmt, ap2);
   va_end(ap2);
   return s;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 void fatal(const std::string& what, const char* file, int line) {

@@ -1,7 +1,6 @@
 // safetensors reader and writer, with the small JSON subset its header uses.
 #include "safetensors.hpp"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -111,8 +110,7 @@ namespace {
 
 // Opens `path` and parses its header; leaves `f` at the data section and returns its size.
 size_t open_and_parse(const std::string& path, std::ifstream& f, Safetensors& st) {
-  struct stat sb {};
-  if (stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode))
+  if (is_directory(path))
     throw UsageError(strf("%s: a directory, not a safetensors file", path.c_str()));
   f.open(path, std::ios::binary | std::ios::ate);
   if (!f) throw UsageError(strf("%s: cannot open: %s", path.c_str(), strerror(errno)));
