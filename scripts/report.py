@@ -744,12 +744,9 @@ MODEL_SHAPES = [(4, 25, 512, "xl, batch 4"), (16, 25, 512, "xl, batch 16"),
 
 def b_att_models(data):
     """Ours beside SDPA at the models' shapes (rows that attention_vs_torch.sh wrote for them)."""
-    ours = attention_table.latest(data.path("attention_lmtrain.csv"), "lmtrain ")
-    torch = attention_table.latest(data.path("attention_torch.csv"), "torch ")
     rows, used = [], []
     for b, h, t, model in MODEL_SHAPES:
-        key = ("bf16", "causal", b, h, t, 64)
-        r = {**ours.get(key, {}), **torch.get(key, {})}
+        r = attention_rows(data, b, h).get(("bf16", "causal", b, h, t, 64), {})
         a, cudnn = r.get("lmtrain flash"), r.get("torch sdpa-cudnn")
         if not a or not cudnn:
             continue
