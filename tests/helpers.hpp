@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,9 +17,17 @@
 
 namespace lmt::test {
 
-// A new seed every run (tests draw fresh inputs), printed on failure through the checks' context.
+// A new seed every run (tests draw fresh inputs), or LMT_TEST_SEED's; tests/main.cpp prints it when
+// a test fails, so that the failing draw can be run again.
+inline uint64_t seed() {
+  static const uint64_t s = [] {
+    const char* e = getenv("LMT_TEST_SEED");
+    return e ? std::strtoull(e, nullptr, 10) : uint64_t(std::random_device{}());
+  }();
+  return s;
+}
 inline std::mt19937_64& rng() {
-  static std::mt19937_64 g(std::random_device{}());
+  static std::mt19937_64 g(seed());
   return g;
 }
 
