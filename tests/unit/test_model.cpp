@@ -199,6 +199,11 @@ template <typename T> void compare_with_torch(Precision precision, double tol) {
   auto in = lmt::test::rand_tokens(B * T_, 11), tg = lmt::test::rand_tokens(B * T_, 11);
   Config::Optim o;
   o.lr = 1e-2, o.weight_decay = 0.1, o.beta1 = 0.9, o.beta2 = 0.95, o.eps = 1e-8;
+  // AdamW's first steps move a weight by about lr * g / (|g| + eps): where a gradient is near
+  // zero, fp32's rounding of it (both sides sum in their own order) can flip that sign, and with
+  // eps 1e-8 one such weight put the final weights 7e-5 apart (one seed in 40). A larger eps
+  // bounds the update's sensitivity to 1 / eps; fp64's rounding is far below either.
+  if (precision == Precision::fp32) o.eps = 1e-4;
 
   lmt::test::TempDir dir;
   SafetensorsWriter w;
