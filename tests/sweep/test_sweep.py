@@ -516,6 +516,57 @@ class ClocksTable(unittest.TestCase):
             self.assertEqual(len(r.stderr.strip().splitlines()), 1)
             self.assertIn("no bench header or step line", r.stderr)
 
+    def test_attention_modes_phases(self):
+        """An attention-mode log: the row gives its three medians and the busy samples' clock in
+        each phase, the phases laid end to end from the first busy sample at their runs' medians
+        times their runs (computed here from the sample times apart)."""
+        import random
+        import statistics
+        rnd = random.Random()
+        fwd, bwd, both = (round(rnd.uniform(0.2, 2.0), 3) for _ in range(3))
+        warm, iters = rnd.randrange(1, 6), rnd.randrange(50, 200)
+        idle = rnd.randrange(3, 9)
+        span = (warm + iters) * (fwd + bwd + both) / 1e3  # seconds of busy samples
+        n = idle + int(span / 0.02) + 5
+        lines = ["timestamp, name, clocks.current.sm [MHz], clocks.max.sm [MHz], power.draw [W], "
+                 "power.limit [W], utilization.gpu [%], clocks_event_reasons.active"]
+        busy = []
+        for i in range(n):
+            ms = 20 * i
+            on = idle <= i < n - 3
+            sm = 1500 + 15 * rnd.randrange(33) if on else 345
+            lines.append(f"2026/11/27 09:{ms // 60000:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}, GPU X, "
+                         f"{sm}, 1980, 400.00, 700.00, {100 if on else 0}, 0x{4 if on else 0:016x}")
+            if on:
+                busy.append(((ms - 20 * idle) / 1000, sm))
+        log = (f"== lmtrain attention: batch 1, heads 16 on GPU X; median of {iters} after {warm} warm-up ==\n"
+               "impl   dtype mask         T   dh |    fwd ms    bwd ms   both ms | fwd TF/s bwd TF/s     both |       peak\n"
+               f"flash  bf16  causal   16384   64 | {fwd:9.3f} {bwd:9.3f} {both:9.3f} |    486.4    415.7    431.6 |  290.0 MiB\n")
+        bounds, at = [], 0.0
+        for x in (fwd, bwd, both):
+            length = (warm + iters) * x / 1e3
+            bounds.append((at, at + length))
+            at += length
+        want_phase = []
+        for lo, hi in bounds:
+            sm = [s for t, s in busy if lo <= t < hi]
+            want_phase.append(f"{statistics.median(sm):.0f}" if sm else "–")
+        with tempfile.TemporaryDirectory() as d:
+            csv_path, log_path = os.path.join(d, "clocks_attention.csv"), os.path.join(d, "a.log")
+            with open(csv_path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            with open(log_path, "w") as f:
+                f.write(log)
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/clocks_table.py"), csv_path, log_path,
+                                os.path.join(d, "c.png")], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            sm = [s for _, s in busy]
+            want = ["GPU X", "2026-11-27", "flash bf16 causal, 1 x 16 x 16384, head dim 64",
+                    f"{fwd:.3f} / {bwd:.3f} / {both:.3f}", f"{len(busy)} of {n}",
+                    f"{statistics.median(sm):.0f} ({min(sm)}–{max(sm)})", " / ".join(want_phase), "1980",
+                    "400", "700", f"{len(busy)} (100%)"]
+            self.assertEqual(r.stdout.splitlines()[2], "| " + " | ".join(want) + " |")
+
 
 class MemoryTimeline(unittest.TestCase):
     """scripts/memory_timeline.py on a CPU bench --trace of the tiny model, alone and beside a
