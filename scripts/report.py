@@ -1214,6 +1214,19 @@ def b_gpt2_clocks(data):
             f"[{name}.png]({name}.png))")
 
 
+def b_att_clocks(data):
+    name = "clocks_attention"
+    s = clocks_table.summary(data.text(name + ".csv"), data.text(name + ".log"), "attention")
+    device, date, cmd = data.provenance(name + ".md")
+    fwd, bwd, both = ("–" if x is None else f"{x:.0f}" for x in s["phase_sm"])
+    return (f"at T {s['T']}, head dim {s['dh']}, {s['iters']} runs each, the SM clock's median was "
+            f"{fwd} MHz in the forward's runs, {bwd} in the backward's and {both} in forward + "
+            f"backward's, against the GPU's {s['sm_max']:.0f}, "
+            f"{100 * s['capped'] / s['busy']:.0f}% of the busy samples under the software power cap at a "
+            f"median {s['power']:.0f} W ({device}, {date}, `{cmd}` → [{name}.md]({name}.md), "
+            f"[{name}.png]({name}.png))")
+
+
 # ---- training a real model: micro-batches and AdamW's state -------------------------------------------
 
 def b_batch_xl(data):
