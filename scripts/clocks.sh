@@ -17,6 +17,8 @@ cd "$(dirname "$0")/.."
 model=${1:-gpt2-small} bin=${LMTRAIN:-build/lmtrain}
 cfg=configs/models/$model.toml
 if [ "$model" = attention ]; then
+  [[ "${ATT:-1 16 16384 64}" =~ ^\ *[1-9][0-9]*(\ +[1-9][0-9]*){3}\ *$ ]] ||
+    { echo "clocks.sh: ATT=\"$ATT\": expected four positive integers (batch, heads, T, head dim)" >&2; exit 2; }
   read -r b h t d <<< "${ATT:-1 16 16384 64}"
   run=(--set run.mode=attention --set attention.batch="$b" --set attention.heads="$h"
        --set "attention.seq_lens=[$t]" --set "attention.head_dims=[$d]"
