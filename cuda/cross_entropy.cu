@@ -14,7 +14,10 @@
 // memory pay (on a Hopper GPU a block an SM holding two rows, each copied in with one bulk copy
 // as its buffer came free, both passes reading the copy): 1.28, 1.34 ms against 1.34, 1.36 at
 // 16 x 1024 rows, but 0.77, 0.77 against 0.69, 0.68 at 8 x 1024 (bench's kernel summary, on an
-// H100, one call, the step no faster).
+// H100, one call, the step no faster). Nor did pass 2 with streaming stores (__stcs, evict-first),
+// or walking the row backwards (its most recently read lines first), or both: gpt2-small's
+// 16 x 1024 step 30.71, 30.59 | 30.70, 30.73 | 30.70, 30.79 ms against 30.57, 30.73 (bench,
+// graphs, on an H100, one call).
 #include <type_traits>
 
 #include "common.cuh"
