@@ -113,8 +113,9 @@ def note(s):
                f"graphs unless GRAPHS=0)")
     else:
         ran = (f"attention mode timed one point's forward, then its backward, then both, "
-               f"{s['warmup']} + {s['iters']} runs each (ATT, ITERS); a phase's samples are those of "
-               f"its runs' median times its runs from the first busy sample, so its edges are approximate")
+               f"{s['warmup']} + {s['iters']} runs each (ATT, ITERS); each phase is placed as its "
+               f"runs times their median, end to end from the first busy sample, so its edges are "
+               f"approximate")
     return (f"By scripts/clocks.sh: nvidia-smi sampled GPU 0 every {s['interval_ms']:.0f} ms while lmtrain's "
             f"{ran}; busy: utilization.gpu >= {BUSY} %; power cap: the software power cap "
             f"among clocks_event_reasons.active. nvidia-smi's power.draw is an average over a window, so it "
