@@ -79,11 +79,10 @@ def summary(csv_text, log_text, model):
         impl, dtype, mask, T, dh = row.group(1, 2, 3, 4, 5)
         ms = [float(x) for x in row.group(6, 7, 8)]
         runs = int(att.group(4)) + int(att.group(5))
-        kind = {"kind": "attention", "device": att.group(3), "precision": dtype, "runs": runs,
-                "T": int(T), "dh": int(dh),
-                "iters": int(att.group(4)), "warmup": int(att.group(5)),
+        kind = {"kind": "attention", "device": att.group(3), "precision": dtype, "T": int(T),
+                "dh": int(dh), "iters": int(att.group(4)), "warmup": int(att.group(5)),
                 "shape": f"{impl} {dtype} {mask}, {att.group(1)} x {att.group(2)} x {T}, head dim {dh}",
-                "ms": ms, "timed": " / ".join(f"{x:.3f}" for x in ms),
+                "timed": " / ".join(f"{x:.3f}" for x in ms),
                 "phase_sm": phase_clocks(busy, [runs * x / 1e3 for x in ms])}
     return {
         **kind, "date": f"{data[0]['time']:%Y-%m-%d}",

@@ -1202,29 +1202,32 @@ def b_gpt2_idle(data):
             f"profiled run's kernels {kernel_ms:.2f} ms, its step {k['step_median']:.2f})")
 
 
-def b_gpt2_clocks(data):
-    name = "clocks_gpt2-small"
-    s = clocks_table.summary(data.text(name + ".csv"), data.text(name + ".log"), "gpt2-small")
+def clocks_run(data, model):
+    """scripts/clocks.sh's run of `model` (clocks_table.summary of its samples and log), and the
+    parenthesis naming its source."""
+    name = f"clocks_{model}"
+    s = clocks_table.summary(data.text(name + ".csv"), data.text(name + ".log"), model)
     device, date, cmd = data.provenance(name + ".md")
+    return s, f"({device}, {date}, `{cmd}` → [{name}.md]({name}.md), [{name}.png]({name}.png))"
+
+
+def b_gpt2_clocks(data):
+    s, src = clocks_run(data, "gpt2-small")
     return (f"while bench timed {s['shape'].split(', ')[1].replace(' x ', ' × ')} (a {s['step']:.2f} ms step), "
             f"the SM clock of the busy samples had a median of {s['sm']:.0f} MHz ({s['sm_min']:.0f}–"
             f"{s['sm_max_seen']:.0f}) against the GPU's {s['sm_max']:.0f}, at a median {s['power']:.0f} W "
             f"of its {s['power_limit']:.0f} W limit, {100 * s['capped'] / s['busy']:.0f}% of them under the "
-            f"software power cap ({device}, {date}, `{cmd}` → [{name}.md]({name}.md), "
-            f"[{name}.png]({name}.png))")
+            f"software power cap {src}")
 
 
 def b_att_clocks(data):
-    name = "clocks_attention"
-    s = clocks_table.summary(data.text(name + ".csv"), data.text(name + ".log"), "attention")
-    device, date, cmd = data.provenance(name + ".md")
+    s, src = clocks_run(data, "attention")
     fwd, bwd, both = ("–" if x is None else f"{x:.0f}" for x in s["phase_sm"])
     return (f"at T {s['T']}, head dim {s['dh']}, {s['iters']} runs each, the SM clock's median was "
             f"{fwd} MHz in the forward's runs, {bwd} in the backward's and {both} in forward + "
             f"backward's, against the GPU's {s['sm_max']:.0f}, "
             f"{100 * s['capped'] / s['busy']:.0f}% of the busy samples under the software power cap at a "
-            f"median {s['power']:.0f} W ({device}, {date}, `{cmd}` → [{name}.md]({name}.md), "
-            f"[{name}.png]({name}.png))")
+            f"median {s['power']:.0f} W {src}")
 
 
 # ---- training a real model: micro-batches and AdamW's state -------------------------------------------
