@@ -29,6 +29,7 @@ struct Config {
     Precision precision = Precision::bf16;  // fp64 | fp32 | tf32 | bf16
     Dtype residual_dtype = Dtype::fp32;  // how the residual stream and its gradient are stored
     std::string attention = "flash"; // flash | naive
+    bool tie_embeddings = false;  // the LM head reads the token embeddings' [V, d] weight
     int64_t head_dim() const { return d_model / num_heads; }
     // Whether the backward keeps a bf16 copy of the residual stream's gradient for the matmuls:
     // under bf16 with an fp32 stream (a bf16 stream's gradient they read as it is).

@@ -23,7 +23,9 @@ struct ParamView {
 };
 
 // Gradients that become final at the same point of backward: group 0 is the LM head and final
-// norm, group 1 + (L-1-l) is layer l, the last group is the embedding.
+// norm, group 1 + (L-1-l) is layer l, the last group is the embedding. Tied embeddings
+// (model.tie_embeddings): no "lm_head.weight", group 0 is the final norm alone, and the head's
+// gradient is part of the embedding's, final in the last group.
 struct ParamGroup {
   size_t begin = 0, end = 0;
 };
@@ -38,6 +40,7 @@ struct ParamLayout {
   // laid out in well under a second.
   static ParamLayout build(const Config::Model& m);
   const ParamView& get(const std::string& name) const;
+  const ParamView& lm_head() const;  // "lm_head.weight", or the embeddings' where tied
   static int layer_group(int64_t num_layers, int64_t layer) { return int(num_layers - layer); }
 };
 

@@ -180,6 +180,18 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
                             "model (%s)", path.c_str(), name.c_str(), dt));
     return st.data.data() + it->second.begin;
   };
+  // A tensor this model lacks (an LM head in a checkpoint of untied embeddings, resumed tied) is
+  // refused, not dropped.
+  for (const auto& [name, info] : st.tensors) {
+    std::string param = name;
+    for (const char* prefix : {"optim.m.", "optim.v."})
+      if (param.rfind(prefix, 0) == 0) param = param.substr(std::strlen(prefix));
+    if (!model.layout.index.count(param))
+      throw UsageError(strf("%s: tensor %s is not a parameter of this model (%s)", path.c_str(),
+                            name.c_str(), param == "lm_head.weight"
+                                              ? "it ties its embeddings: model.tie_embeddings"
+                                              : "another model.* shape"));
+  }
   for (auto& p : model.layout.params) {
     const bool b16 = stored_bf16(p, masters);
     const char* x = tensor(p.name, p, b16 ? "BF16" : dtype_name<T>());

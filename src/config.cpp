@@ -211,6 +211,9 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "llm.c keeps them)"),
       str_field("model", "attention", &m.attention, {"flash", "naive"},
                 "GPU attention kernel; the CPU backend has one reference for both"),
+      bool_field("model", "tie_embeddings", &m.tie_embeddings,
+                 "one [vocab_size, d_model] weight for the token embeddings and the LM head (as "
+                 "GPT-2 ties them): its gradient sums both uses; initialised as the head"),
       int_field("train", "batch_size", &t.batch_size, 1,
                 "sequences per rank per micro-batch (one forward and backward)"),
       int_field("train", "grad_accum", &t.grad_accum, 1,

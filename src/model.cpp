@@ -125,7 +125,9 @@ template <typename T> void Model<T>::init_params(uint64_t seed) {
         std::fill(w + begin, w + end, T(1));
         continue;
       }
-      bool embedding = p.name == "token_embeddings.weight";
+      // Tied, the embeddings are initialised as the head they also are (N(0, 1) would make
+      // logits of std sqrt(d_model)).
+      bool embedding = p.name == "token_embeddings.weight" && !cfg.tie_embeddings;
       double std = embedding ? 1.0 : std::sqrt(2.0 / double(p.shape[0] + p.shape[1]));
       Rng rng(seed, /*stream=*/0x1a17 + ((uint64_t(i) + 1) << 24) + begin / kChunk);
       for (size_t k = begin; k < end; ++k) {
@@ -241,7 +243,7 @@ template <typename T> void Model<T>::forward_ops(bool grad, double grad_divisor)
   }
   be.rmsnorm_fwd(res(x_.back()), P + layout.get("ln_final.weight").offset, act(hf_), rstdf_, n, d,
                  cfg.norm_eps);
-  be.linear_fwd(act(hf_), P + layout.get("lm_head.weight").offset, act(logits_), n, V, d,
+  be.linear_fwd(act(hf_), P + layout.lm_head().offset, act(logits_), n, V, d,
                 precision, nullptr);
   be.cross_entropy(act(logits_), targets_.data(), row_loss_, n, V,
                    grad ? 1.0 / (double(n) * grad_divisor) : 0.0);
@@ -256,11 +258,12 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) 
   ran_[int(gw)] = true;
   // Every weight's gradient is written once by its op (linear_bwd, rmsnorm_bwd: set, or added
   // to), so only the embedding's, which embedding_bwd adds into row by token, starts from zero
-  // (unless added to).
+  // (unless added to, or tied: then the head's linear_bwd below writes it first).
   const ParamView& emb = layout.get("token_embeddings.weight");
-  if (gw == GradWrite::set) be.zero_bytes(G + emb.offset, emb.numel * sizeof(T));
+  if (gw == GradWrite::set && !cfg.tie_embeddings)
+    be.zero_bytes(G + emb.offset, emb.numel * sizeof(T));
   if (sync) sync->begin_step();
-  size_t head = layout.get("lm_head.weight").offset, lnf = layout.get("ln_final.weight").offset;
+  size_t head = layout.lm_head().offset, lnf = layout.get("ln_final.weight").offset;
   // The residual stream's gradient dx_ as the W2 and output projections read it: under bf16,
   // the copy rounded by the RMSNorm backward that last updated dx_, or dx_ itself where it is
   // kept in bf16.

@@ -20,7 +20,7 @@ ParamLayout ParamLayout::build(const Config::Model& m) {
   };
   const int64_t d = m.d_model, f = m.d_ff, V = m.vocab_size;
   group([&] {
-    add("lm_head.weight", {V, d}, true);
+    if (!m.tie_embeddings) add("lm_head.weight", {V, d}, true);
     add("ln_final.weight", {d}, false);
   });
   for (int64_t l = m.num_layers - 1; l >= 0; --l)
@@ -36,6 +36,10 @@ ParamLayout ParamLayout::build(const Config::Model& m) {
     });
   group([&] { add("token_embeddings.weight", {V, d}, false); });
   return out;
+}
+
+const ParamView& ParamLayout::lm_head() const {
+  return get(index.count("lm_head.weight") ? "lm_head.weight" : "token_embeddings.weight");
 }
 
 const ParamView& ParamLayout::get(const std::string& name) const {

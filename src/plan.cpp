@@ -76,9 +76,10 @@ Plan make_plan(const Config& c) {
   } else {
     const uint64_t V = uint64_t(m.vocab_size);
     const uint64_t layer = 2 * d + 4 * d * d + 3 * d * f, layer_tp = 2 * d + 4 * d * dl + 3 * d * fl;
-    p.param_count = L * layer + 2 * V * d + d;
-    params_tp = L * layer_tp + 2 * Vl * d + d;
-    largest_group = std::max({layer_tp, Vl * d + d});
+    const uint64_t tables = m.tie_embeddings ? 1 : 2;  // the embeddings and the LM head
+    p.param_count = L * layer + tables * V * d + d;
+    params_tp = L * layer_tp + tables * Vl * d + d;
+    largest_group = std::max({layer_tp, Vl * d + (m.tie_embeddings ? 0 : d)});
     // As Model's constructor lays out its arenas, each piece rounded as carve() rounds it:
     // int32 inputs, targets and their sort order (allocations of their own); the residual
     // stream entering each layer and the final norm; per layer rstd1, h1, qkv, attention's saved

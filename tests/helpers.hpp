@@ -2,6 +2,8 @@
 #pragma once
 #include <unistd.h>
 
+#include <doctest/doctest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -43,6 +45,15 @@ template <typename T> std::vector<T> randn(size_t n, double scale = 1.0) {
   std::vector<T> v(n);
   for (auto& x : v) x = T(d(rng()));
   return v;
+}
+
+// model.tie_embeddings for the calling test case, which doctest runs twice (once per subcase):
+// untied, then tied.
+inline bool tied_or_not() {
+  bool tie = false;
+  SUBCASE("embeddings untied") {}
+  SUBCASE("embeddings tied") { tie = true; }
+  return tie;
 }
 
 inline std::vector<int32_t> rand_tokens(size_t n, int32_t vocab) {

@@ -253,6 +253,21 @@ TEST_CASE("train: without master weights the matmul weights are checkpointed as 
   }
 }
 
+TEST_CASE("train: tied embeddings checkpoint one [V, d] weight, no LM head, and resume bit for "
+          "bit (flat and zero1 on 2 ranks, bf16, with and without master weights)") {
+  for (std::string sets : {" --set ddp.strategy=flat", " --set ddp.strategy=zero1",
+                           " --set ddp.strategy=zero1 --set optim.master_weights=false"}) {
+    INFO(sets);
+    TempDir dir;
+    Safetensors sa = resumes_bit_for_bit(" --set model.precision=bf16 --set "
+                                         "model.tie_embeddings=true" + sets, dir.path);
+    CHECK(sa.tensors.count("lm_head.weight") == 0);
+    CHECK(sa.tensors.count("optim.m.lm_head.weight") == 0);
+    REQUIRE(sa.tensors.count("token_embeddings.weight") == 1);
+    CHECK(sa.tensors.at("token_embeddings.weight").dtype == "F32");  // the embedding reads fp32
+  }
+}
+
 TEST_CASE("train: torn, truncated, corrupted or mismatched checkpoints are refused, never loaded") {
   TempDir dir;
   auto a = run(std::string(lmt::test::lmtrain()) + kTiny +
@@ -287,6 +302,21 @@ TEST_CASE("train: torn, truncated, corrupted or mismatched checkpoints are refus
                          " --set model.d_ff=28 --set train.steps=4 --set train.resume=" + good);
   CHECK(wrong_shape.code == 2);
   CHECK(wrong_shape.output.find("another shape") != std::string::npos);
+  // Untied resumed tied: its LM head has no place (refused, not dropped); tied resumed untied:
+  // the head is missing.
+  auto tied = run(std::string(lmt::test::lmtrain()) + kTiny + " --set model.tie_embeddings=true "
+                  "--set train.steps=4 --set train.resume=" + good);
+  CHECK(tied.code == 2);
+  CHECK(tied.output.find(good + ": tensor lm_head.weight is not a parameter of this model (it "
+                         "ties its embeddings: model.tie_embeddings)") != std::string::npos);
+  CHECK(std::count(tied.output.begin(), tied.output.end(), '\n') == 1);
+  const std::string tied_dir = dir.path + "/tied";
+  REQUIRE(run(std::string(lmt::test::lmtrain()) + kTiny + " --set model.tie_embeddings=true "
+              "--set train.steps=2 --set train.checkpoint_dir=" + tied_dir).code == 0);
+  auto untied = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=4 "
+                    "--set train.resume=" + checkpoint_path(tied_dir, 2));
+  CHECK(untied.code == 2);
+  CHECK(untied.output.find("tensor lm_head.weight is missing") != std::string::npos);
   auto wrong_world = run(lmt::test::mpirun(2) + lmt::test::lmtrain() + kTiny +
                          " --set train.steps=4 --set train.resume=" + good);
   CHECK(wrong_world.code == 2);

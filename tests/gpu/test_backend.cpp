@@ -714,9 +714,10 @@ TEST_CASE("gpu model: holding only some fp32 masters (zero1 under bf16), the los
 }
 
 TEST_CASE("gpu model: forward and backward recorded as CUDA graphs (Model::record) give the "
-          "launched model's loss and gradients, bit for bit, through AdamW steps and new batches" *
-          doctest::skip(gpu_count() == 0)) {
+          "launched model's loss and gradients, bit for bit, through AdamW steps and new batches "
+          "(embeddings tied or not)" * doctest::skip(gpu_count() == 0)) {
   Config::Model m = lmt::test::small_gpu_model();
+  m.tie_embeddings = lmt::test::tied_or_not();
   const int64_t B = 3, T = 29;
   auto gpu = make_cuda_backend(), gpu2 = make_cuda_backend();  // a backend keeps one model's copy
   Config::Optim o;
@@ -746,9 +747,11 @@ TEST_CASE("gpu model: forward and backward recorded as CUDA graphs (Model::recor
     }
 }
 
-TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training tracks the CPU" *
+TEST_CASE("gpu model: loss and every gradient match the fp64 CPU model; training tracks the CPU "
+          "(embeddings tied or not)" *
           doctest::skip(gpu_count() == 0)) {
   Config::Model m = lmt::test::small_gpu_model();
+  m.tie_embeddings = lmt::test::tied_or_not();
   const int64_t B = 3, T = 29;
   auto in = lmt::test::rand_tokens(B * T, 97), tg = lmt::test::rand_tokens(B * T, 97);
   auto gpu = make_cuda_backend();

@@ -83,10 +83,11 @@ Config::Model tiny() {
 // state: how AdamW stores its moments (bf16: rounded stochastically, the same draws on every
 // rank and for every shard, so ranks stay identical). master_weights false (bf16 only): the
 // matmul weights are their bf16 copy alone, rounded stochastically by AdamW, on every rank and
-// in the single process alike.
+// in the single process alike. tie: model.tie_embeddings (the head's gradient lands in the
+// embeddings', the last group to be ready).
 void check_strategy(Strategy strategy, double bucket_mb, const std::string& device,
                     Precision precision = Precision::fp32, Stored state = Stored::full,
-                    bool master_weights = true) {
+                    bool master_weights = true, bool tie = false) {
   const Runtime rt = runtime_init(nullptr, nullptr);
   auto host = make_mpi_communicator(MPI_COMM_WORLD);
   const int R = host->size(), me = host->rank();
@@ -96,6 +97,7 @@ void check_strategy(Strategy strategy, double bucket_mb, const std::string& devi
   host->broadcast(&seed, 1, DType::f64, 0);  // eight bytes: any type of that size carries it
   Config::Model m = tiny();
   m.precision = precision;
+  m.tie_embeddings = tie;
   const bool b16 = precision == Precision::bf16, gpu = device == "cuda";
   const double param_tol = !b16 ? 1e-5 : gpu ? 2e-3 : 1e-3;
   const double norm_tol = !b16 ? 1e-5 : 1e-3;
@@ -228,6 +230,15 @@ void check_every_strategy(const std::string& device) {
   }
   SUBCASE("zero1, a bucket per parameter, bf16, no master weights, bf16 moments") {
     check_strategy(Strategy::zero1, 0, device, Precision::bf16, Stored::bf16, false);
+  }
+  SUBCASE("overlap, tied embeddings") {
+    check_strategy(Strategy::overlap, 25, device, Precision::fp32, Stored::full, true, true);
+  }
+  SUBCASE("bucketed, several buckets, tied embeddings") {
+    check_strategy(Strategy::bucketed, 0.01, device, Precision::fp32, Stored::full, true, true);
+  }
+  SUBCASE("zero1, a bucket per parameter, bf16, tied embeddings") {
+    check_strategy(Strategy::zero1, 0, device, Precision::bf16, Stored::full, true, true);
   }
   // bf16 moments: ranks (and zero1's shards) draw the same roundings.
   SUBCASE("flat, bf16 moments") {

@@ -18,7 +18,8 @@ the start of the data section). Supported dtypes: F64, F32, I32.
 
 `check` input:
   __metadata__ (all strings): d_model d_ff num_layers num_heads vocab_size context_length
-      rope_theta norm_eps lr beta1 beta2 eps weight_decay steps
+      rope_theta norm_eps lr beta1 beta2 eps weight_decay steps, and optionally tie_embeddings
+      (1: no lm_head.weight, the head reads token_embeddings.weight)
   batch.inputs, batch.targets   I32 [B, T], T <= context_length
   model parameters, all F64 or all F32 (that dtype is the working precision), Linear
   convention weight [out, in], y = x @ W.T:
@@ -130,7 +131,8 @@ def forward(p, inputs, cfg):
                           cfg.get("sdpa", False))
         x = x + ffn(rmsnorm(x, p[l + "ln2.weight"], eps), p[l + "ffn.w1.weight"],
                     p[l + "ffn.w2.weight"], p[l + "ffn.w3.weight"])
-    return rmsnorm(x, p["ln_final.weight"], eps) @ p["lm_head.weight"].T
+    head = p["token_embeddings.weight" if cfg.get("tie_embeddings") else "lm_head.weight"]
+    return rmsnorm(x, p["ln_final.weight"], eps) @ head.T
 
 
 def loss_of(logits, targets):
@@ -145,6 +147,7 @@ def check(args):
     tensors, meta = read_safetensors(args.inp)
     cfg = {k: int(meta[k]) for k in INT_KEYS}
     cfg.update({k: float(meta[k]) for k in FLOAT_KEYS})
+    cfg["tie_embeddings"] = int(meta.get("tie_embeddings", "0")) == 1
     inputs, targets = tensors.pop("batch.inputs"), tensors.pop("batch.targets")
     dtypes = {t.dtype for t in tensors.values()}
     if len(dtypes) != 1 or not dtypes <= {torch.float64, torch.float32}:
@@ -177,9 +180,12 @@ def check(args):
 
 
 def init_params(cfg, device):
-    """CS336 init: Linear ~ N(0, 2/(in+out)) truncated at 3 sigma, embedding N(0, 1) at 3, gains 1."""
-    d, f, V = cfg["d_model"], cfg["d_ff"], cfg["vocab_size"]
-    shapes = {"token_embeddings.weight": (V, d), "ln_final.weight": (d,), "lm_head.weight": (V, d)}
+    """CS336 init: Linear ~ N(0, 2/(in+out)) truncated at 3 sigma, embedding N(0, 1) at 3, gains 1.
+    Tied (cfg["tie_embeddings"]): no lm_head.weight, the embedding initialised as the head."""
+    d, f, V, tied = cfg["d_model"], cfg["d_ff"], cfg["vocab_size"], cfg.get("tie_embeddings")
+    shapes = {"token_embeddings.weight": (V, d), "ln_final.weight": (d,)}
+    if not tied:
+        shapes["lm_head.weight"] = (V, d)
     for i in range(cfg["num_layers"]):
         l = f"layers.{i}."
         shapes.update({l + "ln1.weight": (d,), l + "attn.qkv_proj.weight": (3 * d, d),
@@ -191,7 +197,7 @@ def init_params(cfg, device):
         if len(shape) == 1:
             t = torch.ones(shape)
         else:
-            std = 1.0 if name.startswith("token_") else math.sqrt(2.0 / (shape[0] + shape[1]))
+            std = 1.0 if name.startswith("token_") and not tied else math.sqrt(2.0 / (shape[0] + shape[1]))
             t = torch.empty(shape)
             torch.nn.init.trunc_normal_(t, 0.0, std, -3 * std, 3 * std)
         params[name] = t.to(device).requires_grad_()
@@ -303,6 +309,8 @@ def resolve_shape(args):
     for key, default in SHAPE_DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, int(model.get(key, default)))
+    if args.tie_embeddings is None:
+        args.tie_embeddings = bool(model.get("tie_embeddings", False))
 
 
 def bench(args):
@@ -318,7 +326,8 @@ def bench(args):
     torch.manual_seed(args.seed)
     cfg = {"d_model": args.d_model, "d_ff": args.d_ff, "num_layers": args.num_layers,
            "num_heads": args.num_heads, "vocab_size": args.vocab_size, "norm_eps": 1e-5,
-           "rope_theta": 10000.0, "sdpa": args.attention == "sdpa"}
+           "rope_theta": 10000.0, "sdpa": args.attention == "sdpa",
+           "tie_embeddings": args.tie_embeddings}
     params = init_params(cfg, dev)
     inputs = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device=dev)
     targets = torch.randint(0, args.vocab_size, (args.batch_size, args.context_length), device=dev)
@@ -364,7 +373,8 @@ def bench(args):
            "precision": args.precision, "compile": args.compile, "attention": args.attention,
            "d_model": args.d_model,
            "d_ff": args.d_ff, "num_layers": args.num_layers, "num_heads": args.num_heads,
-           "vocab_size": args.vocab_size, "context_length": args.context_length,
+           "vocab_size": args.vocab_size, "tie_embeddings": args.tie_embeddings,
+           "context_length": args.context_length,
            "batch_size": args.batch_size, "warmup": args.warmup, "steps": args.steps}
     for m, st in stats.items():
         row.update({f"{m}_ms_{k}": round(v, 4) for k, v in st.items()})
@@ -573,9 +583,12 @@ def main():
     p_check.set_defaults(func=check)
     p_bench = sub.add_parser("bench", help="time forward, forward+backward and the training step")
     p_bench.add_argument("--config", metavar="TOML", help="the model shape (d_model, d_ff, "
-                         "num_layers, num_heads, vocab_size) from an lmtrain config's [model] table")
+                         "num_layers, num_heads, vocab_size, tie_embeddings) from an lmtrain "
+                         "config's [model] table")
     for key in SHAPE_DEFAULTS:  # resolve_shape fills those not given
         p_bench.add_argument("--" + key.replace("_", "-"), type=int)
+    p_bench.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction,
+                         help="the LM head reads the token embeddings (default: the config's, else no)")
     for name, default in (("context-length", 512), ("batch-size", 4), ("warmup", 5), ("steps", 20),
                           ("seed", 0)):
         p_bench.add_argument(f"--{name}", type=int, default=default)

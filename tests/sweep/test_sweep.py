@@ -681,12 +681,21 @@ class TorchBenchShape(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             cfg = os.path.join(d, "m.toml")
             with open(cfg, "w") as f:
-                f.write("[model]\nd_model = 1600\nd_ff = 6400\nnum_layers = 48\n[train]\nbatch_size = 4\n")
+                f.write("[model]\nd_model = 1600\nd_ff = 6400\nnum_layers = 48\ntie_embeddings = true\n"
+                        "[train]\nbatch_size = 4\n")
             args = argparse.Namespace(config=cfg, d_model=None, d_ff=None, num_layers=7,
-                                      num_heads=None, vocab_size=None)
+                                      num_heads=None, vocab_size=None, tie_embeddings=None)
             torch_reference.resolve_shape(args)
-        self.assertEqual((args.d_model, args.d_ff, args.num_layers, args.num_heads, args.vocab_size),
-                         (1600, 6400, 7, 12, 10000))
+            untied = argparse.Namespace(config=cfg, d_model=None, d_ff=None, num_layers=None,
+                                        num_heads=None, vocab_size=None, tie_embeddings=False)
+            torch_reference.resolve_shape(untied)
+        self.assertEqual((args.d_model, args.d_ff, args.num_layers, args.num_heads, args.vocab_size,
+                          args.tie_embeddings), (1600, 6400, 7, 12, 10000, True))
+        self.assertEqual((untied.num_layers, untied.tie_embeddings), (48, False))
+        defaults = argparse.Namespace(config=None, d_model=None, d_ff=None, num_layers=None,
+                                      num_heads=None, vocab_size=None, tie_embeddings=None)
+        torch_reference.resolve_shape(defaults)
+        self.assertIs(defaults.tie_embeddings, False)
 
 
 @unittest.skipUnless(torch, "torch (with numpy) is not importable")

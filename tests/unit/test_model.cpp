@@ -41,9 +41,11 @@ template <typename T> void randomize(Model<T>& model) {
 
 }  // namespace
 
-TEST_CASE("model: every parameter's gradient matches finite differences (fp64)") {
+TEST_CASE("model: every parameter's gradient matches finite differences (fp64), embeddings "
+          "tied or not") {
   Config::Model m = small_model(Precision::fp64);
   m.d_model = 8, m.num_heads = 2, m.d_ff = 12, m.vocab_size = 7;
+  m.tie_embeddings = lmt::test::tied_or_not();
   auto cpu = make_cpu_backend<double>();
   Model<double> model(*cpu, m, 2, 5);
   randomize(model);
@@ -71,8 +73,10 @@ TEST_CASE("model: every parameter's gradient matches finite differences (fp64)")
 
 TEST_CASE("model: backward writes every gradient, whatever the buffer held before") {
   // The weight gradients are written by their ops, not added to a zeroed buffer: a backward over
-  // NaN in every element must give what a backward over zeros gives, bit for bit.
+  // NaN in every element must give what a backward over zeros gives, bit for bit (tied, the
+  // head's matmul writes the embeddings' gradient that embedding_bwd then adds to).
   Config::Model m = small_model(Precision::fp64);
+  m.tie_embeddings = lmt::test::tied_or_not();
   auto cpu = make_cpu_backend<double>();
   Model<double> model(*cpu, m, 2, 5);
   randomize(model);
@@ -94,8 +98,10 @@ TEST_CASE("model: backward writes every gradient, whatever the buffer held befor
 
 TEST_CASE("model: one holding only some fp32 masters (zero1 under bf16, or no master weights) "
           "computes the loss and every gradient of one holding all, bit for bit") {
-  // Its matmuls read the weights' bf16 copy, which set_params made from the same values.
+  // Its matmuls read the weights' bf16 copy, which set_params made from the same values (tied,
+  // the head reads the embeddings' copy, and their fp32 masters are always held).
   Config::Model m = small_model(Precision::bf16);
+  m.tie_embeddings = lmt::test::tied_or_not();
   auto cpu = make_cpu_backend<float>();
   const uint64_t seed = lmt::test::rng()();
   auto in = lmt::test::rand_tokens(10, 11), tg = lmt::test::rand_tokens(10, 11);
@@ -166,9 +172,13 @@ TEST_CASE("cpu backend: the residual stream's gradient in bf16 (rmsnorm_bwd's dx
 
 TEST_CASE("model: gradient groups are reported in backward order and cover the flat buffer") {
   Config::Model m = small_model(Precision::fp64);
+  m.tie_embeddings = lmt::test::tied_or_not();
   ParamLayout layout = ParamLayout::build(m);
-  CHECK(layout.params.front().name == "lm_head.weight");
+  CHECK(layout.params.front().name == (m.tie_embeddings ? "ln_final.weight" : "lm_head.weight"));
   CHECK(layout.params.back().name == "token_embeddings.weight");
+  CHECK(&layout.lm_head() == &layout.get(m.tie_embeddings ? "token_embeddings.weight"
+                                                          : "lm_head.weight"));
+  CHECK(layout.index.count("lm_head.weight") == (m.tie_embeddings ? 0 : 1));
   REQUIRE(layout.groups.size() == size_t(m.num_layers + 2));
   size_t at = 0;
   for (auto& g : layout.groups) {
@@ -190,8 +200,9 @@ TEST_CASE("model: gradient groups are reported in backward order and cover the f
   CHECK(rec.seen == std::vector<int>{0, 1, 2, 3, -1});
 }
 
-template <typename T> void compare_with_torch(Precision precision, double tol) {
+template <typename T> void compare_with_torch(Precision precision, double tol, bool tie = false) {
   Config::Model m = small_model(precision);
+  m.tie_embeddings = tie;
   const int64_t B = 2, T_ = 5, steps = 3;
   auto cpu = make_cpu_backend<T>();
   Model<T> model(*cpu, m, B, T_);
@@ -218,7 +229,8 @@ template <typename T> void compare_with_torch(Precision precision, double tol) {
            {"num_heads", m.num_heads}, {"vocab_size", m.vocab_size},
            {"context_length", m.context_length}, {"rope_theta", m.rope_theta},
            {"norm_eps", m.norm_eps}, {"lr", o.lr}, {"beta1", o.beta1}, {"beta2", o.beta2},
-           {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"steps", steps}})
+           {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"steps", steps},
+           {"tie_embeddings", tie}})
     w.set(k, strf("%.17g", v));
   w.write(dir.file("in.safetensors"));
   const char* python = getenv("PYTHON") ? getenv("PYTHON") : "/usr/bin/python3";
@@ -260,13 +272,19 @@ TEST_CASE("model: matches the PyTorch reference in fp64 (logits, loss, gradients
   compare_with_torch<double>(Precision::fp64, 1e-10);
 }
 
+TEST_CASE("model: tied embeddings match the PyTorch reference in fp64 (one weight read by the "
+          "embedding and the head)") {
+  compare_with_torch<double>(Precision::fp64, 1e-10, true);
+}
+
 TEST_CASE("model: matches the PyTorch reference in fp32") {
   compare_with_torch<float>(Precision::fp32, 2e-5);
 }
 
 TEST_CASE("model: backward with GradWrite::add sums micro-batches' gradients into those of their "
-          "union (fp64), every parameter") {
+          "union (fp64), every parameter, embeddings tied or not") {
   Config::Model m = small_model(Precision::fp64);
+  m.tie_embeddings = lmt::test::tied_or_not();
   auto cpu = make_cpu_backend<double>();
   const int64_t b = 2, k = 3, T = m.context_length, n = b * T;
   Model<double> micro(*cpu, m, b, T), whole(*cpu, m, k * b, T);

@@ -79,6 +79,21 @@ TEST_CASE("plan: bytes per tag equal what the CPU backend allocates for the mode
   }
 }
 
+TEST_CASE("plan: tied embeddings hold one [vocab, d_model] table fewer, as the allocator holds "
+          "them") {
+  for (const Shape& s : kShapes) {
+    SUBCASE(s.name) {
+      Config c = config_of(s);
+      const Plan untied = make_plan(c);
+      c.model.tie_embeddings = true;
+      validate(c);
+      if (s.precision == Precision::fp64) check_against_allocator<double>(c);
+      else check_against_allocator<float>(c);
+      CHECK(make_plan(c).param_count == untied.param_count - uint64_t(s.vocab * s.d));
+    }
+  }
+}
+
 TEST_CASE("plan: bf16 moments are 2 bytes each, as the allocator holds them") {
   for (Precision precision : {Precision::bf16, Precision::fp64}) {
     Config c = config_of(kShapes[1]);
