@@ -125,10 +125,12 @@ template <typename T> void Model<T>::init_params(uint64_t seed) {
         std::fill(w + begin, w + end, T(1));
         continue;
       }
-      // Tied, the embeddings are initialised as the head they also are (N(0, 1) would make
-      // logits of std sqrt(d_model)).
-      bool embedding = p.name == "token_embeddings.weight" && !cfg.tie_embeddings;
+      // Tied, the embeddings (the head too) have std 1/sqrt(d_model): the logits start at unit
+      // std, where N(0, 1) would start them at sqrt(d_model) and the head's rule shrinks with
+      // the vocabulary (docs/design.md).
+      const bool embedding = p.name == "token_embeddings.weight";
       double std = embedding ? 1.0 : std::sqrt(2.0 / double(p.shape[0] + p.shape[1]));
+      if (embedding && cfg.tie_embeddings) std = 1.0 / std::sqrt(double(cfg.d_model));
       Rng rng(seed, /*stream=*/0x1a17 + ((uint64_t(i) + 1) << 24) + begin / kChunk);
       for (size_t k = begin; k < end; ++k) {
         double z;

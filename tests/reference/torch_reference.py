@@ -181,7 +181,7 @@ def check(args):
 
 def init_params(cfg, device):
     """CS336 init: Linear ~ N(0, 2/(in+out)) truncated at 3 sigma, embedding N(0, 1) at 3, gains 1.
-    Tied (cfg["tie_embeddings"]): no lm_head.weight, the embedding initialised as the head."""
+    Tied (cfg["tie_embeddings"]): no lm_head.weight, the embedding N(0, 1/d) at 3 sigma."""
     d, f, V, tied = cfg["d_model"], cfg["d_ff"], cfg["vocab_size"], cfg.get("tie_embeddings")
     shapes = {"token_embeddings.weight": (V, d), "ln_final.weight": (d,)}
     if not tied:
@@ -197,7 +197,9 @@ def init_params(cfg, device):
         if len(shape) == 1:
             t = torch.ones(shape)
         else:
-            std = 1.0 if name.startswith("token_") and not tied else math.sqrt(2.0 / (shape[0] + shape[1]))
+            std = math.sqrt(2.0 / (shape[0] + shape[1]))
+            if name.startswith("token_"):
+                std = 1.0 / math.sqrt(d) if tied else 1.0
             t = torch.empty(shape)
             torch.nn.init.trunc_normal_(t, 0.0, std, -3 * std, 3 * std)
         params[name] = t.to(device).requires_grad_()

@@ -71,6 +71,38 @@ TEST_CASE("model: every parameter's gradient matches finite differences (fp64), 
   }
 }
 
+TEST_CASE("model: init draws every weight from its normal truncated at 3 std (the embeddings "
+          "N(0, 1), or N(0, 1/d) tied; a linear's N(0, 2/(in+out))), and every gain 1") {
+  Config::Model m = small_model(Precision::fp64);
+  m.d_model = 48, m.num_heads = 4, m.d_ff = 96, m.vocab_size = 1001;
+  m.tie_embeddings = lmt::test::tied_or_not();
+  auto cpu = make_cpu_backend<double>();
+  Model<double> model(*cpu, m, 1, 5);
+  model.init_params(lmt::test::rng()());
+  const std::vector<double> w = model.params_host();
+  // A normal cut at ±3 std keeps 0.9866 of its std.
+  constexpr double kCut = 0.98657;
+  for (const ParamView& p : model.layout.params) {
+    INFO(p.name);
+    double sq = 0, most = 0;
+    for (size_t i = p.offset; i < p.offset + p.numel; ++i)
+      sq += w[i] * w[i], most = std::max(most, std::abs(w[i]));
+    const double rms = std::sqrt(sq / double(p.numel));
+    if (p.shape.size() == 1) {
+      CHECK(rms == 1.0);
+      CHECK(most == 1.0);
+      continue;
+    }
+    const double want = p.name != "token_embeddings.weight"
+                            ? std::sqrt(2.0 / double(p.shape[0] + p.shape[1]))
+                        : m.tie_embeddings ? 1.0 / std::sqrt(double(m.d_model))
+                                           : 1.0;
+    CHECK(rms == doctest::Approx(kCut * want).epsilon(0.05));  // >= 2304 draws a weight
+    CHECK(most <= 3 * want);
+    CHECK(most > 2 * want);
+  }
+}
+
 TEST_CASE("model: backward writes every gradient, whatever the buffer held before") {
   // The weight gradients are written by their ops, not added to a zeroed buffer: a backward over
   // NaN in every element must give what a backward over zeros gives, bit for bit (tied, the
