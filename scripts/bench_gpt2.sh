@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# gpt2-small (configs/models/gpt2-small.toml: GPT-2 124M's matmul FLOPs per token on a
-# 50 304-token vocabulary) on one GPU at batch x context 16 x 1024, 8 x 1024 and 4 x 512, side by
-# side in one call: lmtrain's bench mode without and with run.graphs, and with its residual
-# stream in bf16 (model.residual_dtype, graphs), its train mode (graphs; the synthetic source, the
-# loss and the gradient norm read back every step), then PyTorch's model with
+# gpt2-small (configs/models/gpt2-small.toml: GPT-2 124M's matmul FLOPs per token on a 50 304-token
+# vocabulary, its embeddings tied to the LM head) on one GPU at batch x context 16 x 1024, 8 x 1024
+# and 4 x 512, side by side in one call: lmtrain's bench mode without and with run.graphs, and with
+# its residual stream in bf16 (model.residual_dtype, graphs), its train mode (graphs; the synthetic
+# source, the loss and the gradient norm read back every step), then PyTorch's model with
 # scaled_dot_product_attention, eager and torch.compile (tests/reference/torch_reference.py bench).
 # Rows go to results/gpt2_lmtrain.csv, results/gpt2_train.csv and results/gpt2_torch.csv (with
 # device and date); scripts/gpt2_table.py then writes results/gpt2.md from them alone.
