@@ -16,7 +16,8 @@ import sys
 import tempfile
 
 KEYS = ["model.d_model", "model.d_ff", "model.num_layers", "model.num_heads", "model.vocab_size",
-        "model.context_length", "train.batch_size", "model.precision", "model.attention"]
+        "model.tie_embeddings", "model.context_length", "train.batch_size", "model.precision",
+        "model.attention"]
 
 
 def rows(path):
