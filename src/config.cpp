@@ -213,7 +213,7 @@ std::vector<ConfigField> config_fields(Config& c) {
                 "GPU attention kernel; the CPU backend has one reference for both"),
       bool_field("model", "tie_embeddings", &m.tie_embeddings,
                  "one [vocab_size, d_model] weight for the token embeddings and the LM head (as "
-                 "GPT-2 ties them): its gradient sums both uses; initialised as the head"),
+                 "GPT-2 ties them): its gradient sums both uses; initialised N(0, 1/d_model)"),
       int_field("train", "batch_size", &t.batch_size, 1,
                 "sequences per rank per micro-batch (one forward and backward)"),
       int_field("train", "grad_accum", &t.grad_accum, 1,
