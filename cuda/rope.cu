@@ -21,7 +21,11 @@ __device__ inline float2 rotate(float x0, float x1, float2 cs, float sign) {
 
 // One block per row (b*T + t), its threads over the row's H * dh/2 pairs, two at a time with
 // Pair2 (one load4/store4 of four values: dh a multiple of 4 and the rows so aligned), else one:
-// 32-bit index maths (64-bit division per element made the kernel compute-bound).
+// 32-bit index maths (64-bit division per element made the kernel compute-bound). At gpt2-small's
+// 16 384 rows of 24 heads (q and k) it takes 37 us (ncu, an H100, base clock: DRAM at 63 % of its
+// bandwidth, the issue slots busy 64 % of the time); eight rows a block, each thread's head and
+// pair found once and its rows' positions counted, took as long with half the instructions
+// (37.5 us, 36 %), and so did loading four rows before storing any (38.5 us).
 template <typename E, bool Pair2>
 __global__ void rope_kernel(E* x, const float2* table, int T, int H, int dh, int64_t row_stride,
                             float sign) {
