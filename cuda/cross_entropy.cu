@@ -20,9 +20,10 @@
 // graphs, on an H100, one call). Nor fewer instructions: under ncu (an H100, base clock) the
 // kernel issues 920M warp instructions, the issue slots busy 79 % of the time, DRAM at 75 % of its
 // bandwidth and 1.88 GB read where the logits are 1.65; with exp_of on ex2.approx.ftz (exp2f is
-// ex2.approx, denormals kept), the target's compare taken out of the elements' loop, and pass 2's
-// four loads issued before its stores, 637M, 53 %, 1.65 GB read, and 1.44-1.45 ms against 1.39;
-// the step 30.34, 30.23, 30.33 ms against 30.08, 30.21, 30.19 (bench, graphs, one call).
+// ex2.approx, denormals kept) and the target's compare taken out of the elements' loop, 637M,
+// 53 %, 1.65 GB read, and 1.45 ms against 1.39 (in two calls); with pass 2's four loads also
+// issued before its stores, 1.44, and the step 30.34, 30.23, 30.33 ms against 30.08, 30.21, 30.19
+// (bench, graphs, alternating, one call).
 #include <type_traits>
 
 #include "common.cuh"

@@ -25,7 +25,8 @@ __device__ inline float2 rotate(float x0, float x1, float2 cs, float sign) {
 // 16 384 rows of 24 heads (q and k) it takes 37 us (ncu, an H100, base clock: DRAM at 63 % of its
 // bandwidth, the issue slots busy 64 % of the time); eight rows a block, each thread's head and
 // pair found once and its rows' positions counted, took as long with half the instructions
-// (37.5 us, 36 %), and so did loading four rows before storing any (38.5 us).
+// (37.0 and 37.5 us against 37.3 and 37.4 in two calls, the issue slots busy 36 %), and so did
+// loading four rows before storing any (38.5 us).
 template <typename E, bool Pair2>
 __global__ void rope_kernel(E* x, const float2* table, int T, int H, int dh, int64_t row_stride,
                             float sign) {
