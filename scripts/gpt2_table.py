@@ -18,8 +18,8 @@ HEADER = ["B x T", "device", "date", "lmtrain step ms (graphs 0 / 1)",
           "lmtrain memory GiB", "PyTorch compile peak GiB"]
 NOTE = ("configs/models/gpt2-small.toml (d_model 768, 12 layers, 12 heads, d_ff 2048, vocabulary "
         "50 304, the embeddings tied to the LM head as GPT-2's: 124M parameters), bf16 with fp32 "
-        "master weights, gradients and AdamW state, by scripts/bench_gpt2.sh: medians of 20 timed full steps (forward, backward, AdamW) after "
-        "5 warm-up steps, lmtrain's bench mode and PyTorch's model (tests/reference/torch_reference.py "
+        "master weights, gradients and AdamW state, by scripts/bench_gpt2.sh: medians of 20 timed "
+        "full steps (forward, backward, AdamW) after 5 warm-up steps, lmtrain's bench mode and PyTorch's model (tests/reference/torch_reference.py "
         "bench --attention sdpa, autocast bf16, fused AdamW) in one call on one GPU. 'vs "
         "compile' is PyTorch compiled over lmtrain with graphs (> 1: lmtrain faster). lmtrain "
         "memory: everything its allocator holds; PyTorch: torch.cuda.max_memory_allocated over "

@@ -15,6 +15,9 @@ namespace lmt {
 namespace {
 
 constexpr const char* kFormat = "lmtrain-checkpoint-2";
+// AdamW's moments are stored as these prefixes + each parameter's name.
+constexpr const char* kMomentM = "optim.m.";
+constexpr const char* kMomentV = "optim.v.";
 template <typename T> const char* dtype_name() { return sizeof(T) == 8 ? "F64" : "F32"; }
 template <typename T> const char* state_tensor_dtype(Stored s) {
   return s == Stored::bf16 ? "BF16" : dtype_name<T>();
@@ -111,7 +114,7 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
     w.add(p.name, "BF16", p.shape, b.data(), p.numel * 2);
   }
   const size_t eb = state_elem_bytes<T>(opt.stored);
-  for (auto [prefix, buf] : {std::pair{"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
+  for (auto [prefix, buf] : {std::pair{kMomentM, &opt.m}, {kMomentV, &opt.v}})
     for (auto& p : layout.params)
       w.add(prefix + p.name, state_tensor_dtype<T>(opt.stored), p.shape,
             buf->data() + p.offset * eb, p.numel * eb);
@@ -184,7 +187,7 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
   // refused, not dropped.
   for (const auto& [name, info] : st.tensors) {
     std::string param = name;
-    for (const char* prefix : {"optim.m.", "optim.v."})
+    for (const char* prefix : {kMomentM, kMomentV})
       if (param.rfind(prefix, 0) == 0) param = param.substr(std::strlen(prefix));
     if (!model.layout.index.count(param))
       throw UsageError(strf("%s: tensor %s is not a parameter of this model (%s)", path.c_str(),
@@ -205,7 +208,7 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
       params[p.offset + i] = T(from_bf16(b));
     }
   }
-  for (auto [prefix, buf] : {std::pair{"optim.m.", &opt.m}, {"optim.v.", &opt.v}})
+  for (auto [prefix, buf] : {std::pair{kMomentM, &opt.m}, {kMomentV, &opt.v}})
     for (auto& p : model.layout.params)
       std::memcpy(buf->data() + p.offset * eb,
                   tensor(prefix + p.name, p, state_tensor_dtype<T>(stored)), p.numel * eb);
