@@ -5,25 +5,29 @@
 #pragma once
 #include <cublasLt.h>
 
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <utility>
 
 namespace lmt::cuda {
 
+// The configuration attributes, in algo_config's order and with its names.
+inline constexpr std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> kConfigAttrs[] = {
+    {CUBLASLT_ALGO_CONFIG_ID, "id"},
+    {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
+    {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
+    {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
+    {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, "reduction"},
+    {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
+    {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"},
+    {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
+    {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
+
 // Each attribute read at the size cuBLASLt reports for it; empty if one cannot be read.
 inline std::string algo_config(const cublasLtMatmulAlgo_t& algo) {
-  const std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> attrs[] = {
-      {CUBLASLT_ALGO_CONFIG_ID, "id"},
-      {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
-      {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},
-      {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitk"},
-      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, "reduction"},
-      {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
-      {CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, "custom"},
-      {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
-      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
   std::string out;
-  for (auto [attr, name] : attrs) {
+  for (auto [attr, name] : kConfigAttrs) {
     size_t bytes = 0;
     unsigned long long v = 0;  // little-endian: a 2- or 4-byte value fills the low bytes
     if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &bytes) !=
@@ -34,6 +38,34 @@ inline std::string algo_config(const cublasLtMatmulAlgo_t& algo) {
     out += std::string(out.empty() ? "" : " ") + name + " " + std::to_string(v);
   }
   return out;
+}
+
+// The algorithm that algo_config's text names, built rather than offered by the heuristic:
+// cublasLtMatmulAlgoInit with the text's id and these types, then each other attribute set at
+// the size cuBLASLt reports for it. False if the text is not such a line or an attribute is
+// refused; the caller still asks cublasLtMatmulAlgoCheck whether the problem can run it.
+inline bool algo_from_config(cublasLtHandle_t lt, const std::string& config,
+                             cudaDataType_t operands, cudaDataType_t result,
+                             cublasLtMatmulAlgo_t& algo) {
+  std::istringstream in(config);
+  unsigned long long values[std::size(kConfigAttrs)];
+  for (size_t i = 0; i < std::size(kConfigAttrs); ++i) {
+    std::string name;
+    if (!(in >> name >> values[i]) || name != kConfigAttrs[i].second) return false;
+  }
+  if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, operands, operands, result,
+                             result, int(values[0]), &algo) != CUBLAS_STATUS_SUCCESS)
+    return false;
+  for (size_t i = 1; i < std::size(kConfigAttrs); ++i) {
+    size_t bytes = 0;
+    const auto attr = kConfigAttrs[i].first;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &bytes) !=
+            CUBLAS_STATUS_SUCCESS ||
+        bytes > sizeof values[i] ||
+        cublasLtMatmulAlgoConfigSetAttribute(&algo, attr, &values[i], bytes) != CUBLAS_STATUS_SUCCESS)
+      return false;
+  }
+  return true;
 }
 
 }  // namespace lmt::cuda

@@ -10,16 +10,18 @@
 // Each problem's plan (descriptors and algorithm) is made on its first call and kept, so a later
 // call costs one map lookup on the host. The algorithm is cuBLASLt's heuristic's first choice,
 // unless cuda/gemm_choices.inc names for this GPU and problem a configuration that the heuristic
-// also offers: the fastest that does not split K, measured offline (dev/gemm_candidates.sh,
-// dev/gemm_choices.py). Either way it depends only on the problem, the pointers' alignments, the
-// workspace, the GPU and that committed table, never on a timing at run time, so two backends,
-// two runs, or a run and its resumption compute the same bits. (Timing candidates at run time
-// and keeping the fastest would not: on a tiny model's shapes two backends in one process, tuned
-// apart, computed different bits although each choice had matched the first's bits on its first
-// call's operands.)
+// also offers, or that cublasLtMatmulAlgoCheck accepts when built from the table's text (where
+// every pointer is 16-byte aligned): the fastest that does not split K, measured offline
+// (dev/gemm_candidates.sh, dev/gemm_choices.py). Either way it depends only on the problem, the
+// pointers' alignments, the workspace, the GPU and that committed table, never on a timing at run
+// time, so two backends, two runs, or a run and its resumption compute the same bits. (Timing
+// candidates at run time and keeping the fastest would not: on a tiny model's shapes two backends
+// in one process, tuned apart, computed different bits although each choice had matched the
+// first's bits on its first call's operands.)
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common.cuh"
@@ -172,11 +174,20 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       LMT_FATAL(strf("cuBLASLt has no algorithm for a %lld x %lld x %lld matmul",
                      (long long)M, (long long)N, (long long)K));
     p.algo = offered[0].algo;
-    for (int i = 1; want && i < found; ++i)
-      if (algo_config(offered[i].algo) == want) {
-        p.algo = offered[i].algo;
-        break;
-      }
+    bool taken = !want || algo_config(offered[0].algo) == want;
+    for (int i = 1; !taken && i < found; ++i)
+      if (algo_config(offered[i].algo) == want) p.algo = offered[i].algo, taken = true;
+    if (!taken && std::min({align_a, align_b, align_c, align_d}) >= 16) {
+      // Not among the offers: built from the text (the heuristic's offers were checked against
+      // these pointers' alignments; a built one is taken only where all are 16-byte aligned).
+      cublasLtMatmulAlgo_t built;
+      cublasLtMatmulHeuristicResult_t checked = {};
+      if (algo_from_config(lt_, want, in, out, built) &&
+          cublasLtMatmulAlgoCheck(lt_, p.op, p.a, p.b, p.d, p.d, &built, &checked) ==
+              CUBLAS_STATUS_SUCCESS &&
+          checked.workspaceSize <= workspace_bytes_)
+        p.algo = built;
+    }
     it = plans_.emplace(key, p).first;
   }
   const Plan& p = it->second;
