@@ -10,6 +10,13 @@
 // there reads what the kernel before it wrote, and weights and saved activations from memory;
 // a configuration that wins warm can lose in the step (it did in xl's backward). Its D compared
 // bit for bit with the heuristic's first choice's ('=' same, 'D' differs, 'x' it failed to run).
+// With WIDE=1 in the environment the candidates also include configurations the heuristic does
+// not offer: its first offer's algorithm id, stages and inner shape with every tile its
+// capabilities list, each of six cluster shapes, custom option and swizzle (about 30 000), those
+// that cublasLtMatmulAlgoCheck accepts and whose first run takes at most 1.15x the first offer's
+// timed warm once (3 runs), the fastest kWide of them then as the others ('#w0', ...). The screen
+// goes in a fixed random order; WIDE_SECONDS=60 stops it after 60 s (a sample of all of them).
+// ONLY="fwd head,dgrad head" measures those matmuls alone.
 // After the table, every candidate of every matmul on a line of its own: its times, the
 // heuristic's waves count and its configuration attributes (cuBLASLt's CUBLASLT_ALGO_CONFIG_*);
 // last, for each matmul the candidate that does not split K with the best worse-of-the-two ratio
@@ -22,9 +29,11 @@
 #include "../cuda/gemm_config.cuh"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -70,6 +79,43 @@ std::string config_of(const cublasLtMatmulAlgo_t& algo) {
   return c;
 }
 
+// A capability of an algorithm: a scalar, or (TILE_IDS) an array of uint32.
+std::vector<uint32_t> cap(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t a) {
+  size_t bytes = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, a, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS ||
+      bytes == 0)
+    return {};
+  std::vector<uint32_t> v((bytes + 3) / 4);
+  CHECK_LT(cublasLtMatmulAlgoCapGetAttribute(&algo, a, v.data(), v.size() * 4, &bytes));
+  return v;
+}
+
+// The configurations WIDE searches around the heuristic's first offer (its text `first`).
+std::vector<std::string> wide_configs(const cublasLtMatmulAlgo_t& first_algo,
+                                      const std::string& first) {
+  unsigned long id = 0, tile, stages = 0, splitk, reduction, swizzle, custom, inner = 0, cluster;
+  check(std::sscanf(first.c_str(), "id %lu tile %lu stages %lu splitk %lu reduction %lu swizzle "
+                    "%lu custom %lu inner %lu cluster %lu", &id, &tile, &stages, &splitk,
+                    &reduction, &swizzle, &custom, &inner, &cluster) == 9,
+        "reading the first offer's configuration", __LINE__);
+  const std::vector<uint32_t> tiles = cap(first_algo, CUBLASLT_ALGO_CAP_TILE_IDS);
+  const std::vector<uint32_t> custom_max = cap(first_algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX);
+  const std::vector<uint32_t> swizzles = cap(first_algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT);
+  const int clusters[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                          CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1,
+                          CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_1x4x1};
+  std::vector<std::string> out;
+  for (uint32_t t : tiles)
+    for (int c : clusters)
+      for (uint32_t o = 0; o <= (custom_max.empty() ? 0 : custom_max[0]); ++o)
+        for (uint32_t w = 0; w <= (swizzles.empty() || swizzles[0] == 0 ? 0u : 1u); ++w)
+          out.push_back("id " + std::to_string(id) + " tile " + std::to_string(t) + " stages " +
+                        std::to_string(stages) + " splitk 1 reduction 0 swizzle " +
+                        std::to_string(w) + " custom " + std::to_string(o) + " inner " +
+                        std::to_string(inner) + " cluster " + std::to_string(c));
+  return out;
+}
+
 cublasLtMatrixLayout_t layout(cudaDataType t, long rows, long cols, long ld) {
   cublasLtMatrixLayout_t l;
   CHECK_LT(cublasLtMatrixLayoutCreate(&l, t, uint64_t(rows), uint64_t(cols), ld));
@@ -85,6 +131,9 @@ int main(int argc, char** argv) {
   }
   const long d = std::atol(argv[1]), f = std::atol(argv[2]), V = std::atol(argv[3]);
   const long n = std::atol(argv[4]), L = std::atol(argv[5]);
+  const bool wide = std::getenv("WIDE") && std::string(std::getenv("WIDE")) == "1";
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each matmul's row as it is measured
+  constexpr size_t kWide = 8;  // WIDE's configurations timed as the offers are
   const Shape shapes[] = {
       {"fwd qkv", false, true, n, 3 * d, d, true, false, L},
       {"fwd wo +res", false, true, n, d, d, false, true, L},
@@ -144,7 +193,11 @@ int main(int argc, char** argv) {
   double step_first = 0, step_best = 0, cold_first = 0, cold_best = 0;
   std::string listing;  // every candidate, printed after the table
   std::string choices;  // cuda/gemm_choices.inc's lines, printed last
+  const char* only = std::getenv("ONLY");  // a comma-separated list of matmul names, or all
   for (const Shape& s : shapes) {
+    if (only && ("," + std::string(only) + ",").find("," + std::string(s.name) + ",") ==
+                    std::string::npos)
+      continue;
     // cuBLASLt is column-major: row-major D = op(A) op(B) is its D^T = op(B)^T op(A)^T.
     cublasLtMatmulDesc_t op;
     CHECK_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -167,6 +220,80 @@ int main(int argc, char** argv) {
     CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 16, cand, &found));
     const float alpha = 1, beta = s.residual ? 1 : 0;
     const size_t d_bytes = size_t(s.M * s.N) * (s.d_bf16 ? 2 : 4);
+    struct Candidate {
+      cublasLtMatmulAlgo_t algo;
+      std::string label;
+      float waves;
+    };
+    std::vector<Candidate> cands;
+    for (int i = 0; i < found; ++i)
+      cands.push_back({cand[i].algo, "#" + std::to_string(i), cand[i].wavesCount});
+    size_t wide_checked = 0, wide_valid = 0;
+    if (wide && found > 0) {
+      std::vector<std::string> offered;
+      for (int i = 0; i < found; ++i) offered.push_back(config_of(cand[i].algo));
+      std::vector<std::pair<float, Candidate>> screened;
+      // One timed run of an algorithm, ms (negative: it failed to run).
+      auto once = [&](const cublasLtMatmulAlgo_t& algo) {
+        CHECK_CUDA(cudaEventRecord(start, stream));
+        const bool ok = cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, s.residual ? C : D,
+                                       ld, D, ld, &algo, ws, ws_bytes, stream) ==
+                        CUBLAS_STATUS_SUCCESS;
+        CHECK_CUDA(cudaEventRecord(stop, stream));
+        CHECK_CUDA(cudaEventSynchronize(stop));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+        return ok ? ms : -1.0f;
+      };
+      once(cand[0].algo);
+      const float first_ms = once(cand[0].algo);  // a configuration 1.15x slower is not timed on
+      const char* budget = std::getenv("WIDE_SECONDS");  // screening stops after this long
+      const auto t0 = std::chrono::steady_clock::now();
+      // In a fixed random order: a screening cut short by WIDE_SECONDS has sampled all of them.
+      std::vector<std::string> configs = wide_configs(cand[0].algo, offered[0]);
+      std::shuffle(configs.begin(), configs.end(), std::mt19937(12345));
+      for (const std::string& config : configs) {
+        if (std::find(offered.begin(), offered.end(), config) != offered.end()) continue;
+        if (budget && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >
+                          std::atof(budget)) {
+          std::fprintf(stderr, "%s: WIDE screening stopped at %s s\n", s.name, budget);
+          break;
+        }
+        ++wide_checked;
+        cublasLtMatmulAlgo_t algo;
+        cublasLtMatmulHeuristicResult_t checked = {};
+        if (!lmt::cuda::algo_from_config(lt, config, CUDA_R_16BF,
+                                         s.d_bf16 ? CUDA_R_16BF : CUDA_R_32F, algo) ||
+            cublasLtMatmulAlgoCheck(lt, op, la, lb, ld, ld, &algo, &checked) !=
+                CUBLAS_STATUS_SUCCESS ||
+            checked.workspaceSize > ws_bytes)
+          continue;
+        auto run = [&] {
+          return cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, s.residual ? C : D, ld, D,
+                                ld, &algo, ws, ws_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+        };
+        if (!run()) continue;
+        const float single = once(algo);
+        if (single < 0 || single > 1.15f * first_ms) continue;
+        CHECK_CUDA(cudaEventRecord(start, stream));
+        bool ok = true;
+        for (int k = 0; k < 3; ++k) ok = ok && run();
+        CHECK_CUDA(cudaEventRecord(stop, stream));
+        CHECK_CUDA(cudaEventSynchronize(stop));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+        if (!ok) continue;
+        ++wide_valid;
+        screened.push_back({ms, {algo, "", checked.wavesCount}});
+      }
+      std::fprintf(stderr, "%s: WIDE checked %zu, %zu ran\n", s.name, wide_checked, wide_valid);
+      std::sort(screened.begin(), screened.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (size_t k = 0; k < std::min(kWide, screened.size()); ++k) {
+        screened[k].second.label = "#w" + std::to_string(k);
+        cands.push_back(screened[k].second);
+      }
+    }
     std::vector<char> first_d(d_bytes), this_d(d_bytes);
     std::string marks;
     double first_us = 0, best_us = 0;  // warm; 0: the first choice did not run
@@ -174,10 +301,10 @@ int main(int argc, char** argv) {
     // The choice: not splitting K, the best max(warm / first's warm, cold / first's cold).
     double choice_ratio = 0, choice_us = 0, choice_cold = 0;
     std::string choice;
-    for (int i = 0; i < found; ++i) {
+    for (size_t i = 0; i < cands.size(); ++i) {
       auto run = [&] {
         return cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, s.residual ? C : D, ld, D, ld,
-                              &cand[i].algo, ws, ws_bytes, stream);
+                              &cands[i].algo, ws, ws_bytes, stream);
       };
       bool ok = run() == CUBLAS_STATUS_SUCCESS && run() == CUBLAS_STATUS_SUCCESS;
       std::vector<float> us;
@@ -206,8 +333,8 @@ int main(int argc, char** argv) {
       }
       if (!ok) {
         marks += 'x';
-        listing += std::string(s.name) + " #" + std::to_string(i) + " x " +
-                   config_of(cand[i].algo) + "\n";
+        listing += std::string(s.name) + " " + cands[i].label + " x " +
+                   config_of(cands[i].algo) + "\n";
         continue;
       }
       CHECK_CUDA(cudaMemcpy(i == 0 ? first_d.data() : this_d.data(), D, d_bytes,
@@ -217,9 +344,9 @@ int main(int argc, char** argv) {
       std::nth_element(cold.begin(), cold.begin() + kCold / 2, cold.end());
       const double warm_us = us[2], cold_us = cold[kCold / 2];
       char line[128];
-      std::snprintf(line, sizeof line, " #%d %c %.1f us cold %.1f waves %.2f ", i, marks.back(),
-                    warm_us, cold_us, cand[i].wavesCount);
-      const std::string config = config_of(cand[i].algo);
+      std::snprintf(line, sizeof line, " %s %c %.1f us cold %.1f waves %.2f ",
+                    cands[i].label.c_str(), marks.back(), warm_us, cold_us, cands[i].waves);
+      const std::string config = config_of(cands[i].algo);
       listing += s.name + std::string(line) + config + "\n";
       if (i == 0) first_us = best_us = warm_us, first_cold = best_cold = cold_us;
       if (first_us <= 0) continue;
@@ -244,6 +371,10 @@ int main(int argc, char** argv) {
                 s.N, s.K, first_us, best_us,
                 2.0 * double(s.M) * double(s.N) * double(s.K) / best_us / 1e6, first_cold,
                 best_cold, s.per_step, marks.c_str());
+    if (wide)
+      listing += std::string(s.name) + ": WIDE checked " + std::to_string(wide_checked) +
+                 " configurations the heuristic did not offer, " + std::to_string(wide_valid) +
+                 " ran\n";
     cublasLtMatmulPreferenceDestroy(pref);
     for (auto l : {la, lb, ld}) cublasLtMatrixLayoutDestroy(l);
     cublasLtMatmulDescDestroy(op);

@@ -9,6 +9,7 @@ Rebuild after it (make).
     dev/gemm_choices.py [files...]
 """
 import glob
+import itertools
 import os
 import re
 import sys
@@ -26,10 +27,14 @@ def main():
     for path in files:
         with open(path) as f:
             lines = f.read().splitlines()
-        if "# choices" not in "\n".join(lines):
+        starts = [i + 1 for i, l in enumerate(lines) if l.startswith("# choices")]
+        if not starts:
             print(f"{path}: no '# choices' section (an output of an older gemm_candidates)", file=sys.stderr)
             continue
-        for line in lines[next(i for i, l in enumerate(lines) if l.startswith("# choices")) + 1:]:
+        # Each section runs to the end, a blank line or the next output's '#' header (WIDE runs of
+        # one matmul each are concatenated in one file).
+        section = [l for s in starts for l in itertools.takewhile(lambda l: l and l[0] != "#", lines[s:])]
+        for line in section:
             m = LINE.match(line)
             if not m:
                 sys.exit(f"{path}: not a choice line: {line}")
