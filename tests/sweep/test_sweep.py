@@ -10,7 +10,8 @@ its allocator-trace reconstruction for bench --mem-timeline gives the right runn
 phases (both skipped without torch); scripts/report.py's --check passes on the repository and
 fails on a copy with one data value changed; scripts/ddp_timeline.py sums a synthetic two-rank
 trace's step as it should; scripts/optimizer_state.py reports each choice's own run;
-scripts/clocks_table.py summarises the busy samples of an nvidia-smi log.
+scripts/clocks_table.py summarises the busy samples of an nvidia-smi log; dev/gemm_choices.py
+keeps the choices it should and reproduces cuda/gemm_choices.inc.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
@@ -339,6 +340,62 @@ class MixedPrecision(unittest.TestCase):
         row = lambda acc, val: float(text.split(f"| {acc} | {val} | ")[1].split(" |")[0])
         self.assertLess(abs(row("float32", "float32") - 10), 1e-3)
         self.assertGreater(abs(row("float16", "float16") - 10), 1e-2)
+
+
+class GemmChoices(unittest.TestCase):
+    """dev/gemm_choices.py: cuda/gemm_choices.inc is what it makes of results/; a choice is kept
+    only at 98 % of the first's times or less, both; of one problem in two files the larger gain;
+    one-matmul outputs concatenated in a file each count; a malformed choice line is refused."""
+
+    HEAD = "# choices: per matmul, the candidate that does not split K (...)"
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="lmtrain-gemm-choices-test-")
+        self.out = os.path.join(self.dir, "choices.inc")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def choices(self, *files):
+        return subprocess.run([PY, os.path.join(REPO, "dev/gemm_choices.py"), "--out", self.out,
+                               *files], capture_output=True, text=True, cwd=REPO)
+
+    def line(self, m, config, warm, first, cold, first_cold):
+        return (f'{{"GPU X", false, true, {m}, 64, 32, true, "{config}"}},  // fwd qkv: {warm} us, '
+                f"first {first}; cold {cold}, first {first_cold}")
+
+    def write(self, name, *sections):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            for choice_lines in sections:
+                f.write("# GPU X; d_model 32\nmatmul rows\n\n# every candidate\nfwd qkv #0 ...\n\n")
+                f.write(self.HEAD + "\n" + "".join(l + "\n" for l in choice_lines))
+        return path
+
+    def test_the_committed_table_is_what_the_results_give(self):
+        r = self.choices()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f, open(os.path.join(REPO, "cuda/gemm_choices.inc")) as g:
+            self.assertEqual(f.read(), g.read())
+
+    def test_gain_threshold_larger_gain_and_concatenated_outputs(self):
+        a = self.write("a.txt", [self.line(100, "cfg a100", 90.0, 100.0, 97.0, 100.0),
+                                 self.line(200, "cfg a200", 90.0, 100.0, 99.0, 100.0)],
+                       [self.line(300, "cfg a300", 50.0, 100.0, 60.0, 100.0)])
+        b = self.write("b.txt", [self.line(100, "cfg b100", 80.0, 100.0, 95.0, 100.0),
+                                 self.line(300, "cfg b300", 70.0, 100.0, 70.0, 100.0)])
+        r = self.choices(a, b)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f:
+            kept = [l for l in f.read().splitlines() if not l.startswith("//")]
+        # 100: b's 0.95 beats a's 0.97; 200: 0.99 > 0.98, dropped; 300: a's second output, 0.6
+        self.assertEqual([re.search(r'"cfg (\w+)"', l).group(1) for l in kept], ["b100", "a300"])
+
+    def test_a_malformed_choice_line_is_refused(self):
+        bad = self.write("bad.txt", [self.line(100, "cfg", 90.0, 100.0, 90.0, 100.0)[:-5]])
+        r = self.choices(bad)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("not a choice line", r.stderr)
 
 
 class Report(unittest.TestCase):
