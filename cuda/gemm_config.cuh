@@ -5,6 +5,7 @@
 #pragma once
 #include <cublasLt.h>
 
+#include <array>
 #include <iterator>
 #include <sstream>
 #include <string>
@@ -24,20 +25,41 @@ inline constexpr std::pair<cublasLtMatmulAlgoConfigAttributes_t, const char*> kC
     {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
     {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"}};
 
+// A configuration's values, indexed as kConfigAttrs.
+using ConfigValues = std::array<unsigned long long, std::size(kConfigAttrs)>;
+enum ConfigField { kId, kTile, kStages, kSplitK, kReduction, kSwizzle, kCustom, kInner, kCluster };
+
+// The line of text: each attribute's name, then its value.
+inline std::string config_text(const ConfigValues& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i)
+    out += std::string(i ? " " : "") + kConfigAttrs[i].second + " " + std::to_string(v[i]);
+  return out;
+}
+
+// The values of config_text's line; false if the text is not such a line.
+inline bool parse_config(const std::string& text, ConfigValues& v) {
+  std::istringstream in(text);
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::string name;
+    if (!(in >> name >> v[i]) || name != kConfigAttrs[i].second) return false;
+  }
+  return true;
+}
+
 // Each attribute read at the size cuBLASLt reports for it; empty if one cannot be read.
 inline std::string algo_config(const cublasLtMatmulAlgo_t& algo) {
-  std::string out;
-  for (auto [attr, name] : kConfigAttrs) {
+  ConfigValues v{};  // little-endian: a 2- or 4-byte value fills the low bytes
+  for (size_t i = 0; i < v.size(); ++i) {
     size_t bytes = 0;
-    unsigned long long v = 0;  // little-endian: a 2- or 4-byte value fills the low bytes
+    const auto attr = kConfigAttrs[i].first;
     if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &bytes) !=
             CUBLAS_STATUS_SUCCESS ||
-        bytes > sizeof v ||
-        cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, bytes, &bytes) != CUBLAS_STATUS_SUCCESS)
+        bytes > sizeof v[i] ||
+        cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v[i], bytes, &bytes) != CUBLAS_STATUS_SUCCESS)
       return "";
-    out += std::string(out.empty() ? "" : " ") + name + " " + std::to_string(v);
   }
-  return out;
+  return config_text(v);
 }
 
 // The algorithm that algo_config's text names, built rather than offered by the heuristic:
@@ -47,22 +69,18 @@ inline std::string algo_config(const cublasLtMatmulAlgo_t& algo) {
 inline bool algo_from_config(cublasLtHandle_t lt, const std::string& config,
                              cudaDataType_t operands, cudaDataType_t result,
                              cublasLtMatmulAlgo_t& algo) {
-  std::istringstream in(config);
-  unsigned long long values[std::size(kConfigAttrs)];
-  for (size_t i = 0; i < std::size(kConfigAttrs); ++i) {
-    std::string name;
-    if (!(in >> name >> values[i]) || name != kConfigAttrs[i].second) return false;
-  }
-  if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, operands, operands, result,
-                             result, int(values[0]), &algo) != CUBLAS_STATUS_SUCCESS)
+  ConfigValues v;
+  if (!parse_config(config, v) ||
+      cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, operands, operands, result,
+                             result, int(v[kId]), &algo) != CUBLAS_STATUS_SUCCESS)
     return false;
-  for (size_t i = 1; i < std::size(kConfigAttrs); ++i) {
+  for (size_t i = kId + 1; i < v.size(); ++i) {
     size_t bytes = 0;
     const auto attr = kConfigAttrs[i].first;
     if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &bytes) !=
             CUBLAS_STATUS_SUCCESS ||
-        bytes > sizeof values[i] ||
-        cublasLtMatmulAlgoConfigSetAttribute(&algo, attr, &values[i], bytes) != CUBLAS_STATUS_SUCCESS)
+        bytes > sizeof v[i] ||
+        cublasLtMatmulAlgoConfigSetAttribute(&algo, attr, &v[i], bytes) != CUBLAS_STATUS_SUCCESS)
       return false;
   }
   return true;
