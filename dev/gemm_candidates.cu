@@ -93,26 +93,24 @@ std::vector<uint32_t> cap(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCa
 // The configurations WIDE searches around the heuristic's first offer (its text `first`).
 std::vector<std::string> wide_configs(const cublasLtMatmulAlgo_t& first_algo,
                                       const std::string& first) {
-  unsigned long id = 0, tile, stages = 0, splitk, reduction, swizzle, custom, inner = 0, cluster;
-  check(std::sscanf(first.c_str(), "id %lu tile %lu stages %lu splitk %lu reduction %lu swizzle "
-                    "%lu custom %lu inner %lu cluster %lu", &id, &tile, &stages, &splitk,
-                    &reduction, &swizzle, &custom, &inner, &cluster) == 9,
-        "reading the first offer's configuration", __LINE__);
+  using namespace lmt::cuda;
+  ConfigValues v;
+  check(parse_config(first, v), "reading the first offer's configuration", __LINE__);
   const std::vector<uint32_t> tiles = cap(first_algo, CUBLASLT_ALGO_CAP_TILE_IDS);
   const std::vector<uint32_t> custom_max = cap(first_algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX);
   const std::vector<uint32_t> swizzles = cap(first_algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT);
   const int clusters[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
                           CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1,
                           CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_1x4x1};
+  v[kSplitK] = 1, v[kReduction] = 0;  // the first offer's id, stages and inner shape kept
   std::vector<std::string> out;
   for (uint32_t t : tiles)
     for (int c : clusters)
       for (uint32_t o = 0; o <= (custom_max.empty() ? 0 : custom_max[0]); ++o)
-        for (uint32_t w = 0; w <= (swizzles.empty() || swizzles[0] == 0 ? 0u : 1u); ++w)
-          out.push_back("id " + std::to_string(id) + " tile " + std::to_string(t) + " stages " +
-                        std::to_string(stages) + " splitk 1 reduction 0 swizzle " +
-                        std::to_string(w) + " custom " + std::to_string(o) + " inner " +
-                        std::to_string(inner) + " cluster " + std::to_string(c));
+        for (uint32_t w = 0; w <= (swizzles.empty() || swizzles[0] == 0 ? 0u : 1u); ++w) {
+          v[kTile] = t, v[kCluster] = (unsigned long long)c, v[kCustom] = o, v[kSwizzle] = w;
+          out.push_back(config_text(v));
+        }
   return out;
 }
 
@@ -220,6 +218,22 @@ int main(int argc, char** argv) {
     CHECK_LT(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 16, cand, &found));
     const float alpha = 1, beta = s.residual ? 1 : 0;
     const size_t d_bytes = size_t(s.M * s.N) * (s.d_bf16 ? 2 : 4);
+    // One run of an algorithm (false: it failed to run); `runs` back to back, timed, ms
+    // (negative: one failed).
+    auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+      return cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, s.residual ? C : D, ld, D, ld,
+                            &algo, ws, ws_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+    };
+    auto timed = [&](const cublasLtMatmulAlgo_t& algo, int runs) {
+      CHECK_CUDA(cudaEventRecord(start, stream));
+      bool ok = true;
+      for (int k = 0; k < runs; ++k) ok = ok && run(algo);
+      CHECK_CUDA(cudaEventRecord(stop, stream));
+      CHECK_CUDA(cudaEventSynchronize(stop));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      return ok ? ms : -1.0f;
+    };
     struct Candidate {
       cublasLtMatmulAlgo_t algo;
       std::string label;
@@ -233,20 +247,8 @@ int main(int argc, char** argv) {
       std::vector<std::string> offered;
       for (int i = 0; i < found; ++i) offered.push_back(config_of(cand[i].algo));
       std::vector<std::pair<float, Candidate>> screened;
-      // One timed run of an algorithm, ms (negative: it failed to run).
-      auto once = [&](const cublasLtMatmulAlgo_t& algo) {
-        CHECK_CUDA(cudaEventRecord(start, stream));
-        const bool ok = cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, s.residual ? C : D,
-                                       ld, D, ld, &algo, ws, ws_bytes, stream) ==
-                        CUBLAS_STATUS_SUCCESS;
-        CHECK_CUDA(cudaEventRecord(stop, stream));
-        CHECK_CUDA(cudaEventSynchronize(stop));
-        float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-        return ok ? ms : -1.0f;
-      };
-      once(cand[0].algo);
-      const float first_ms = once(cand[0].algo);  // a configuration 1.15x slower is not timed on
+      timed(cand[0].algo, 1);
+      const float first_ms = timed(cand[0].algo, 1);  // a configuration 1.15x slower is not timed on
       const char* budget = std::getenv("WIDE_SECONDS");  // screening stops after this long
       const auto t0 = std::chrono::steady_clock::now();
       // In a fixed random order: a screening cut short by WIDE_SECONDS has sampled all of them.
@@ -268,21 +270,11 @@ int main(int argc, char** argv) {
                 CUBLAS_STATUS_SUCCESS ||
             checked.workspaceSize > ws_bytes)
           continue;
-        auto run = [&] {
-          return cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, s.residual ? C : D, ld, D,
-                                ld, &algo, ws, ws_bytes, stream) == CUBLAS_STATUS_SUCCESS;
-        };
-        if (!run()) continue;
-        const float single = once(algo);
+        if (!run(algo)) continue;
+        const float single = timed(algo, 1);
         if (single < 0 || single > 1.15f * first_ms) continue;
-        CHECK_CUDA(cudaEventRecord(start, stream));
-        bool ok = true;
-        for (int k = 0; k < 3; ++k) ok = ok && run();
-        CHECK_CUDA(cudaEventRecord(stop, stream));
-        CHECK_CUDA(cudaEventSynchronize(stop));
-        float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-        if (!ok) continue;
+        const float ms = timed(algo, 3);
+        if (ms < 0) continue;
         ++wide_valid;
         screened.push_back({ms, {algo, "", checked.wavesCount}});
       }
@@ -302,19 +294,12 @@ int main(int argc, char** argv) {
     double choice_ratio = 0, choice_us = 0, choice_cold = 0;
     std::string choice;
     for (size_t i = 0; i < cands.size(); ++i) {
-      auto run = [&] {
-        return cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, s.residual ? C : D, ld, D, ld,
-                              &cands[i].algo, ws, ws_bytes, stream);
-      };
-      bool ok = run() == CUBLAS_STATUS_SUCCESS && run() == CUBLAS_STATUS_SUCCESS;
+      const cublasLtMatmulAlgo_t& algo = cands[i].algo;
+      bool ok = run(algo) && run(algo);
       std::vector<float> us;
       for (int batch = 0; ok && batch < 5; ++batch) {
-        CHECK_CUDA(cudaEventRecord(start, stream));
-        for (int k = 0; k < 20; ++k) ok = ok && run() == CUBLAS_STATUS_SUCCESS;
-        CHECK_CUDA(cudaEventRecord(stop, stream));
-        CHECK_CUDA(cudaEventSynchronize(stop));
-        float ms = 0;
-        CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+        const float ms = timed(algo, 20);
+        ok = ms >= 0;
         us.push_back(ms * 1e3f / 20);
       }
       std::vector<float> cold(kCold);
@@ -322,7 +307,7 @@ int main(int argc, char** argv) {
         evict<<<4 * prop.multiProcessorCount, 512, 0, stream>>>(evict_buf, evict_n,
                                                                 evict_buf + evict_n);
         CHECK_CUDA(cudaEventRecord(starts[r], stream));
-        ok = ok && run() == CUBLAS_STATUS_SUCCESS;
+        ok = ok && run(algo);
         CHECK_CUDA(cudaEventRecord(stops[r], stream));
       }
       CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -334,7 +319,7 @@ int main(int argc, char** argv) {
       if (!ok) {
         marks += 'x';
         listing += std::string(s.name) + " " + cands[i].label + " x " +
-                   config_of(cands[i].algo) + "\n";
+                   config_of(algo) + "\n";
         continue;
       }
       CHECK_CUDA(cudaMemcpy(i == 0 ? first_d.data() : this_d.data(), D, d_bytes,
@@ -346,7 +331,7 @@ int main(int argc, char** argv) {
       char line[128];
       std::snprintf(line, sizeof line, " %s %c %.1f us cold %.1f waves %.2f ",
                     cands[i].label.c_str(), marks.back(), warm_us, cold_us, cands[i].waves);
-      const std::string config = config_of(cands[i].algo);
+      const std::string config = config_of(algo);
       listing += s.name + std::string(line) + config + "\n";
       if (i == 0) first_us = best_us = warm_us, first_cold = best_cold = cold_us;
       if (first_us <= 0) continue;
