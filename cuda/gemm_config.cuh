@@ -1,11 +1,12 @@
 // cuBLASLt's configuration of a matmul algorithm as one line of text, "id 66 tile 209 stages 35
 // splitk 1 reduction 0 swizzle 0 custom 4 inner 0 cluster 3" (its CUBLASLT_ALGO_CONFIG_*
 // attributes): what dev/gemm_candidates.cu lists for every candidate and cuda/gemm_choices.inc
-// names for the problems it has measured (cuda/matmul.cu).
+// names for the problems it has measured (cuda/matmul.cu), and that table's lookup.
 #pragma once
 #include <cublasLt.h>
 
 #include <array>
+#include <cstdint>
 #include <iterator>
 #include <sstream>
 #include <string>
@@ -84,6 +85,27 @@ inline bool algo_from_config(cublasLtHandle_t lt, const std::string& config,
       return false;
   }
   return true;
+}
+
+// A measured choice (gemm_choices.inc): on GPU `gpu`, for row-major D[M, N] = op(A) op(B) with
+// bf16 operands, one matrix, D in bf16 or not, the configuration to take. nullptr: none.
+inline const char* table_choice(const std::string& gpu, bool transA, bool transB, int64_t M,
+                                int64_t N, int64_t K, bool d_bf16) {
+  struct Choice {
+    const char* gpu;
+    bool transA, transB;
+    int64_t M, N, K;
+    bool d_bf16;
+    const char* config;
+  };
+  static const Choice kChoices[] = {
+#include "gemm_choices.inc"
+      {nullptr, false, false, 0, 0, 0, false, nullptr}};  // an empty table compiles too
+  for (const Choice& c : kChoices)
+    if (c.gpu && gpu == c.gpu && c.transA == transA && c.transB == transB && c.M == M && c.N == N &&
+        c.K == K && c.d_bf16 == d_bf16)
+      return c.config;
+  return nullptr;
 }
 
 }  // namespace lmt::cuda

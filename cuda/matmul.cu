@@ -49,19 +49,6 @@ __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
   if (i < n) y[i] = __float2bfloat16_rn(x[i]);
 }
 
-// A measured choice (cuda/gemm_choices.inc): on GPU `gpu`, for row-major D[M, N] = op(A) op(B)
-// with bf16 operands, one matrix, D in bf16 or not, the configuration (gemm_config.cuh) to take.
-struct GemmChoice {
-  const char* gpu;
-  bool transA, transB;
-  int64_t M, N, K;
-  bool d_bf16;
-  const char* config;
-};
-const GemmChoice kChoices[] = {
-#include "gemm_choices.inc"
-    {nullptr, false, false, 0, 0, 0, false, nullptr}};
-
 // The heuristic's candidates searched for a measured choice (as many as dev/gemm_candidates.cu
 // times).
 constexpr int kOffered = 16;
@@ -160,11 +147,10 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       const uint32_t b = uint32_t(bytes);
       LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &b, sizeof b));
     }
-    const char* want = nullptr;  // this problem's measured choice, if any
-    for (const GemmChoice* c = kChoices; c->gpu && ops == Operands::bf16 && batch == 1; ++c)
-      if (gpu_ == c->gpu && c->transA == transA && c->transB == transB && c->M == M &&
-          c->N == N && c->K == K && c->d_bf16 == d_bf16)
-        want = c->config;
+    // This problem's measured choice, if any.
+    const char* want = ops == Operands::bf16 && batch == 1
+                           ? table_choice(gpu_, transA, transB, M, N, K, d_bf16)
+                           : nullptr;
     cublasLtMatmulHeuristicResult_t offered[kOffered] = {};
     int found = 0;
     LT_CHECK(cublasLtMatmulAlgoGetHeuristic(lt_, p.op, p.a, p.b, p.d, p.d, pref,
