@@ -16,11 +16,18 @@
 // that cublasLtMatmulAlgoCheck accepts and whose first run takes at most 1.15x the first offer's
 // timed warm once (3 runs), the fastest kWide of them then as the others ('#w0', ...). The screen
 // goes in a fixed random order; WIDE_SECONDS=60 stops it after 60 s (a sample of all of them).
-// ONLY="fwd head,dgrad head" measures those matmuls alone.
+// ONLY="fwd head,dgrad head" measures those matmuls alone. The committed table's configuration
+// for a matmul (cuda/gemm_choices.inc, this GPU), where the heuristic does not offer it, is timed
+// beside the offers as '#t'.
+// With SUSTAIN=50 every candidate is also timed hot: as a training step runs its matmuls, with the
+// GPU kept busy long enough to hold its power limit (it then lowers the clock, so that a kernel's
+// energy, not only its cycles, sets its time). After a second of the first offer back to back,
+// kHot rounds, each candidate in turn for about 50 ms back to back, the median of its rounds'
+// times a call; the choice is then the best hot time against the first offer's.
 // After the table, every candidate of every matmul on a line of its own: its times, the
 // heuristic's waves count and its configuration attributes (cuBLASLt's CUBLASLT_ALGO_CONFIG_*);
 // last, for each matmul the candidate that does not split K with the best worse-of-the-two ratio
-// to the first's times, as a line of cuda/gemm_choices.inc (dev/gemm_choices.py keeps those
+// to the first's times (under SUSTAIN, of its hot time), as a line of cuda/gemm_choices.inc (dev/gemm_choices.py keeps those
 // that beat the first), which cuda/matmul.cu takes over the first.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -130,6 +137,8 @@ int main(int argc, char** argv) {
   const long d = std::atol(argv[1]), f = std::atol(argv[2]), V = std::atol(argv[3]);
   const long n = std::atol(argv[4]), L = std::atol(argv[5]);
   const bool wide = std::getenv("WIDE") && std::string(std::getenv("WIDE")) == "1";
+  const double sustain_ms = std::getenv("SUSTAIN") ? std::atof(std::getenv("SUSTAIN")) : 0;
+  constexpr int kHot = 5;  // hot rounds
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each matmul's row as it is measured
   constexpr size_t kWide = 8;  // WIDE's configurations timed as the offers are
   const Shape shapes[] = {
@@ -188,7 +197,7 @@ int main(int argc, char** argv) {
   std::printf("%-12s %6s %6s %6s %9s %9s %7s %10s %10s %9s  %s\n", "matmul", "M", "N", "K",
               "first us", "best us", "TFLOP/s", "cold first", "cold best", "per step",
               "candidates");
-  double step_first = 0, step_best = 0, cold_first = 0, cold_best = 0;
+  double step_first = 0, step_best = 0, cold_first = 0, cold_best = 0, hot_first = 0, hot_best = 0;
   std::string listing;  // every candidate, printed after the table
   std::string choices;  // cuda/gemm_choices.inc's lines, printed last
   const char* only = std::getenv("ONLY");  // a comma-separated list of matmul names, or all
@@ -286,13 +295,27 @@ int main(int argc, char** argv) {
         cands.push_back(screened[k].second);
       }
     }
+    if (const char* table = lmt::cuda::table_choice(prop.name, s.transA, s.transB, s.M, s.N, s.K,
+                                                    s.d_bf16);
+        table && found > 0) {
+      bool listed = false;
+      for (const Candidate& c : cands) listed = listed || config_of(c.algo) == table;
+      cublasLtMatmulAlgo_t algo;
+      cublasLtMatmulHeuristicResult_t checked = {};
+      if (!listed &&
+          lmt::cuda::algo_from_config(lt, table, CUDA_R_16BF, s.d_bf16 ? CUDA_R_16BF : CUDA_R_32F,
+                                      algo) &&
+          cublasLtMatmulAlgoCheck(lt, op, la, lb, ld, ld, &algo, &checked) ==
+              CUBLAS_STATUS_SUCCESS &&
+          checked.workspaceSize <= ws_bytes)
+        cands.push_back({algo, "#t", checked.wavesCount});
+    }
     std::vector<char> first_d(d_bytes), this_d(d_bytes);
     std::string marks;
-    double first_us = 0, best_us = 0;  // warm; 0: the first choice did not run
-    double first_cold = 0, best_cold = 0;
-    // The choice: not splitting K, the best max(warm / first's warm, cold / first's cold).
-    double choice_ratio = 0, choice_us = 0, choice_cold = 0;
-    std::string choice;
+    struct Times {
+      double warm = 0, cold = 0, hot = 0;  // us; warm 0: it failed to run
+    };
+    std::vector<Times> times(cands.size());
     for (size_t i = 0; i < cands.size(); ++i) {
       const cublasLtMatmulAlgo_t& algo = cands[i].algo;
       bool ok = run(algo) && run(algo);
@@ -318,8 +341,6 @@ int main(int argc, char** argv) {
       }
       if (!ok) {
         marks += 'x';
-        listing += std::string(s.name) + " " + cands[i].label + " x " +
-                   config_of(algo) + "\n";
         continue;
       }
       CHECK_CUDA(cudaMemcpy(i == 0 ? first_d.data() : this_d.data(), D, d_bytes,
@@ -327,29 +348,64 @@ int main(int argc, char** argv) {
       marks += i == 0 || std::memcmp(first_d.data(), this_d.data(), d_bytes) == 0 ? '=' : 'D';
       std::nth_element(us.begin(), us.begin() + 2, us.end());
       std::nth_element(cold.begin(), cold.begin() + kCold / 2, cold.end());
-      const double warm_us = us[2], cold_us = cold[kCold / 2];
-      char line[128];
-      std::snprintf(line, sizeof line, " %s %c %.1f us cold %.1f waves %.2f ",
-                    cands[i].label.c_str(), marks.back(), warm_us, cold_us, cands[i].waves);
-      const std::string config = config_of(algo);
-      listing += s.name + std::string(line) + config + "\n";
-      if (i == 0) first_us = best_us = warm_us, first_cold = best_cold = cold_us;
-      if (first_us <= 0) continue;
-      best_us = std::min(best_us, warm_us), best_cold = std::min(best_cold, cold_us);
-      const double ratio = std::max(warm_us / first_us, cold_us / first_cold);
-      if (config.find(" splitk 1 ") != std::string::npos && (choice.empty() || ratio < choice_ratio))
-        choice = config, choice_ratio = ratio, choice_us = warm_us, choice_cold = cold_us;
+      times[i].warm = us[2], times[i].cold = cold[kCold / 2];
     }
+    if (sustain_ms > 0 && times[0].warm > 0) {
+      const auto calls = [&](size_t i, double ms) { return std::max(1, int(ms * 1e3 / times[i].warm)); };
+      timed(cands[0].algo, calls(0, 1000));  // the GPU at its power limit
+      std::vector<std::vector<float>> hot(cands.size());
+      for (int r = 0; r < kHot; ++r)
+        for (size_t i = 0; i < cands.size(); ++i)
+          if (times[i].warm > 0) {
+            const int k = calls(i, sustain_ms);
+            hot[i].push_back(timed(cands[i].algo, k) * 1e3f / float(k));
+          }
+      for (size_t i = 0; i < cands.size(); ++i)
+        if (!hot[i].empty()) {
+          std::nth_element(hot[i].begin(), hot[i].begin() + kHot / 2, hot[i].end());
+          times[i].hot = hot[i][kHot / 2];
+        }
+    }
+    const Times first = times[0];  // warm 0: the first choice did not run
+    double best_us = first.warm, best_cold = first.cold, best_hot = first.hot;
+    // The choice: not splitting K, the best max(warm / first's warm, cold / first's cold), or
+    // under SUSTAIN the best hot / first's hot.
+    double choice_ratio = 0;
+    Times chosen;
+    std::string choice;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const Times& t = times[i];
+      const std::string config = config_of(cands[i].algo);
+      if (t.warm <= 0) {
+        listing += std::string(s.name) + " " + cands[i].label + " x " + config + "\n";
+        continue;
+      }
+      char hot[32] = "", line[160];
+      if (t.hot > 0) std::snprintf(hot, sizeof hot, " hot %.1f", t.hot);
+      std::snprintf(line, sizeof line, " %s %c %.1f us cold %.1f%s waves %.2f ",
+                    cands[i].label.c_str(), marks[i], t.warm, t.cold, hot, cands[i].waves);
+      listing += s.name + std::string(line) + config + "\n";
+      if (first.warm <= 0) continue;
+      best_us = std::min(best_us, t.warm), best_cold = std::min(best_cold, t.cold);
+      if (t.hot > 0) best_hot = std::min(best_hot, t.hot);
+      const double ratio = sustain_ms > 0 ? t.hot / first.hot
+                                          : std::max(t.warm / first.warm, t.cold / first.cold);
+      if (config.find(" splitk 1 ") != std::string::npos && (choice.empty() || ratio < choice_ratio))
+        choice = config, choice_ratio = ratio, chosen = t;
+    }
+    const double first_us = first.warm, first_cold = first.cold;
     step_first += first_us * double(s.per_step), step_best += best_us * double(s.per_step);
     cold_first += first_cold * double(s.per_step), cold_best += best_cold * double(s.per_step);
+    hot_first += first.hot * double(s.per_step), hot_best += best_hot * double(s.per_step);
     if (!choice.empty() && first_us > 0) {
       char line[320];
       std::snprintf(line, sizeof line, "{\"%s\", %s, %s, %ld, %ld, %ld, %s, \"", prop.name,
                     s.transA ? "true" : "false", s.transB ? "true" : "false", s.M, s.N, s.K,
                     s.d_bf16 ? "true" : "false");
-      char note[128];
-      std::snprintf(note, sizeof note, "\"},  // %s: %.1f us, first %.1f; cold %.1f, first %.1f\n",
-                    s.name, choice_us, first_us, choice_cold, first_cold);
+      char note[160], hot[48] = "";
+      if (sustain_ms > 0) std::snprintf(hot, sizeof hot, "; hot %.1f, first %.1f", chosen.hot, first.hot);
+      std::snprintf(note, sizeof note, "\"},  // %s: %.1f us, first %.1f; cold %.1f, first %.1f%s\n",
+                    s.name, chosen.warm, first_us, chosen.cold, first_cold, hot);
       choices += line + choice + note;
     }
     std::printf("%-12s %6ld %6ld %6ld %9.1f %9.1f %7.0f %10.1f %10.1f %9ld  %s\n", s.name, s.M,
@@ -367,10 +423,14 @@ int main(int argc, char** argv) {
   std::printf("a step's matmuls (forward + backward): %.2f ms with the heuristic's first choices, "
               "%.2f ms with the fastest candidates (cold: %.2f, %.2f)\n", step_first / 1e3,
               step_best / 1e3, cold_first / 1e3, cold_best / 1e3);
-  std::printf("\n# every candidate: matmul #index, bits against #0, median times warm and cold, "
+  if (sustain_ms > 0)
+    std::printf("hot: %.2f ms with the first choices, %.2f ms with the fastest\n", hot_first / 1e3,
+                hot_best / 1e3);
+  std::printf("\n# every candidate: matmul #index, bits against #0, median times warm and cold (and hot), "
               "the heuristic's waves count, configuration\n%s", listing.c_str());
   std::printf("\n# choices: per matmul, the candidate that does not split K with the best "
-              "worse-of-the-two ratio to the first's times (dev/gemm_choices.py gathers those "
-              "that beat it into cuda/gemm_choices.inc)\n%s", choices.c_str());
+              "worse-of-the-two ratio to the first's times (under SUSTAIN: its hot time's ratio) "
+              "(dev/gemm_choices.py gathers those that beat it into cuda/gemm_choices.inc)\n%s",
+              choices.c_str());
   return 0;
 }

@@ -7,9 +7,11 @@
 #   dev/gemm_candidates.sh [size]        (default: xl)
 #   BATCH=8 CONTEXT=1024 SUFFIX=_8x1024 dev/gemm_candidates.sh gpt2-small
 #   WIDE=1 WIDE_SECONDS=60 ONLY="fwd qkv" BATCH=16 CONTEXT=1024 SUFFIX=_wide dev/gemm_candidates.sh gpt2-small
-# Env: BATCH (4), CONTEXT (512), SUFFIX (none), CUDA_HOME (/usr/local/cuda); WIDE, WIDE_SECONDS
-# and ONLY as dev/gemm_candidates.cu describes them (WIDE searches configurations the heuristic
-# does not offer: about a minute a matmul).
+#   SUSTAIN=50 BATCH=16 CONTEXT=1024 SUFFIX=_hot dev/gemm_candidates.sh gpt2-small
+# Env: BATCH (4), CONTEXT (512), SUFFIX (none), CUDA_HOME (/usr/local/cuda); WIDE, WIDE_SECONDS,
+# ONLY and SUSTAIN as dev/gemm_candidates.cu describes them (WIDE searches configurations the
+# heuristic does not offer: about a minute a matmul; SUSTAIN also times each candidate at the
+# GPU's power limit, as a step runs it: about five seconds a matmul).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=${1:-xl}

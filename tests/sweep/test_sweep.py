@@ -345,7 +345,8 @@ class MixedPrecision(unittest.TestCase):
 class GemmChoices(unittest.TestCase):
     """dev/gemm_choices.py: cuda/gemm_choices.inc is what it makes of results/; a choice is kept
     only at 98 % of the first's times or less, both; of one problem in two files the larger gain;
-    one-matmul outputs concatenated in a file each count; a malformed choice line is refused."""
+    a problem timed hot anywhere chosen by its hot times alone; one-matmul outputs concatenated in
+    a file each count; a malformed choice line is refused."""
 
     HEAD = "# choices: per matmul, the candidate that does not split K (...)"
 
@@ -360,9 +361,17 @@ class GemmChoices(unittest.TestCase):
         return subprocess.run([PY, os.path.join(REPO, "dev/gemm_choices.py"), "--out", self.out,
                                *files], capture_output=True, text=True, cwd=REPO)
 
-    def line(self, m, config, warm, first, cold, first_cold):
+    def line(self, m, config, warm, first, cold, first_cold, hot=None):
         return (f'{{"GPU X", false, true, {m}, 64, 32, true, "{config}"}},  // fwd qkv: {warm} us, '
-                f"first {first}; cold {cold}, first {first_cold}")
+                f"first {first}; cold {cold}, first {first_cold}"
+                + (f"; hot {hot[0]}, first {hot[1]}" if hot else ""))
+
+    def kept(self, *files):
+        r = self.choices(*files)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(self.out) as f:
+            return [re.search(r'"cfg (\w+)"', l).group(1) for l in f.read().splitlines()
+                    if not l.startswith("//")]
 
     def write(self, name, *sections):
         path = os.path.join(self.dir, name)
@@ -384,12 +393,18 @@ class GemmChoices(unittest.TestCase):
                        [self.line(300, "cfg a300", 50.0, 100.0, 60.0, 100.0)])
         b = self.write("b.txt", [self.line(100, "cfg b100", 80.0, 100.0, 95.0, 100.0),
                                  self.line(300, "cfg b300", 70.0, 100.0, 70.0, 100.0)])
-        r = self.choices(a, b)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        with open(self.out) as f:
-            kept = [l for l in f.read().splitlines() if not l.startswith("//")]
         # 100: b's 0.95 beats a's 0.97; 200: 0.99 > 0.98, dropped; 300: a's second output, 0.6
-        self.assertEqual([re.search(r'"cfg (\w+)"', l).group(1) for l in kept], ["b100", "a300"])
+        self.assertEqual(self.kept(a, b), ["b100", "a300"])
+
+    def test_hot_times_outrank_warm_and_cold(self):
+        a = self.write("a.txt", [self.line(100, "cfg a100", 50.0, 100.0, 50.0, 100.0),
+                                 self.line(200, "cfg a200", 90.0, 100.0, 90.0, 100.0),
+                                 self.line(300, "cfg a300", 90.0, 100.0, 90.0, 100.0)])
+        b = self.write("b.txt", [self.line(100, "cfg b100", 99.0, 100.0, 99.0, 100.0, (90.0, 100.0)),
+                                 self.line(200, "cfg b200", 90.0, 100.0, 90.0, 100.0, (99.0, 100.0))])
+        # 100: b's hot 0.9 over a's warm and cold 0.5; 200: hot 0.99, so the first (a's 0.9 not
+        # taken); 300: timed only warm and cold
+        self.assertEqual(self.kept(a, b), ["b100", "a300"])
 
     def test_a_malformed_choice_line_is_refused(self):
         bad = self.write("bad.txt", [self.line(100, "cfg", 90.0, 100.0, 90.0, 100.0)[:-5]])
