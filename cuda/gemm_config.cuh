@@ -57,7 +57,8 @@ inline std::string algo_config(const cublasLtMatmulAlgo_t& algo) {
     if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, nullptr, 0, &bytes) !=
             CUBLAS_STATUS_SUCCESS ||
         bytes > sizeof v[i] ||
-        cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v[i], bytes, &bytes) != CUBLAS_STATUS_SUCCESS)
+        cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v[i], bytes, &bytes) !=
+            CUBLAS_STATUS_SUCCESS)
       return "";
   }
   return config_text(v);
@@ -85,6 +86,21 @@ inline bool algo_from_config(cublasLtHandle_t lt, const std::string& config,
       return false;
   }
   return true;
+}
+
+// algo_from_config's algorithm where cublasLtMatmulAlgoCheck also accepts it for this problem
+// (descriptor op, layouts a and b, c and d both laid out as d) within `workspace` bytes; `checked`
+// is what the check reports (its waves count).
+inline bool checked_algo_from_config(cublasLtHandle_t lt, const std::string& config,
+                                     cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+                                     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d,
+                                     cudaDataType_t operands, cudaDataType_t result,
+                                     size_t workspace, cublasLtMatmulAlgo_t& algo,
+                                     cublasLtMatmulHeuristicResult_t& checked) {
+  checked = {};
+  return algo_from_config(lt, config, operands, result, algo) &&
+         cublasLtMatmulAlgoCheck(lt, op, a, b, d, d, &algo, &checked) == CUBLAS_STATUS_SUCCESS &&
+         checked.workspaceSize <= workspace;
 }
 
 // A measured choice (gemm_choices.inc): on GPU `gpu`, for row-major D[M, N] = op(A) op(B) with

@@ -167,11 +167,9 @@ void Gemm::operator()(bool transA, bool transB, int64_t M, int64_t N, int64_t K,
       // Not among the offers: built from the text (the heuristic's offers were checked against
       // these pointers' alignments; a built one is taken only where all are 16-byte aligned).
       cublasLtMatmulAlgo_t built;
-      cublasLtMatmulHeuristicResult_t checked = {};
-      if (algo_from_config(lt_, want, in, out, built) &&
-          cublasLtMatmulAlgoCheck(lt_, p.op, p.a, p.b, p.d, p.d, &built, &checked) ==
-              CUBLAS_STATUS_SUCCESS &&
-          checked.workspaceSize <= workspace_bytes_)
+      cublasLtMatmulHeuristicResult_t checked;
+      if (checked_algo_from_config(lt_, want, p.op, p.a, p.b, p.d, in, out, workspace_bytes_, built,
+                                   checked))
         p.algo = built;
     }
     it = plans_.emplace(key, p).first;

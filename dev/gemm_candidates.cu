@@ -27,8 +27,8 @@
 // After the table, every candidate of every matmul on a line of its own: its times, the
 // heuristic's waves count and its configuration attributes (cuBLASLt's CUBLASLT_ALGO_CONFIG_*);
 // last, for each matmul the candidate that does not split K with the best worse-of-the-two ratio
-// to the first's times (under SUSTAIN, of its hot time), as a line of cuda/gemm_choices.inc (dev/gemm_choices.py keeps those
-// that beat the first), which cuda/matmul.cu takes over the first.
+// to the first's times (under SUSTAIN, of its hot time), as a line of cuda/gemm_choices.inc
+// (dev/gemm_choices.py keeps those that beat the first), which cuda/matmul.cu takes over the first.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -243,6 +243,13 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
       return ok ? ms : -1.0f;
     };
+    // A configuration's text built into an algorithm this problem can run (WIDE's and '#t').
+    auto built = [&](const std::string& config, cublasLtMatmulAlgo_t& algo,
+                     cublasLtMatmulHeuristicResult_t& checked) {
+      return lmt::cuda::checked_algo_from_config(lt, config, op, la, lb, ld, CUDA_R_16BF,
+                                                 s.d_bf16 ? CUDA_R_16BF : CUDA_R_32F, ws_bytes,
+                                                 algo, checked);
+    };
     struct Candidate {
       cublasLtMatmulAlgo_t algo;
       std::string label;
@@ -257,7 +264,8 @@ int main(int argc, char** argv) {
       for (int i = 0; i < found; ++i) offered.push_back(config_of(cand[i].algo));
       std::vector<std::pair<float, Candidate>> screened;
       timed(cand[0].algo, 1);
-      const float first_ms = timed(cand[0].algo, 1);  // a configuration 1.15x slower is not timed on
+      // A configuration 1.15x slower than this is not timed on.
+      const float first_ms = timed(cand[0].algo, 1);
       const char* budget = std::getenv("WIDE_SECONDS");  // screening stops after this long
       const auto t0 = std::chrono::steady_clock::now();
       // In a fixed random order: a screening cut short by WIDE_SECONDS has sampled all of them.
@@ -272,13 +280,8 @@ int main(int argc, char** argv) {
         }
         ++wide_checked;
         cublasLtMatmulAlgo_t algo;
-        cublasLtMatmulHeuristicResult_t checked = {};
-        if (!lmt::cuda::algo_from_config(lt, config, CUDA_R_16BF,
-                                         s.d_bf16 ? CUDA_R_16BF : CUDA_R_32F, algo) ||
-            cublasLtMatmulAlgoCheck(lt, op, la, lb, ld, ld, &algo, &checked) !=
-                CUBLAS_STATUS_SUCCESS ||
-            checked.workspaceSize > ws_bytes)
-          continue;
+        cublasLtMatmulHeuristicResult_t checked;
+        if (!built(config, algo, checked)) continue;
         if (!run(algo)) continue;
         const float single = timed(algo, 1);
         if (single < 0 || single > 1.15f * first_ms) continue;
@@ -301,14 +304,8 @@ int main(int argc, char** argv) {
       bool listed = false;
       for (const Candidate& c : cands) listed = listed || config_of(c.algo) == table;
       cublasLtMatmulAlgo_t algo;
-      cublasLtMatmulHeuristicResult_t checked = {};
-      if (!listed &&
-          lmt::cuda::algo_from_config(lt, table, CUDA_R_16BF, s.d_bf16 ? CUDA_R_16BF : CUDA_R_32F,
-                                      algo) &&
-          cublasLtMatmulAlgoCheck(lt, op, la, lb, ld, ld, &algo, &checked) ==
-              CUBLAS_STATUS_SUCCESS &&
-          checked.workspaceSize <= ws_bytes)
-        cands.push_back({algo, "#t", checked.wavesCount});
+      cublasLtMatmulHeuristicResult_t checked;
+      if (!listed && built(table, algo, checked)) cands.push_back({algo, "#t", checked.wavesCount});
     }
     std::vector<char> first_d(d_bytes), this_d(d_bytes);
     std::string marks;
@@ -351,7 +348,9 @@ int main(int argc, char** argv) {
       times[i].warm = us[2], times[i].cold = cold[kCold / 2];
     }
     if (sustain_ms > 0 && times[0].warm > 0) {
-      const auto calls = [&](size_t i, double ms) { return std::max(1, int(ms * 1e3 / times[i].warm)); };
+      const auto calls = [&](size_t i, double ms) {  // candidate i's runs in about ms
+        return std::max(1, int(ms * 1e3 / times[i].warm));
+      };
       timed(cands[0].algo, calls(0, 1000));  // the GPU at its power limit
       std::vector<std::vector<float>> hot(cands.size());
       for (int r = 0; r < kHot; ++r)
@@ -390,27 +389,29 @@ int main(int argc, char** argv) {
       if (t.hot > 0) best_hot = std::min(best_hot, t.hot);
       const double ratio = sustain_ms > 0 ? t.hot / first.hot
                                           : std::max(t.warm / first.warm, t.cold / first.cold);
-      if (config.find(" splitk 1 ") != std::string::npos && (choice.empty() || ratio < choice_ratio))
+      if (config.find(" splitk 1 ") != std::string::npos &&
+          (choice.empty() || ratio < choice_ratio))
         choice = config, choice_ratio = ratio, chosen = t;
     }
-    const double first_us = first.warm, first_cold = first.cold;
-    step_first += first_us * double(s.per_step), step_best += best_us * double(s.per_step);
-    cold_first += first_cold * double(s.per_step), cold_best += best_cold * double(s.per_step);
+    step_first += first.warm * double(s.per_step), step_best += best_us * double(s.per_step);
+    cold_first += first.cold * double(s.per_step), cold_best += best_cold * double(s.per_step);
     hot_first += first.hot * double(s.per_step), hot_best += best_hot * double(s.per_step);
-    if (!choice.empty() && first_us > 0) {
+    if (!choice.empty() && first.warm > 0) {
       char line[320];
       std::snprintf(line, sizeof line, "{\"%s\", %s, %s, %ld, %ld, %ld, %s, \"", prop.name,
                     s.transA ? "true" : "false", s.transB ? "true" : "false", s.M, s.N, s.K,
                     s.d_bf16 ? "true" : "false");
       char note[160], hot[48] = "";
-      if (sustain_ms > 0) std::snprintf(hot, sizeof hot, "; hot %.1f, first %.1f", chosen.hot, first.hot);
-      std::snprintf(note, sizeof note, "\"},  // %s: %.1f us, first %.1f; cold %.1f, first %.1f%s\n",
-                    s.name, chosen.warm, first_us, chosen.cold, first_cold, hot);
+      if (sustain_ms > 0)
+        std::snprintf(hot, sizeof hot, "; hot %.1f, first %.1f", chosen.hot, first.hot);
+      std::snprintf(note, sizeof note,
+                    "\"},  // %s: %.1f us, first %.1f; cold %.1f, first %.1f%s\n", s.name,
+                    chosen.warm, first.warm, chosen.cold, first.cold, hot);
       choices += line + choice + note;
     }
     std::printf("%-12s %6ld %6ld %6ld %9.1f %9.1f %7.0f %10.1f %10.1f %9ld  %s\n", s.name, s.M,
-                s.N, s.K, first_us, best_us,
-                2.0 * double(s.M) * double(s.N) * double(s.K) / best_us / 1e6, first_cold,
+                s.N, s.K, first.warm, best_us,
+                2.0 * double(s.M) * double(s.N) * double(s.K) / best_us / 1e6, first.cold,
                 best_cold, s.per_step, marks.c_str());
     if (wide)
       listing += std::string(s.name) + ": WIDE checked " + std::to_string(wide_checked) +
@@ -426,8 +427,8 @@ int main(int argc, char** argv) {
   if (sustain_ms > 0)
     std::printf("hot: %.2f ms with the first choices, %.2f ms with the fastest\n", hot_first / 1e3,
                 hot_best / 1e3);
-  std::printf("\n# every candidate: matmul #index, bits against #0, median times warm and cold (and hot), "
-              "the heuristic's waves count, configuration\n%s", listing.c_str());
+  std::printf("\n# every candidate: matmul #index, bits against #0, median times warm and cold "
+              "(and hot), the heuristic's waves count, configuration\n%s", listing.c_str());
   std::printf("\n# choices: per matmul, the candidate that does not split K with the best "
               "worse-of-the-two ratio to the first's times (under SUSTAIN: its hot time's ratio) "
               "(dev/gemm_choices.py gathers those that beat it into cuda/gemm_choices.inc)\n%s",
