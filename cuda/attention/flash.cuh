@@ -140,6 +140,11 @@ constexpr int64_t sm90_bwd_short_t([[maybe_unused]] int dh) {
                    : 2048;  // 3-13 % faster up to T 2048, 1 % slower at 4096
 #endif
 }
+// The dQ kernel's last heads start tile-major (every one's longest tile, then every one's second,
+// ...) up to this T, so that the backward's last blocks to start are short ones. At the long-T
+// entries the backward was 2-16 % faster at T 1024-8192, level at 16384 and 32768 (d 64), up to
+// 3 % slower at 16384 (d 128).
+constexpr int64_t sm90_dq_tail_t() { return 8192; }
 constexpr Sm90Tiles sm90_dkdv_short_tiles([[maybe_unused]] int dh) {
 #ifdef LMT_FLASH_SM90_DKDV_SHORT_GROUPS  // a tuning build
   return {LMT_FLASH_SM90_DKDV_SHORT_GROUPS, LMT_FLASH_SM90_DKDV_SHORT_TILE,

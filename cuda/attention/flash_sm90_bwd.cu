@@ -369,11 +369,11 @@ template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream
       qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC), qkv_map(p, B, DH, p.dk, 64),
       qkv_map(p, B, DH, p.dv, 64));
   using F = TmaDq<DH, Short>;
-  // The dQ kernel's tail taken tile-major: about a wave's worth of heads (kBlocks an SM). At short
-  // T only, where it was measured (results/flash_tuning.md); the dK/dV kernel's last blocks run
-  // beside the dQ kernel's.
+  // The dQ kernel's tail taken tile-major: the last heads, about two blocks an SM's worth (a wave
+  // of the short-T entry's, two of the long-T entry's), up to sm90_dq_tail_t; the dK/dV kernel's
+  // last blocks run beside the dQ kernel's (taken so as well, they gained nothing more).
   const int64_t heads = B * p.H, tiles = ceil_div(p.T, F::BR);
-  const int tail = Short ? int(min64(heads, ceil_div(F::T::kBlocks * sm_count(), tiles))) : 0;
+  const int tail = p.T <= sm90_dq_tail_t() ? int(min64(heads, ceil_div(2 * sm_count(), tiles))) : 0;
   launch_specialized<dq_tma_kernel<DH, Short>, F>(
       p, B, F::BR, b.stream, tail, qkv_map(p, B, DH, p.q, F::BR), o_map(p, B, DH, p.dout, F::BR),
       qkv_map(p, B, DH, p.k, F::BC), qkv_map(p, B, DH, p.v, F::BC), qkv_map(p, B, DH, p.dq, 64));
