@@ -18,6 +18,11 @@ double busy_ms(std::vector<std::pair<uint64_t, uint64_t>> intervals) {
   return double(total) * 1e-6;
 }
 
+std::string kernel_namespace(const std::string& name) {
+  const size_t colons = name.find("::");
+  return colons < name.find('<') ? name.substr(0, colons) : "";
+}
+
 }  // namespace lmt
 
 #ifdef LMTRAIN_CUDA
@@ -48,7 +53,7 @@ namespace {
 
 std::mutex g_mutex;
 std::map<std::string, KernelStat> g_stats;  // by mangled name, filled from CUPTI's thread
-std::vector<std::pair<uint64_t, uint64_t>> g_spans;  // every kernel's [start, end), ns
+std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> g_spans;  // [start, end), ns
 
 std::string pretty(const char* mangled) {
   int status = 0;
@@ -78,7 +83,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     KernelStat& s = g_stats[k->name];
     s.calls += 1;
     s.total_ms += double(k->end - k->start) * 1e-6;
-    g_spans.push_back({uint64_t(k->start), uint64_t(k->end)});
+    g_spans[k->name].push_back({uint64_t(k->start), uint64_t(k->end)});
   }
   std::free(buffer);
 }
@@ -109,21 +114,31 @@ KernelSummary KernelProfile::stop() {
   CUPTI_CHECK(cuptiActivityFlushAll(1));
   CUPTI_CHECK(cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   std::map<std::string, KernelStat> merged;  // several mangled names can print alike
+  using Spans = std::vector<std::pair<uint64_t, uint64_t>>;
+  std::map<std::string, std::pair<double, Spans>> groups;  // by namespace: total ms, spans
   KernelSummary out;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     for (auto& [mangled, s] : g_stats) {
-      KernelStat& m = merged[pretty(mangled.c_str())];
+      const std::string name = pretty(mangled.c_str()), space = kernel_namespace(name);
+      KernelStat& m = merged[name];
       m.calls += s.calls, m.total_ms += s.total_ms;
+      if (space.empty()) continue;
+      auto& [total, spans] = groups[space];
+      total += s.total_ms;
+      spans.insert(spans.end(), g_spans[mangled].begin(), g_spans[mangled].end());
     }
-    if (!g_spans.empty()) {
-      uint64_t first = g_spans[0].first, last = g_spans[0].second;
-      for (auto [b, e] : g_spans) first = std::min(first, b), last = std::max(last, e);
+    Spans all;
+    for (auto& [mangled, spans] : g_spans) all.insert(all.end(), spans.begin(), spans.end());
+    if (!all.empty()) {
+      uint64_t first = all[0].first, last = all[0].second;
+      for (auto [b, e] : all) first = std::min(first, b), last = std::max(last, e);
       out.span_ms = double(last - first) * 1e-6;
-      out.busy_ms = busy_ms(g_spans);
+      out.busy_ms = busy_ms(std::move(all));
     }
   }
   for (auto& [name, s] : merged) out.kernels.push_back({name, s.calls, s.total_ms});
+  for (auto& [space, g] : groups) out.groups.push_back({space, g.first, busy_ms(g.second)});
   std::sort(out.kernels.begin(), out.kernels.end(),
             [](auto& a, auto& b) { return a.total_ms > b.total_ms; });
   return out;

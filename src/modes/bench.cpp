@@ -268,6 +268,9 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
       if (total > summary.busy_ms + 1e-3)
         printf("  kernels ran side by side: their times add to %.3f ms, the GPU busy for %.3f ms\n",
                total, summary.busy_ms);
+      for (const KernelGroup& g : summary.groups)
+        printf("  %s:: kernels: their times add to %.3f ms, the GPU busy with them for %.3f ms\n",
+               g.name.c_str(), g.total_ms, g.busy_ms);
     }
     if (!cl.csv_path.empty()) {
       CsvRow row = bench_columns(c);

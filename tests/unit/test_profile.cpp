@@ -1,6 +1,6 @@
 // The kernel summary's busy time (kernel_profile.hpp's busy_ms): the length of the union of the
 // kernels' [start, end) intervals, whatever their order and overlaps; the idle time bench prints
-// is the span less it.
+// is the span less it. And the namespace that groups kernels (kernel_namespace).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -35,4 +35,13 @@ TEST_CASE("kernel summary: busy time is the union of the kernels' intervals") {
     for (bool c : covered) n += c;
     CHECK(busy_ms(spans) == doctest::Approx(double(n) * 1e-6));
   }
+}
+
+TEST_CASE("kernel summary: a kernel's namespace, before any template arguments") {
+  CHECK(kernel_namespace("attn::fwd_tma_kernel<64, true, true>") == "attn");
+  CHECK(kernel_namespace("attn::flash_bwd_rowsum_kernel<__nv_bfloat16, 8>") == "attn");
+  CHECK(kernel_namespace("adamw_kernel") == "");
+  CHECK(kernel_namespace("nvjet_sm90_tst_128x160_64x5_2x1_v_bz_TNT") == "");
+  CHECK(kernel_namespace("cross_entropy_kernel<cute::bf16, 3>") == "");
+  CHECK(kernel_namespace("a::b::c<int>") == "a");
 }
