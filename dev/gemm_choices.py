@@ -17,10 +17,11 @@ import re
 import sys
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-# {"GPU", transA, transB, M, N, K, d_bf16, "config"},  // name: 80.1 us, first 85.4; cold 90.2, first 95.0
-# (and under SUSTAIN "; hot 88.0, first 99.1")
-LINE = re.compile(r'^(\{"[^"]*", (?:true|false), (?:true|false), \d+, \d+, \d+, (?:true|false), )'
-                  r'"[^"]*"\},  // .*: ([0-9.]+) us, first ([0-9.]+); cold ([0-9.]+), first ([0-9.]+)'
+# {"GPU", transA, transB, M, N, K, d_bf16, "config"},  // name: 80.1 us, first 85.4;
+#     cold 90.2, first 95.0   (one line; under SUSTAIN it ends "; hot 88.0, first 99.1")
+LINE = re.compile(r'^(\{"[^"]*", (?:true|false), (?:true|false), \d+, \d+, \d+, '
+                  r'(?:true|false), )"[^"]*"\},  // .*: ([0-9.]+) us, first ([0-9.]+); '
+                  r'cold ([0-9.]+), first ([0-9.]+)'
                   r'(?:; hot ([0-9.]+), first ([0-9.]+))?$')
 MAX_RATIO = 0.98  # a choice's times over the first's at most this
 
@@ -37,18 +38,21 @@ def main():
             lines = f.read().splitlines()
         starts = [i + 1 for i, l in enumerate(lines) if l.startswith("# choices")]
         if not starts:
-            print(f"{path}: no '# choices' section (an output of an older gemm_candidates)", file=sys.stderr)
+            print(f"{path}: no '# choices' section (an output of an older gemm_candidates)",
+                  file=sys.stderr)
             continue
         # Each section runs to the end, a blank line or the next output's '#' header (WIDE runs of
         # one matmul each are concatenated in one file).
-        section = [l for s in starts for l in itertools.takewhile(lambda l: l and l[0] != "#", lines[s:])]
+        section = [l for s in starts
+                   for l in itertools.takewhile(lambda l: l and l[0] != "#", lines[s:])]
         for line in section:
             m = LINE.match(line)
             if not m:
                 sys.exit(f"{path}: not a choice line: {line}")
             warm, first, cold, first_cold = (float(m.group(i)) for i in range(2, 6))
             hot = m.group(6) is not None
-            ratio = float(m.group(6)) / float(m.group(7)) if hot else max(warm / first, cold / first_cold)
+            ratio = (float(m.group(6)) / float(m.group(7)) if hot
+                     else max(warm / first, cold / first_cold))
             # A hot line, kept or not, outranks every line that is not.
             if m.group(1) not in best or (not hot, ratio) < best[m.group(1)][:2]:
                 best[m.group(1)] = (not hot, ratio, line)

@@ -3,30 +3,25 @@
 // tests/unit/test_gemm_config.cpp). Skipped where no GPU is visible.
 #include <doctest/doctest.h>
 
+#include "comm.hpp"
 #include "gpu.hpp"
 
 #ifdef LMTRAIN_CUDA
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "../../cuda/gemm_config.cuh"
+#include "../helpers.hpp"
 
 namespace {
 
 struct Problem {
-  int m, n, k;      // cuBLASLt's column-major D[m, n] = A[m, k] B[k, n], no transposes
-  bool d_bf16;      // D in bf16, else fp32
+  int m, n, k;  // cuBLASLt's column-major D[m, n] = A[m, k] B[k, n], no transposes
+  bool d_bf16;  // D in bf16, else fp32
 };
-
-uint16_t bf16_of(float x) {  // truncated: any bf16 values do
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return uint16_t(u >> 16);
-}
 
 }  // namespace
 
@@ -37,7 +32,6 @@ TEST_CASE("gpu gemm config: every offered algorithm's text builds it back, same 
   const size_t ws_bytes = size_t(32) << 20;
   void* ws = nullptr;
   REQUIRE(cudaMalloc(&ws, ws_bytes) == cudaSuccess);
-  std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   for (const Problem pr : {Problem{131, 97, 77, false}, Problem{1000, 520, 264, true},
                            Problem{2304, 1024, 768, true}}) {
@@ -48,8 +42,8 @@ TEST_CASE("gpu gemm config: every offered algorithm's text builds it back, same 
     const cudaDataType_t out_t = pr.d_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     const size_t d_bytes = size_t(pr.m) * pr.n * (pr.d_bf16 ? 2 : 4);
     std::vector<uint16_t> a(size_t(pr.m) * pr.k), b(size_t(pr.k) * pr.n);
-    for (auto& x : a) x = bf16_of(normal(rng));
-    for (auto& x : b) x = bf16_of(normal(rng));
+    for (auto& x : a) x = lmt::to_bf16(normal(lmt::test::rng()));
+    for (auto& x : b) x = lmt::to_bf16(normal(lmt::test::rng()));
     void *A, *B, *D;
     REQUIRE(cudaMalloc(&A, a.size() * 2) == cudaSuccess);
     REQUIRE(cudaMalloc(&B, b.size() * 2) == cudaSuccess);
