@@ -34,9 +34,11 @@ class CudaBackend : public Backend<float> {
     gemm_workspace_ = allocate(cuda::Gemm::kWorkspaceBytes, MemTag::workspace);
     gemm_ = std::make_unique<cuda::Gemm>(stream_, gemm_workspace_, cuda::Gemm::kWorkspaceBytes);
     partials_ = static_cast<double*>(allocate((cuda::kSumPartials + 1) * sizeof(double), MemTag::workspace));
+    CUDA_CHECK(cudaMallocHost(&sum_host_, sizeof(double)));
   }
   ~CudaBackend() override {
     release(partials_);
+    cudaFreeHost(sum_host_);
     release(workspace_);
     for (auto& [ptr, size] : bf16_) release(ptr);
     release(rope_);
@@ -403,9 +405,10 @@ class CudaBackend : public Backend<float> {
 
   double reduce(const float* x, size_t n, bool squares) {
     cuda::sum(x, n, squares, partials_, partials_ + cuda::kSumPartials, stream_);
-    double out = 0;
-    download_bytes(&out, partials_ + cuda::kSumPartials, sizeof out);
-    return out;
+    CUDA_CHECK(cudaMemcpyAsync(sum_host_, partials_ + cuda::kSumPartials, sizeof(double),
+                               cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+    return *sum_host_;
   }
   // Scratch that grows to the largest request and is kept (no allocation after the first step).
   float* workspace(size_t n) {
@@ -430,6 +433,7 @@ class CudaBackend : public Backend<float> {
   void* gemm_workspace_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;  // cuBLASLt on stream_, with gemm_workspace_
   double* partials_ = nullptr;
+  double* sum_host_ = nullptr;  // pinned: a sum's copy back is one DMA, not staged
   float* workspace_ = nullptr;
   size_t workspace_size_ = 0;
   std::vector<std::pair<void*, size_t>> bf16_;  // bf16 operand copies: pointer, elements

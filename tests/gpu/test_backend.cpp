@@ -460,6 +460,13 @@ TEST_CASE("gpu adamw and reductions match the CPU" * doctest::skip(gpu_count() =
     CHECK(gpu->sum(gg, n) == doctest::Approx(sum).epsilon(1e-12));
     CHECK(gpu->sum_squares(gg, n) == doctest::Approx(sq).epsilon(1e-12));
     CHECK(gpu->sum(gg, n) == gpu->sum(gg, n));
+    for (size_t from : {1, 2, 4}) {  // misaligned for 16-byte loads, then aligned, other tails
+      INFO(from);
+      double part = 0, part_sq = 0;
+      for (size_t i = from; i < n; ++i) part += gv[i], part_sq += gv[i] * gv[i];
+      CHECK(gpu->sum(gg + from, n - from) == doctest::Approx(part).epsilon(1e-12));
+      CHECK(gpu->sum_squares(gg + from, n - from) == doctest::Approx(part_sq).epsilon(1e-12));
+    }
   }
 }
 
