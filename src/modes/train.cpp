@@ -81,7 +81,11 @@ template <typename T> class Trainer {
   std::string run_id_ = new_run_id(), mismatch_;  // a resume continues its checkpoint's run
   std::string last_checkpoint_;                   // what a stopped run can be resumed from
   CsvRow row_;
+  // The micro-batch the next forward reads. It is drawn while the GPU runs the one before it
+  // (drawn_), and a checkpoint then saves drawn_from_, the data Rng's state before it.
   std::vector<int32_t> inputs_, targets_;
+  bool drawn_ = false;
+  RngState drawn_from_{};
   double tokens_per_step_ = 0;
   // The progress interval's and the run's sums.
   double interval_loss_ = 0, last_loss_ = NAN;
@@ -214,15 +218,25 @@ template <typename T> StepVerdict Trainer<T>::step(int64_t step, double lr, doub
   // those of the global batch's mean loss. Only the last backward synchronises them (as
   // PyTorch's no_sync), so the overlapping strategies overlap it.
   const double divisor = double(rt_.world * accum_);
+  // The host waits for the GPU once a step, for the gradient norm, and the GPU never waits for
+  // the host: each micro-batch's forward and backward are queued before the host draws the
+  // next micro-batch (this step's, or the next step's first) and reads this one's loss, the
+  // last one's after the norm.
+  auto draw = [&] {
+    drawn_from_ = rng_.state();
+    source_->sample(rng_, B_, T_, inputs_.data(), targets_.data());
+    drawn_ = true;
+  };
   double loss = 0;
   for (int64_t micro = 0; micro < accum_; ++micro) {
-    source_->sample(rng_, B_, T_, inputs_.data(), targets_.data());
+    if (!drawn_) draw();
     model.forward(inputs_.data(), targets_.data(), divisor);
-    loss += model.loss() / double(accum_);
+    drawn_ = false;
     model.backward(micro + 1 == accum_ ? sync_ : nullptr,
                    micro == 0 ? GradWrite::set : GradWrite::add);
+    if (micro + 1 < accum_ || step + 1 < steps_) draw();
+    if (micro + 1 < accum_) loss += model.loss() / double(accum_);
   }
-  interval_loss_ += loss;
   if (c_.run.graphs && !model.replays()) model.record(divisor);  // after this process's first
   // Clipping reads the gradients on the host: fail, never hang.
   if (training_.comm) training_.comm->synchronize();
@@ -231,6 +245,8 @@ template <typename T> StepVerdict Trainer<T>::step(int64_t step, double lr, doub
   if (first) print_rank_memory(MemTag::optimizer, "optimizer state", "before step 1", "");
   const GradClip clip = optimizer_->clip(c_.optim.grad_clip);
   gnorm = clip.norm;
+  loss += model.loss() / double(accum_);
+  interval_loss_ += loss;
   // Every rank stops here, before the update, if any rank's loss or the norm is not finite.
   const StepVerdict verdict = agree_on_step(rt_, loss, gnorm);
   if (verdict.diverged()) {
@@ -296,7 +312,7 @@ template <typename T> void Trainer<T>::evaluate(int64_t done) {
 
 // Every rank's data Rng and the exact masters and moments, written by rank 0. Collective.
 template <typename T> void Trainer<T>::checkpoint(int64_t done) {
-  RngState mine = rng_.state();
+  RngState mine = drawn_ ? drawn_from_ : rng_.state();  // before the batch not yet trained on
   std::vector<RngState> all(static_cast<size_t>(rt_.world));
   MPI_Request req;
   MPI_CHECK(MPI_Igather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
