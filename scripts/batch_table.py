@@ -7,7 +7,7 @@ measurement: the step, AdamW's share of it, tokens/s, MFU and memory. scripts/re
 """
 import sys
 
-from bench_table import residual, rows
+from bench_table import print_table, residual, rows
 
 HEADER = ["residual stream", "AdamW state", "fp32 masters", "batch x grad_accum", "tokens a step", "graphs", "device", "date", "step ms",
           "AdamW ms", "tokens/s", "MFU", "memory GiB"]
@@ -54,11 +54,7 @@ def table_rows(data):
 
 
 def main(path):
-    print("| " + " | ".join(HEADER) + " |")
-    print("|" + "---|" * len(HEADER))
-    for r in table_rows(rows(path)):
-        print("| " + " | ".join(r) + " |")
-    print("\n" + NOTE)
+    print_table(HEADER, table_rows(rows(path)), NOTE)
 
 
 if __name__ == "__main__":

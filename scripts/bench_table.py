@@ -14,6 +14,15 @@ def rows(path):
         return list(csv.DictReader(f))
 
 
+def print_table(header, cells, note):
+    """A markdown table of header and the rows of cells, then the note."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in cells:
+        print("| " + " | ".join(r) + " |")
+    print("\n" + note)
+
+
 def shape(d_model, layers, precision, context, batch):
     return (int(d_model), int(layers), precision, int(context), int(batch))
 

@@ -9,7 +9,7 @@ for REPORT.md.
 """
 import sys
 
-from bench_table import beside, residual, rows, seconds_apart
+from bench_table import beside, print_table, residual, rows, seconds_apart
 
 HEADER = ["B x T", "device", "date", "lmtrain step ms (graphs 0 / 1)",
           "lmtrain, bf16 residual stream, ms", "lmtrain train mode ms/step",
@@ -83,11 +83,8 @@ def table_rows(ours, torch_rows, train_rows=()):
 
 
 def main(ours_csv, torch_csv, train_csv=None):
-    print("| " + " | ".join(HEADER) + " |")
-    print("|" + "---|" * len(HEADER))
-    for r in table_rows(rows(ours_csv), rows(torch_csv), rows(train_csv) if train_csv else ()):
-        print("| " + " | ".join(r) + " |")
-    print("\n" + NOTE)
+    print_table(HEADER, table_rows(rows(ours_csv), rows(torch_csv),
+                                   rows(train_csv) if train_csv else ()), NOTE)
 
 
 if __name__ == "__main__":
