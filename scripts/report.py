@@ -30,6 +30,7 @@ import bench_table  # noqa: E402
 import clocks_table  # noqa: E402
 import ddp_table  # noqa: E402
 import gpt2_table  # noqa: E402
+import llmc_table  # noqa: E402
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 BLOCK = re.compile(r"<!-- report:([a-z0-9_]+) -->(.*?)<!-- /report:\1 -->", re.S)
@@ -1162,6 +1163,14 @@ def b_gpt2_table(data):
                   gpt2_table.table_rows(ours, torch, data.csv("gpt2_train.csv")))
             + source(f"one {devices(shown)}", dates(shown), "scripts/bench_gpt2.sh",
                      ["gpt2.md", "gpt2_lmtrain.csv", "gpt2_train.csv", "gpt2_torch.csv"]))
+
+
+def b_llmc_table(data):
+    rows = data.csv("llmc.csv")
+    call = llmc_table.newest_call(rows)
+    return (table(llmc_table.HEADER, llmc_table.table_rows(rows))
+            + source(f"one {devices(call, col='device')}", dates(call),
+                     "LLMC=path/to/llm.c scripts/llmc_vs_lmtrain.sh", ["llmc.md", "llmc.csv"]))
 
 
 def b_gpt2_residual(data):
