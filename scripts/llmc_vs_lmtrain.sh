@@ -8,7 +8,8 @@
 # -w 1: master weights, -z 0: no ZeRO) with its validation and sampling put off; lmtrain's train
 # mode with run.graphs on its synthetic source. Both step times are the host's full step (forward,
 # backward, the gradient norm read back, clipping, AdamW): llm.c's from its per-step lines,
-# lmtrain's from its progress line at train.log_every = 1; lmtrain's bench mode (the GPU's work
+# lmtrain's from its progress line at train.log_every = 1 (with its default fp32 residual stream,
+# and again in bf16, model.residual_dtype, as llm.c keeps it); lmtrain's bench mode (the GPU's work
 # alone, its own medians of STEPS - WARMUP timed steps after WARMUP) is added. Each run's median
 # over its steps after the first WARMUP goes to results/llmc.csv (with device, date and both
 # commands); scripts/llmc_table.py then writes results/llmc.md from it.
@@ -69,12 +70,16 @@ for shape in ${SHAPES:-16x1024 8x1024 4x512}; do
     sed -n 's/^step .*| \([0-9.]*\) ms |.*/\1/p' "$tmp/llmc.log" |
       row llm.c "$b" "$t" "$run" "$steps" "$warm" "train_gpt2cu ${lc[*]/#$tmp\//}" |
       sed "s/^/$date,$device,/" >> "$out"
-    "$bin" "${lt[@]}" --set run.mode=train --set run.graphs=1 --set train.steps="$steps" \
-      --set train.log_every=1 --set train.eval_every=0 --set train.eval_batches=0 > "$tmp/lt.log"
-    sed -n 's/^step .*| \([0-9.]*\) ms\/step |.*/\1/p' "$tmp/lt.log" |
-      row "lmtrain train" "$b" "$t" "$run" "$steps" "$warm" \
-        "lmtrain ${lt[*]} --set run.mode=train --set run.graphs=1 --set train.log_every=1" |
-      sed "s/^/$date,$device,/" >> "$out"
+    for res in fp32 bf16; do  # lmtrain's residual stream: its default, and llm.c's dtype
+      tool="lmtrain train" args=(--set model.residual_dtype=$res --set run.mode=train
+                                 --set run.graphs=1 --set train.log_every=1)
+      [ "$res" = fp32 ] || tool="lmtrain train bf16 residual"
+      "$bin" "${lt[@]}" "${args[@]}" --set train.steps="$steps" --set train.eval_every=0 \
+        --set train.eval_batches=0 > "$tmp/lt.log"
+      sed -n 's/^step .*| \([0-9.]*\) ms\/step |.*/\1/p' "$tmp/lt.log" |
+        row "$tool" "$b" "$t" "$run" "$steps" "$warm" "lmtrain ${lt[*]} ${args[*]}" |
+        sed "s/^/$date,$device,/" >> "$out"
+    done
     "$bin" "${lt[@]}" --set run.mode=bench --set run.graphs=1 --set bench.warmup="$warm" \
       --set bench.steps="$((steps - warm))" --set bench.kernels=0 > "$tmp/lb.log"
     # bench's "step (with AdamW)" line: mean, std, median, min, max over its timed steps
@@ -82,7 +87,7 @@ for shape in ${SHAPES:-16x1024 8x1024 4x512}; do
       -v cmd="lmtrain ${lt[*]} --set run.mode=bench --set run.graphs=1" \
       '/^step \(with AdamW\)/ {printf "%s,%.3f,%.3f,\"%s\"\n", pre, $6, $4, cmd}' \
       "$tmp/lb.log" >> "$out"
-    tail -3 "$out"
+    tail -4 "$out"
   done
 done
 "$py" scripts/llmc_table.py "$out" > results/llmc.md

@@ -1167,9 +1167,8 @@ def b_gpt2_table(data):
 
 def b_llmc_table(data):
     rows = data.csv("llmc.csv")
-    call = llmc_table.newest_call(rows)
     return (table(llmc_table.HEADER, llmc_table.table_rows(rows))
-            + source(f"one {devices(call, col='device')}", dates(call),
+            + source(f"one {devices(rows, col='device')} a call", dates(rows),
                      "LLMC=path/to/llm.c scripts/llmc_vs_lmtrain.sh", ["llmc.md", "llmc.csv"]))
 
 

@@ -11,7 +11,7 @@ phases (both skipped without torch); scripts/report.py's --check passes on the r
 fails on a copy with one data value changed; scripts/ddp_timeline.py sums a synthetic two-rank
 trace's step as it should; scripts/optimizer_state.py reports each choice's own run;
 scripts/clocks_table.py summarises the busy samples of an nvidia-smi log; scripts/llmc_table.py
-tabulates the newest call's runs beside llm.c's; dev/gemm_choices.py
+tabulates each call's runs beside llm.c's; dev/gemm_choices.py
 keeps the choices it should and reproduces cuda/gemm_choices.inc.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
@@ -324,46 +324,50 @@ class BenchTable(unittest.TestCase):
         self.assertIn("| 8.00 | n/a | 16.00 | n/a | 2.00x |", lines[2])
 
 
+LLMC_TOOLS = ("llm.c", "lmtrain train", "lmtrain train bf16 residual", "lmtrain bench")
+
+
 class LlmcTable(unittest.TestCase):
-    def test_the_newest_call_each_run_and_the_ratio_of_the_medians(self):
+    def test_each_call_each_run_and_the_ratio_of_the_medians(self):
         import random
         import statistics
         rng = random.Random()
-        old, new = "2026-01-01T10:00:00Z", "2026-01-02T09:00:00Z"
+        calls = (("2026-01-02T09:00:00Z", "GPU B"), ("2026-01-01T10:00:00Z", "GPU A"))
         header = ["date_utc", "device", "tool", "batch", "context", "run", "steps", "warmup",
                   "ms_median", "ms_mean", "command"]
         data, want = [], {}
-        for date, device in ((old, "GPU A"), (new, "GPU B")):
+        for date, device in calls:
             for b, t in ((8, 1024), (4, 512), (2, 256)):
                 for run in (1, 2, 3):
-                    for tool in ("llm.c", "lmtrain train", "lmtrain bench"):
+                    for tool in LLMC_TOOLS:
                         if (b, t) == (2, 256) and tool == "llm.c":
                             continue  # a shape without llm.c is left out
                         ms = round(rng.uniform(2, 40), 3)
                         data.append([date, device, tool, b, t, run, 50, 10, ms, ms, "cmd, x"])
-                        if date == new:
-                            want.setdefault((b, t, tool), []).append(ms)
+                        want.setdefault((date, b, t, tool), []).append(ms)
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "llmc.csv")
             with open(path, "w", newline="") as f:
                 w = csv.writer(f)
                 w.writerow(header)
-                w.writerows(data[::-1])  # the newest call found by its date, not its place
+                w.writerows(data)
             r = subprocess.run([PY, os.path.join(REPO, "scripts/llmc_table.py"), path],
                                capture_output=True, text=True, cwd=REPO)
         self.assertEqual(r.returncode, 0, r.stderr)
         lines = [l for l in r.stdout.splitlines() if re.match(r"\| \d+ x \d+ \|", l)]
-        self.assertEqual([l.split(" | ")[0] for l in lines], ["| 8 x 1024", "| 4 x 512"])
-        for line, (b, t) in zip(lines, ((8, 1024), (4, 512))):
+        order = [(date, device, b, t) for date, device in sorted(calls)
+                 for b, t in ((8, 1024), (4, 512))]  # oldest call first, then by context
+        self.assertEqual(len(lines), len(order))
+        for line, (date, device, b, t) in zip(lines, order):
             cells = [c.strip() for c in line.strip("|").split("|")]
-            self.assertEqual(cells[1:3], ["GPU B", "2026-01-02"])
-            for cell, tool in zip(cells[3:6], ("llm.c", "lmtrain train", "lmtrain bench")):
-                self.assertEqual(sorted(float(x) for x in cell.split(", ")),
-                                 sorted(round(x, 2) for x in want[(b, t, tool)]))
-            mid = {tool: statistics.median(want[(b, t, tool)])
+            self.assertEqual(cells[:3], [f"{b} x {t}", device, date[:10] + " " + date[11:16]])
+            for cell, tool in zip(cells[3:7], LLMC_TOOLS):
+                self.assertEqual([float(x) for x in cell.split(", ")],
+                                 [round(x, 2) for x in want[(date, b, t, tool)]])
+            mid = {tool: statistics.median(want[(date, b, t, tool)])
                    for tool in ("llm.c", "lmtrain train")}
-            self.assertEqual(cells[6], f"{mid['llm.c'] / mid['lmtrain train']:.2f}x")
-            self.assertEqual(cells[7], f"{b * t / mid['llm.c']:.0f}k / "
+            self.assertEqual(cells[7], f"{mid['llm.c'] / mid['lmtrain train']:.2f}x")
+            self.assertEqual(cells[8], f"{b * t / mid['llm.c']:.0f}k / "
                                        f"{b * t / mid['lmtrain train']:.0f}k")
 
 
