@@ -85,7 +85,8 @@ void to_bf16(const float* x, void* y, int64_t n, cudaStream_t s) {
     head = n / 4 * 4;
     if (head > 0) to_bf16_x4_kernel<<<blocks_for(head / 4, 256), 256, 0, s>>>(x, out, head / 4);
   }
-  if (n > head) to_bf16_kernel<<<blocks_for(n - head, 256), 256, 0, s>>>(x + head, out + head, n - head);
+  if (n > head)
+    to_bf16_kernel<<<blocks_for(n - head, 256), 256, 0, s>>>(x + head, out + head, n - head);
   CUDA_LAUNCH_CHECK();
 }
 

@@ -65,7 +65,8 @@ struct Shape {
 // Reads x[0, n) (zeros): evicts what L2 held. Never writes sink; the test keeps the loads.
 __global__ void evict(const float* x, long n, float* sink) {
   float acc = 0;
-  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n; i += long(gridDim.x) * blockDim.x)
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < n;
+       i += long(gridDim.x) * blockDim.x)
     acc += x[i];
   if (acc != 0) *sink = acc;
 }

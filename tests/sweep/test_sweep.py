@@ -2,7 +2,8 @@
 """scripts/sweep.py and scripts/plot.py on the CPU with the tiny model: rows appended once, points
 already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
 on, bad points refused before any run; the quick sweep scripts end to end (the DDP one on 2
-ranks, with grad_accum 2 too), and the all-reduce sweep on 2 and 4 ranks; scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
+ranks, with grad_accum 2 too), and the all-reduce sweep on 2 and 4 ranks;
+scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
 scripts/mixed_precision.py writes its tables; scripts/memory_timeline.py draws bench --trace's
 memory counter (and a PyTorch timeline CSV) and prints their peaks; and torch_reference.py's
 FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward and gradients, and
