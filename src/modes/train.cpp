@@ -218,10 +218,11 @@ template <typename T> StepVerdict Trainer<T>::step(int64_t step, double lr, doub
   // those of the global batch's mean loss. Only the last backward synchronises them (as
   // PyTorch's no_sync), so the overlapping strategies overlap it.
   const double divisor = double(rt_.world * accum_);
-  // The host waits for the GPU once a step, for the gradient norm, and the GPU never waits for
-  // the host: each micro-batch's forward and backward are queued before the host draws the
-  // next micro-batch (this step's, or the next step's first) and reads this one's loss, the
-  // last one's after the norm.
+  // Each micro-batch's forward and backward are queued before the host draws the next one
+  // (this step's, or the next step's first) and reads this one's loss, the last one's after the
+  // gradient norm, which it waits for anyway: the next step's batch is ready before the update
+  // ends. Between the micro-batches of one step the GPU waits while the host reads the loss,
+  // which the next forward overwrites.
   auto draw = [&] {
     drawn_from_ = rng_.state();
     source_->sample(rng_, B_, T_, inputs_.data(), targets_.data());
