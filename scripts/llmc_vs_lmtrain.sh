@@ -25,7 +25,11 @@
 #      LMTRAIN (build/lmtrain), PYTHON (python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${LLMC:?set LLMC to a directory holding llm.c's train_gpt2cu (see this script's header)}"
+[ -n "${LLMC:-}" ] || {
+  echo "llmc_vs_lmtrain.sh: set LLMC to a directory holding llm.c's train_gpt2cu (this script's" \
+    "header says how to build it)" >&2
+  exit 2
+}
 llmc=$LLMC/train_gpt2cu
 [ -x "$llmc" ] || { echo "llmc_vs_lmtrain.sh: no executable $llmc" >&2; exit 2; }
 bin=${LMTRAIN:-build/lmtrain} steps=${STEPS:-60} warm=${WARMUP:-10} runs=${RUNS:-2}
