@@ -82,7 +82,9 @@ template <typename T> class Trainer {
   std::string last_checkpoint_;                   // what a stopped run can be resumed from
   CsvRow row_;
   // The micro-batch the next forward reads. It is drawn while the GPU runs the one before it
-  // (drawn_), and a checkpoint then saves drawn_from_, the data Rng's state before it.
+  // (drawn_), and a checkpoint then saves drawn_from_, the data Rng's state before it. Pageable
+  // memory: its upload has copied it by the time forward returns, so the draw may overwrite it
+  // (pinned, the copy would run later, on the stream).
   std::vector<int32_t> inputs_, targets_;
   bool drawn_ = false;
   RngState drawn_from_{};
