@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <random>
 #include <set>
 #include <utility>
 
+#include "../helpers.hpp"
 #include "comm.hpp"
 #include "data.hpp"
 #include "grad_sync.hpp"
@@ -93,14 +93,19 @@ void check_strategy(Strategy strategy, double bucket_mb, const std::string& devi
   const int R = host->size(), me = host->rank();
   const int64_t B = 3, T = 9, steps = 5;
   uint64_t seed = 0;
-  if (me == 0) seed = std::random_device{}();
+  if (me == 0) seed = lmt::test::seed();  // main.cpp prints it where a test failed
   host->broadcast(&seed, 1, DType::f64, 0);  // eight bytes: any type of that size carries it
   Config::Model m = tiny();
   m.precision = precision;
   m.tie_embeddings = tie;
   const bool b16 = precision == Precision::bf16, gpu = device == "cuda";
   const double param_tol = !b16 ? 1e-5 : gpu ? 2e-3 : 1e-3;
-  const double norm_tol = !b16 ? 1e-5 : 1e-3;
+  // The global norm: under bf16 at step 0 (before any update) the same to the fp32 sums'
+  // order, as in fp32. After it, a master within an fp32 ulp of a bf16 rounding boundary in one
+  // run rounds the other way in the other, a 2^-8 change that the later steps carry: over 4 200
+  // draws of the seven bf16 cases on the CPU, steps 1-4 differed by up to 2.5e-3 (most by under
+  // 1e-7; at step 0, 1.8e-7 at most), so those steps allow 1e-2.
+  auto norm_tol = [&](int step) { return !b16 || step == 0 ? 1e-5 : 1e-2; };
   Config::Optim o;
   o.lr = 3e-3;
   auto be = make_backend<float>(device, rt);
@@ -198,7 +203,7 @@ void check_strategy(Strategy strategy, double bucket_mb, const std::string& devi
     single.backward();
     const GradClip clip = clip_grad_norm(*be1, single.grads(), single.layout.total, o.grad_clip);
     CHECK(clip.norm > o.grad_clip);  // clipping was exercised
-    CHECK(norms[size_t(s)] == doctest::Approx(clip.norm).epsilon(norm_tol));
+    CHECK(norms[size_t(s)] == doctest::Approx(clip.norm).epsilon(norm_tol(s)));
     opt1.step(single.params(), single.grads(), o.lr, o, clip.scale);
   }
   if (mine.empty()) return;
