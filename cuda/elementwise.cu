@@ -9,20 +9,10 @@
 
 #include "common.cuh"
 #include "cuda_kernels.hpp"
+#include "swiglu.cuh"
 
 namespace lmt::cuda {
 namespace {
-
-__device__ inline float gate(float a, float b) {
-  float sig = 1.0f / (1.0f + expf(-a));
-  return a * sig * b;
-}
-
-// Backward of gate at (a, b) for an incoming gradient dg: (da, db).
-__device__ inline float2 gate_bwd(float a, float b, float dg) {
-  float sig = 1.0f / (1.0f + expf(-a));
-  return {dg * b * sig * (1.0f + a * (1.0f - sig)), dg * a * sig};
-}
 
 // Both SwiGLU kernels: thread j of the x dimension takes g's elements [4j, 4j + 4) of a row: with
 // f a multiple of 4 (Vec4) one load4/store4 each (u's rows then start 16-byte aligned too),

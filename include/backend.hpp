@@ -198,6 +198,15 @@ template <typename T> class Backend {
   virtual void swiglu_fwd(View<const T> u, View<T> g, int64_t rows, int64_t f) = 0;
   virtual void swiglu_bwd(View<const T> u, View<const T> dg, View<T> du, int64_t rows,
                           int64_t f) = 0;
+  // W2's backward and then SwiGLU's: linear_bwd(g, w2, dy, dg, dw2, M, N, f) and
+  // swiglu_bwd(u, dg, du, M, f). A backend may take dg straight into SwiGLU's backward and
+  // leave the dg buffer unwritten (the GPU under bf16 on Hopper: swiglu_sm90.cu).
+  virtual void swiglu_linear_bwd(View<const T> g, const T* w2, View<const T> dy, View<const T> u,
+                                 View<T> dg, View<T> du, T* dw2, int64_t M, int64_t N, int64_t f,
+                                 Precision p, GradWrite gw) {
+    linear_bwd(g, w2, dy, dg, dw2, M, N, f, p, gw);
+    swiglu_bwd(u, dg, du, M, f);
+  }
   virtual void embedding_fwd(const int32_t* tokens, const T* table, View<T> out, int64_t n,
                              int64_t d) = 0;
   // order: cpu::token_order of tokens, in backend memory.

@@ -44,6 +44,15 @@ std::vector<float> rope_table(int64_t T, int64_t dh, double theta);
 void swiglu_fwd(const void* u, void* g, bool bf16, int64_t rows, int64_t f, cudaStream_t s);
 void swiglu_bwd(const void* u, const void* dg, void* du, bool bf16, int64_t rows, int64_t f,
                 cudaStream_t s);
+// W2's backward into SwiGLU's in one kernel (swiglu_sm90.cu), all bf16: du = swiglu_bwd(u, dg)
+// with dg = dy W2 rounded to bf16 as W2's matmul would store it, never stored itself; dy [M, d],
+// W2 [d, f] (row-major, as a linear layer's weight from f to d), u and du [M, 2f] as swiglu_bwd's.
+// Runs where swiglu_dgrad_supported holds (a Hopper GPU, d and f multiples of 8, the pointers
+// 16-byte aligned).
+bool swiglu_dgrad_supported(const void* dy, const void* w2, const void* u, const void* du,
+                            int64_t M, int64_t d, int64_t f);
+void swiglu_dgrad(const void* dy, const void* w2, const void* u, void* du, int64_t M, int64_t d,
+                  int64_t f, cudaStream_t s);
 // Causal softmax over rows of scores [rows, T] (row r is query r % T; fp32, or bf16), in place:
 // P; and P in fp32 to probs, packed causal: for each T rows, T(T+1)/2 values, row q's q + 1
 // (keys 0..q) after the rows before it.

@@ -13,7 +13,8 @@
 #     master weights and without): its four-elements-a-thread kernels; and with the residual
 #     stream in bf16 (model.residual_dtype): RMSNorm reading bf16 rows, the embedding and the
 #     residual adds writing them, and their gradient in bf16 (RMSNorm's backward, the
-#     embedding's).
+#     embedding's); and with 8192 rows a micro-batch under bf16 (128 sequences of 64): W2's
+#     backward fused into SwiGLU's (swiglu_sm90.cu), which the GPU takes from that many rows.
 # cuBLASLt's own nvjet_* kernels report shared-memory WAR hazards under racecheck that are the
 # library's (its kernels order those accesses by means racecheck does not follow): racecheck
 # checks them, but only hazards reported in kernels other than nvjet_* count, and the line says
@@ -48,10 +49,11 @@ train=(--config configs/models/tiny.toml --set run.device=cuda --set model.vocab
 bf16_moments=("${train[@]}" --set model.precision=bf16 --set optim.state_dtype=bf16)
 no_masters=("${bf16_moments[@]}" --set optim.master_weights=false)
 bf16_residual=("${bf16_moments[@]}" --set model.residual_dtype=bf16)
+fused_swiglu=("${train[@]}" --set model.precision=bf16 --set train.batch_size=128)
 status=0
 for tool in memcheck racecheck synccheck initcheck; do
   line="" errors=0
-  for run in attention persistent train bf16_moments no_masters bf16_residual; do
+  for run in attention persistent train bf16_moments no_masters bf16_residual fused_swiglu; do
     declare -n args=$run
     [ "$tool" = racecheck ] && [ "$run" = attention ] && declare -n args=attention_racecheck
     log=$logs/$tool-$run.log

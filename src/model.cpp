@@ -281,8 +281,8 @@ template <typename T> void Model<T>::backward_ops(GradSync* sync, GradWrite gw) 
     NvtxRange layer(strf("layer %lld", (long long)l).c_str());
     const LayerWeights& w = weights_[size_t(l)];
     const LayerActs& a = acts_[size_t(l)];
-    be.linear_bwd(act(a.g), P + w.w2, dres, act(dg_), G + w.w2, n, d, f, precision, gw);
-    be.swiglu_bwd(act(a.u), act(dg_), act(du_), n, f);
+    be.swiglu_linear_bwd(act(a.g), P + w.w2, dres, act(a.u), act(dg_), act(du_), G + w.w2, n, d,
+                         f, precision, gw);
     be.linear_bwd(act(a.h2), P + w.w31, act(du_), act(dh_), G + w.w31, n, 2 * f, d, precision,
                   gw);
     be.rmsnorm_bwd(res(a.x_mid), P + w.ln2, a.rstd2, act(dh_), res(dx_), G + w.ln2, n, d,

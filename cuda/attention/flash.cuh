@@ -345,6 +345,7 @@ using Sm90HeadDims = HeadDimList<64, 128>;
 void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 bool sm90(int64_t dh);
+bool hopper();  // this process's GPU has compute capability 9.0 (the sm_90a kernels run)
 // D = rowsum(dO * O) per (b, h, t); E: the storage, float or bf16.
 template <typename E> void bwd_rowsum(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 

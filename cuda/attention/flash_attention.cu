@@ -40,16 +40,17 @@ bool wgmma_kernels(const FlashShape& s) { return s.bf16 && s.wgmma && attn::sm90
 
 bool flash_supports(int64_t dh) { return attn::HeadDims::has(dh); }
 
-bool attn::sm90(int64_t dh) {
-  static const bool hopper = [] {
+bool attn::hopper() {
+  static const bool yes = [] {
     int dev = 0, major = 0, minor = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
     return major == 9 && minor == 0;
   }();
-  return hopper && attn::Sm90HeadDims::has(dh);
+  return yes;
 }
+bool attn::sm90(int64_t dh) { return hopper() && attn::Sm90HeadDims::has(dh); }
 
 void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
                float* lse, cudaStream_t stream) {
@@ -94,18 +95,29 @@ static PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
-CUtensorMap tensor_map(const Params& p, int64_t B, int64_t dh, const void* base, int64_t batch,
-                       int64_t row, int rows) {
+// dims: columns, rows and two outer dimensions; strides (bytes) of the last three.
+static CUtensorMap encode(const void* base, const cuuint64_t (&dims)[4],
+                          const cuuint64_t (&strides)[3], int rows) {
   CUtensorMap map;
-  const cuuint64_t dims[4] = {cuuint64_t(dh), cuuint64_t(p.T), cuuint64_t(p.H), cuuint64_t(B)};
-  const cuuint64_t strides[3] = {cuuint64_t(row) * 2, cuuint64_t(dh) * 2, cuuint64_t(batch) * 2};
   const cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1}, step[4] = {1, 1, 1, 1};
   const CUresult rc = encode_tiled()(
       &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides, box, step,
       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  LMT_ASSERT(rc == CUDA_SUCCESS, strf("flash attention: cuTensorMapEncodeTiled failed (%d)", int(rc)));
+  LMT_ASSERT(rc == CUDA_SUCCESS, strf("cuTensorMapEncodeTiled failed (%d)", int(rc)));
   return map;
+}
+
+CUtensorMap tensor_map(const Params& p, int64_t B, int64_t dh, const void* base, int64_t batch,
+                       int64_t row, int rows) {
+  return encode(base, {cuuint64_t(dh), cuuint64_t(p.T), cuuint64_t(p.H), cuuint64_t(B)},
+                {cuuint64_t(row) * 2, cuuint64_t(dh) * 2, cuuint64_t(batch) * 2}, rows);
+}
+
+CUtensorMap matrix_map(const void* base, int64_t cols, int64_t rows, int64_t row_stride,
+                       int box_rows) {
+  const cuuint64_t bytes = cuuint64_t(row_stride) * 2, all = bytes * cuuint64_t(rows);
+  return encode(base, {cuuint64_t(cols), cuuint64_t(rows), 1, 1}, {bytes, all, all}, box_rows);
 }
 
 }  // namespace attn

@@ -239,8 +239,10 @@ template <int GROUPS, bool ON> struct Turns {
 // wait for them forever. c is read from lane 0 (a shuffle), so that the compiler knows it is one
 // value a warp and keeps what derives from it, the consumer's operand descriptors, in uniform
 // registers: the forward 3-12 % faster at T 8192 and 16384 (results/flash_tuning.md).
-template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume>
-__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
+// store(), where given, runs on thread 32 of the producer warpgroup (another warp than produce's),
+// for a kernel whose stores wait on its consumers apart from its loads.
+template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume, typename Store>
+__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume, Store&& store) {
   constexpr int kThreads = 128 * (GROUPS + 1), kProducerRegs = 24;
   constexpr int kStart = 65536 / BLOCKS / kThreads / 8 * 8;
   constexpr int kShare = (kStart * (GROUPS + 1) - kProducerRegs) / GROUPS / 8 * 8;
@@ -248,10 +250,15 @@ __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume)
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (threadIdx.x == 0) produce();
+    else if (threadIdx.x == 32) store();
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     consume(__shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) - 1);
   }
+}
+template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume>
+__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
+  specialize<GROUPS, BLOCKS>(produce, consume, [] {});
 }
 
 // The backward's RoPE rows (flash.cuh's SharedRope): a block's rows r0 .. r0 + ROWS - 1 of p.rope
@@ -297,6 +304,11 @@ __device__ __forceinline__ SharedRope warp_rope(const Params& p, const RopeStage
 // o_map: O's and dO's.
 CUtensorMap tensor_map(const Params& p, int64_t B, int64_t dh, const void* base, int64_t batch,
                        int64_t row, int rows);
+// Host: a bf16 matrix of `rows` rows of `cols` (row r at base + r row_stride, elements) as TMA
+// reads and writes it: boxes of 64 columns x `box_rows` rows, 128-byte swizzled, a 4-d tensor
+// whose outer two dimensions are 1 (tma_load_4d's and tma_store_4d's last coordinates 0).
+CUtensorMap matrix_map(const void* base, int64_t cols, int64_t rows, int64_t row_stride,
+                       int box_rows);
 inline CUtensorMap qkv_map(const Params& p, int64_t B, int64_t dh, const void* x, int rows) {
   return tensor_map(p, B, dh, x, p.qkv_batch, p.qkv_row, rows);
 }

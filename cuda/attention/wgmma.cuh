@@ -87,24 +87,23 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
   "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
   "%56, %57, %58, %59, %60, %61, %62, %63}"
 
-// d (64 x N) = [d +] A B: A and B K-major in shared memory. `accumulate` false starts from zero.
-template <int N>
-__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, bool accumulate);
-template <>
-__device__ __forceinline__ void wgmma_ss<64>(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LMT_R32
-               ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-               : LMT_D32
-               : "l"(a), "l"(b), "r"(int(accumulate)));
-}
-template <>
-__device__ __forceinline__ void wgmma_ss<128>(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " LMT_R64
-               ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-               : LMT_D64
-               : "l"(a), "l"(b), "r"(int(accumulate)));
+// d (64 x N) = [d +] A B: A K-major in shared memory, B K-major (TransB 0) or MN-major (1).
+// `accumulate` false starts from zero.
+template <int N, int TransB = 0>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, bool accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma_ss: N 64 or 128");
+  if constexpr (N == 64)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LMT_R32
+                 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+                 : LMT_D32
+                 : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TransB));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " LMT_R64
+                 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
+                 : LMT_D64
+                 : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TransB));
 }
 
 // d (64 x N) += A B: A (64 x 16) in registers (mma.sync's A fragment per warp), B MN-major in

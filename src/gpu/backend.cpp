@@ -27,6 +27,9 @@
 namespace lmt {
 namespace {
 
+// swiglu_linear_bwd fuses W2's backward into SwiGLU's up to this d_model (N), from this many rows.
+constexpr int64_t kSwigluFuseMaxN = 1024, kSwigluFuseMinM = 8192;
+
 class CudaBackend : public Backend<float> {
  public:
   CudaBackend() {
@@ -168,9 +171,23 @@ class CudaBackend : public Backend<float> {
                   float* dw, int64_t M, int64_t N, int64_t K, Precision p, GradWrite gw) override {
     const void *dY = operand(dy, M * N, p, 0), *W = operand(w, N * K, p, 1);
     (*gemm_)(false, false, M, K, N, 1, dY, N, 0, W, K, 0, dx.data, K, 0, 1, ops(p), dx.bf16());
-    const void* X = operand(x, M * K, p, 1);  // stream order: the matmul above read slot 1
-    (*gemm_)(true, false, N, K, M, 1, dY, N, 0, X, K, 0, dw, K, 0, 1, ops(p), false,
-             gw == GradWrite::add ? dw : nullptr);  // dw += in the epilogue
+    weight_grad(x, dY, dw, M, N, K, p, gw);
+  }
+  void swiglu_linear_bwd(View<const float> g, const float* w2, View<const float> dy,
+                         View<const float> u, View<float> dg, View<float> du, float* dw2,
+                         int64_t M, int64_t N, int64_t f, Precision p, GradWrite gw) override {
+    // Fused where the elementwise pass costs about as much as the matmul or more (its 10 bytes
+    // an element at DRAM speed against the matmul's 2 N FLOPs) and the rows make many tiles for
+    // every SM: on an H100 gpt2-small's 16 x 1024 and 8 x 1024 step gains, xl's 4 x 512 (N 1600)
+    // and 4 x 512 rows of N 768 lose (docs/design.md).
+    if (p != Precision::bf16 || !u.bf16() || !du.bf16() || N > kSwigluFuseMaxN ||
+        M < kSwigluFuseMinM)
+      return Backend::swiglu_linear_bwd(g, w2, dy, u, dg, du, dw2, M, N, f, p, gw);
+    const void *dY = operand(dy, M * N, p, 0), *W = operand(w2, N * f, p, 1);
+    if (!cuda::swiglu_dgrad_supported(dY, W, u.data, du.data, M, N, f))
+      return Backend::swiglu_linear_bwd(g, w2, dy, u, dg, du, dw2, M, N, f, p, gw);
+    cuda::swiglu_dgrad(dY, W, u.data, du.data, M, N, f, stream_);
+    weight_grad(g, dY, dw2, M, N, f, p, gw);
   }
   void rmsnorm_fwd(View<const float> x, const float* g, View<float> y, float* rstd, int64_t rows,
                    int64_t d, double eps) override {
@@ -319,6 +336,13 @@ class CudaBackend : public Backend<float> {
     return p == Precision::bf16   ? cuda::Operands::bf16
            : p == Precision::tf32 ? cuda::Operands::tf32
                                   : cuda::Operands::fp32;
+  }
+  // linear_bwd's dw = dy^T x (dY: dy as the matmuls read it), added to dw where gw says.
+  void weight_grad(View<const float> x, const void* dY, float* dw, int64_t M, int64_t N, int64_t K,
+                   Precision p, GradWrite gw) {
+    const void* X = operand(x, M * K, p, 1);  // stream order: the matmul before read slot 1
+    (*gemm_)(true, false, N, K, M, 1, dY, N, 0, X, K, 0, dw, K, 0, 1, ops(p), false,
+             gw == GradWrite::add ? dw : nullptr);  // dw += in the epilogue
   }
   // A matmul operand as policy p reads it: x itself (also when x is stored in bf16), or (bf16)
   // its bf16 copy in scratch `slot`.

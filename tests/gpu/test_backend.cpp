@@ -350,6 +350,80 @@ TEST_CASE("gpu rmsnorm, rope, swiglu, embedding match the CPU reference" *
   }
 }
 
+TEST_CASE("gpu W2's backward into SwiGLU's (swiglu_linear_bwd): du next to the fp64 reference, "
+          "dW2 and (bar near-ties) du as the separate ops give them, repeatable" *
+          doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  Pair g{*gpu, {}};
+  const Precision p = Precision::bf16;
+  // Sizes that are not multiples of the fused kernel's 128 x 128 tiles or its steps of 64 along
+  // d; more tiles than SMs (each block takes several, its two consumers in turn), fewer and more
+  // steps than its three buffers.
+  struct Shape {
+    int64_t M, d, f;
+  };
+  for (const Shape s : {Shape{333, 200, 264}, Shape{8200, 72, 1032}, Shape{4100, 136, 1032},
+                        Shape{1000, 776, 136}}) {
+    const int64_t M = s.M, d = s.d, f = s.f;
+    INFO("M " << M << ", d " << d << ", f " << f);
+    // dy, u and the activations g stored in bf16 by their producers; W2 in fp32 (rounded by
+    // the matmuls as a weight is).
+    float *gdy = g.up16(randn<double>(M * d)), *gu = g.up16(randn<double>(M * 2 * f, 2.0));
+    float *gg = g.up16(randn<double>(M * f)), *gw = g.up(as_float(randn<double>(d * f)));
+    const Vec dy = g.down16(gdy, M * d), u = g.down16(gu, M * 2 * f);
+    Vec w = g.down(gw, d * f);
+    for (double& x : w) x = double(from_bf16(to_bf16(float(x))));
+    // The reference: dg = dy W2 in fp64, then SwiGLU's backward da = dg ca, db = dg cb. The
+    // GPU rounds dg to bf16 (2^-8 of it) and each result (2^-8 more); besides, its fp32 sum of
+    // dg errs by up to about 1e-4 of the sum of the terms' sizes (d <= 776 of 2^-24 each), and
+    // its fp32 ca and cb by 1e-6 of the sizes of their terms, where they cancel.
+    Vec exact(M * 2 * f), slack(M * 2 * f);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < f; ++n) {
+        double dg = 0, terms = 0;
+        for (int64_t k = 0; k < d; ++k)
+          dg += dy[m * d + k] * w[k * f + n], terms += std::abs(dy[m * d + k] * w[k * f + n]);
+        const double a = u[m * 2 * f + f + n], b = u[m * 2 * f + n], sig = 1 / (1 + std::exp(-a));
+        const double ca = b * sig * (1 + a * (1 - sig)), cb = a * sig;
+        const double ca_terms = std::abs(b) * sig * (1 + std::abs(a) * (1 - sig));
+        const double err = 1e-4 * terms + 1e-6 * std::abs(dg);
+        exact[m * 2 * f + f + n] = dg * ca, slack[m * 2 * f + f + n] = err * ca_terms;
+        exact[m * 2 * f + n] = dg * cb, slack[m * 2 * f + n] = err * std::abs(cb);
+      }
+    float *gdu = g.poisoned16(M * 2 * f), *gdw = g.poisoned(d * f);
+    gpu->swiglu_linear_bwd(packed(gg), gw, packed(gdy), packed(gu), packed(g.poisoned16(M * f)),
+                           packed(gdu), gdw, M, d, f, p, GradWrite::set);
+    const Vec du = g.down16(gdu, M * 2 * f);
+    size_t worst = 0;  // the element furthest past its bound
+    double excess = -INFINITY;
+    for (size_t i = 0; i < du.size(); ++i) {
+      const double x = std::abs(du[i] - exact[i]) -
+                       (std::ldexp(std::abs(exact[i]), -7) * 1.01 + slack[i] + 1e-30);
+      if (std::isnan(excess)) break;  // an unwritten element (NaN): the worst there is
+      if (!(x <= excess)) worst = i, excess = x;
+    }
+    INFO("element " << worst << ": " << du[worst] << " against " << exact[worst] << ", slack "
+                    << slack[worst]);
+    CHECK(excess <= 0);
+    // The separate ops: linear_bwd writes dg (rounded to bf16), swiglu_bwd reads it.
+    float *gdg2 = g.poisoned16(M * f), *gdu2 = g.poisoned16(M * 2 * f), *gdw2 = g.poisoned(d * f);
+    gpu->linear_bwd(packed(gg), gw, packed(gdy), packed(gdg2), gdw2, M, d, f, p);
+    gpu->swiglu_bwd(packed(gu), packed(gdg2), packed(gdu2), M, f);
+    CHECK(g.down(gdw, d * f) == g.down(gdw2, d * f));
+    // The two matmuls sum in different orders: dg rounds differently only where its fp32 value
+    // lies within their difference of a bf16 rounding boundary.
+    const Vec du2 = g.down16(gdu2, M * 2 * f);
+    size_t same = 0;
+    for (size_t i = 0; i < du.size(); ++i) same += du[i] == du2[i];
+    CHECK(double(same) >= 0.999 * double(du.size()));
+    // Bit for bit again.
+    float* gdu3 = g.poisoned16(M * 2 * f);
+    gpu->swiglu_linear_bwd(packed(gg), gw, packed(gdy), packed(gu), packed(g.poisoned16(M * f)),
+                           packed(gdu3), gdw, M, d, f, p, GradWrite::set);
+    CHECK(g.down16(gdu3, M * 2 * f) == du);
+  }
+}
+
 TEST_CASE("gpu classifier: the loss and the in-place gradient match the fp64 reference (fp32 and "
           "bf16 logits, odd vocabularies, extreme rows), loss-only keeps the logits, repeats "
           "bit for bit" * doctest::skip(gpu_count() == 0)) {
