@@ -156,27 +156,42 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
       fence_regs(acc[1]);
 
       // dg rounded as stored, then da and db over a and b (the thread's own elements: no other
-      // thread reads them), swizzled as the stores read them.
+      // thread reads them), swizzled as the stores read them. A 64-column panel's a and b are
+      // read into registers before any of its results is written: the compiler cannot tell the
+      // swizzled addresses apart, and element by element each load waited on the store before it
+      // (one warp a scheduler here, so that chain was the consumer's time).
       bf16 *const ta = sE + 2 * g * kEElems, *const tb = ta + kEElems;
       mbar_wait(e_full + g, uint32_t(n / kGroups) & 1);
+      constexpr int kPanelJ = 64 / 8;  // fragments of 8 columns in a panel
 #pragma unroll
       for (int half = 0; half < 2; ++half)
 #pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
+        for (int p = 0; p < kBN / 64; ++p) {
+          int at[kPanelJ][2];
+          __nv_bfloat162 va[kPanelJ][2], vb[kPanelJ][2];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = 64 * half + 16 * warp + lane / 4 + 8 * h, col = 8 * j + 2 * (lane % 4);
-            const int at =
-                col / 64 * kBM * 64 + row * 64 + (((col % 64) / 8) ^ (row % 8)) * 8 + col % 8;
-            __nv_bfloat162 *const pa = reinterpret_cast<__nv_bfloat162*>(ta + at);
-            __nv_bfloat162 *const pb = reinterpret_cast<__nv_bfloat162*>(tb + at);
-            const float2 a = __bfloat1622float2(*pa), b = __bfloat1622float2(*pb);
-            const float2 dg = __bfloat1622float2(
-                __floats2bfloat162_rn(acc[half][j][2 * h], acc[half][j][2 * h + 1]));
-            const float2 r0 = gate_bwd(a.x, b.x, dg.x), r1 = gate_bwd(a.y, b.y, dg.y);
-            *pa = __floats2bfloat162_rn(r0.x, r1.x);
-            *pb = __floats2bfloat162_rn(r0.y, r1.y);
-          }
+          for (int jj = 0; jj < kPanelJ; ++jj)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int row = 64 * half + 16 * warp + lane / 4 + 8 * h;
+              at[jj][h] = p * kBM * 64 + row * 64 + (jj ^ (row % 8)) * 8 + 2 * (lane % 4);
+              va[jj][h] = *reinterpret_cast<const __nv_bfloat162*>(ta + at[jj][h]);
+              vb[jj][h] = *reinterpret_cast<const __nv_bfloat162*>(tb + at[jj][h]);
+            }
+#pragma unroll
+          for (int jj = 0; jj < kPanelJ; ++jj)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float* const s = acc[half][p * kPanelJ + jj];
+              const float2 a = __bfloat1622float2(va[jj][h]), b = __bfloat1622float2(vb[jj][h]);
+              const float2 dg = __bfloat1622float2(__floats2bfloat162_rn(s[2 * h], s[2 * h + 1]));
+              const float2 r0 = gate_bwd(a.x, b.x, dg.x), r1 = gate_bwd(a.y, b.y, dg.y);
+              auto* const pa = reinterpret_cast<__nv_bfloat162*>(ta + at[jj][h]);
+              auto* const pb = reinterpret_cast<__nv_bfloat162*>(tb + at[jj][h]);
+              *pa = __floats2bfloat162_rn(r0.x, r1.x);
+              *pb = __floats2bfloat162_rn(r0.y, r1.y);
+            }
+        }
       fence_async_shared();
       bar_sync(kFirstGroupBarrier + g, 128);
       if (threadIdx.x % 128 == 0) mbar_arrive_if(e_written + g, true);
