@@ -27,7 +27,10 @@
 # Prints one line per tool (each run's verdict and seconds) and exits 1 if any tool found an error;
 # full logs in $LOGS.
 #   scripts/sanitize.sh
-# Env: LMTRAIN (build/lmtrain), LOGS (a new temporary folder), SANITIZER (compute-sanitizer).
+#   RUNS="fused_swiglu train" scripts/sanitize.sh     (the runs that reach a kernel just changed)
+# Env: LMTRAIN (build/lmtrain), LOGS (a new temporary folder), SANITIZER (compute-sanitizer),
+#      RUNS (all seven: attention persistent train bf16_moments no_masters bf16_residual
+#      fused_swiglu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${LMTRAIN:-build/lmtrain} san=${SANITIZER:-compute-sanitizer}
@@ -50,10 +53,15 @@ bf16_moments=("${train[@]}" --set model.precision=bf16 --set optim.state_dtype=b
 no_masters=("${bf16_moments[@]}" --set optim.master_weights=false)
 bf16_residual=("${bf16_moments[@]}" --set model.residual_dtype=bf16)
 fused_swiglu=("${train[@]}" --set model.precision=bf16 --set train.batch_size=128)
+all_runs="attention persistent train bf16_moments no_masters bf16_residual fused_swiglu"
+runs=${RUNS:-$all_runs}
+for run in $runs; do
+  [[ " $all_runs " == *" $run "* ]] || { echo "sanitize.sh: no run '$run' (RUNS: $all_runs)" >&2; exit 2; }
+done
 status=0
 for tool in memcheck racecheck synccheck initcheck; do
   line="" errors=0
-  for run in attention persistent train bf16_moments no_masters bf16_residual fused_swiglu; do
+  for run in $runs; do
     declare -n args=$run
     [ "$tool" = racecheck ] && [ "$run" = attention ] && declare -n args=attention_racecheck
     log=$logs/$tool-$run.log
