@@ -8,14 +8,15 @@
 // run under the matmuls. (backend.cpp says where it is used.)
 //
 // A block per SM takes tiles in turn (persistent). Warpgroup 0's thread 0 produces the matmuls'
-// operands: each tile's dy and W2 panels of 64 along d through kStages buffers. Its thread 32
-// stores: a tile's da and db once its consumer has written them, then, once the stores have read
-// the buffer, it copies in the a and b of the tile after next (the block's first two as it
-// starts). Warpgroups 1 and 2 consume the block's tiles in turn, each a whole tile, S = dy W2 with
-// both operands from shared memory (dy K-major, W2 MN-major, as stored), taking turns at the
-// tensor cores (tma.cuh's Turns): one consumer's matmuls run while the other takes its last
-// tile's SwiGLU backward, so a consumer has a buffer of a and b of its own. (docs/design.md has
-// the timings, and the variants not kept.)
+// operands: each tile's dy and W2 panels of 64 along d through kStages buffers. Warpgroups 1 and
+// 2 consume the block's tiles in turn, each a whole tile, S = dy W2 with both operands from shared
+// memory (dy K-major, W2 MN-major, as stored), taking turns at the tensor cores (tma.cuh's Turns):
+// one consumer's matmuls run while the other takes its last tile's SwiGLU backward, so a consumer
+// has a buffer of a and b of its own. The buffer holds half a tile (64 rows), so that the stages'
+// ring is four deep where whole tiles left room for three: the producer's thread 32 stores a
+// half's da and db once its consumer has written them and, once the stores have read the buffer,
+// copies in the tile's second half, or the first of the consumer's next tile (the block's first
+// two as it starts). (docs/design.md has the timings, and the variants not kept.)
 #include "attention/tma.cuh"
 #include "attention/wgmma.cuh"
 #include "common.cuh"
@@ -27,10 +28,10 @@ namespace {
 
 using attn::bf16;
 
-constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 3, kGroups = 2;
-constexpr int kAElems = kBM * kBK, kBElems = kBK * kBN, kEElems = kBM * kBN;
-// Shared memory from the 1024-byte boundary: the dy and W2 rings, a buffer of a tile's a and b per
-// consumer (each of them two 64-column panels of 128 rows), then the barriers: full and free per
+constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 4, kGroups = 2, kHalf = kBM / 2;
+constexpr int kAElems = kBM * kBK, kBElems = kBK * kBN, kEElems = kHalf * kBN;
+// Shared memory from the 1024-byte boundary: the dy and W2 rings, a buffer of half a tile's a and b
+// per consumer (each of them two 64-column panels of 64 rows), then the barriers: full and free per
 // stage, and per buffer its a and b landed and its da and db written.
 constexpr size_t kTileBytes =
     (size_t(kStages) * (kAElems + kBElems) + kGroups * 2 * kEElems) * sizeof(bf16);
@@ -67,35 +68,40 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
   };
   const int mine = (tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);  // tiles
 
-  // The tile's a and b into its buffer: the storer's, for the block's first tiles as it starts and
-  // then for tile n + kGroups once tile n's stores have read the buffer, so that the loads never
-  // wait on the stages' producer and start a whole tile before their consumer's matmul ends.
-  auto load_e = [&](int n) {
+  // Half h of tile n's a and b into its buffer, or (store_e) its da and db out of it: the storer's.
+  // A buffer's halves, in turn, are its barriers' phases, so a half's parity is h.
+  auto load_e = [&](int n, int h) {
     const int2 o = origin(n);
     const int e = n % kGroups;
     mbar_expect(e_full + e, uint32_t(2 * kEElems * sizeof(bf16)));
     for (int p = 0; p < kBN / 64; ++p) {
-      tma_load_4d(sE + 2 * e * kEElems + p * kBM * 64, &a_map, o.x + 64 * p, o.y, 0, 0, e_full + e);
-      tma_load_4d(sE + (2 * e + 1) * kEElems + p * kBM * 64, &b_map, o.x + 64 * p, o.y, 0, 0,
-                  e_full + e);
+      const int x = o.x + 64 * p, y = o.y + kHalf * h;
+      tma_load_4d(sE + 2 * e * kEElems + p * kHalf * 64, &a_map, x, y, 0, 0, e_full + e);
+      tma_load_4d(sE + (2 * e + 1) * kEElems + p * kHalf * 64, &b_map, x, y, 0, 0, e_full + e);
     }
   };
-  auto store = [&] {
-    for (int n = 0; n < kGroups && n < mine; ++n) load_e(n);
-    for (int n = 0; n < mine; ++n) {
-      const int2 o = origin(n);
-      const int e = n % kGroups;
-      mbar_wait(e_written + e, uint32_t(n / kGroups) & 1);
-      for (int p = 0; p < kBN / 64; ++p) {
-        tma_store_4d(&da_map, sE + 2 * e * kEElems + p * kBM * 64, o.x + 64 * p, o.y, 0, 0);
-        tma_store_4d(&db_map, sE + (2 * e + 1) * kEElems + p * kBM * 64, o.x + 64 * p, o.y, 0, 0);
-      }
-      tma_store_commit();
-      if (n + kGroups < mine) {
-        tma_store_wait_read();
-        load_e(n + kGroups);
-      }
+  auto store_e = [&](int n, int h) {
+    const int2 o = origin(n);
+    const int e = n % kGroups;
+    for (int p = 0; p < kBN / 64; ++p) {
+      const int x = o.x + 64 * p, y = o.y + kHalf * h;
+      tma_store_4d(&da_map, sE + 2 * e * kEElems + p * kHalf * 64, x, y, 0, 0);
+      tma_store_4d(&db_map, sE + (2 * e + 1) * kEElems + p * kHalf * 64, x, y, 0, 0);
     }
+    tma_store_commit();
+  };
+  auto store = [&] {
+    for (int n = 0; n < kGroups && n < mine; ++n) load_e(n, 0);
+    for (int n = 0; n < mine; ++n)
+      for (int h = 0; h < 2; ++h) {
+        mbar_wait(e_written + n % kGroups, uint32_t(h));
+        store_e(n, h);
+        if (h == 0 || n + kGroups < mine) {
+          tma_store_wait_read();
+          if (h == 0) load_e(n, 1);
+          else load_e(n + kGroups, 0);
+        }
+      }
     tma_store_wait_read();  // before the block ends
   };
 
@@ -156,15 +162,16 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
       fence_regs(acc[1]);
 
       // dg rounded as stored, then da and db over a and b (the thread's own elements: no other
-      // thread reads them), swizzled as the stores read them. A 64-column panel's a and b are
-      // read into registers before any of its results is written: the compiler cannot tell the
-      // swizzled addresses apart, and element by element each load waited on the store before it
-      // (one warp a scheduler here, so that chain was the consumer's time).
+      // thread reads them), swizzled as the stores read them, a half of the tile at a time. A
+      // 64-column panel's a and b are read into registers before any of its results is written:
+      // the compiler cannot tell the swizzled addresses apart, and element by element each load
+      // waited on the store before it (one warp a scheduler here, so that chain was the
+      // consumer's time).
       bf16 *const ta = sE + 2 * g * kEElems, *const tb = ta + kEElems;
-      mbar_wait(e_full + g, uint32_t(n / kGroups) & 1);
       constexpr int kPanelJ = 64 / 8;  // fragments of 8 columns in a panel
 #pragma unroll
-      for (int half = 0; half < 2; ++half)
+      for (int half = 0; half < 2; ++half) {
+        mbar_wait(e_full + g, uint32_t(half));
 #pragma unroll
         for (int p = 0; p < kBN / 64; ++p) {
           int at[kPanelJ][2];
@@ -173,8 +180,8 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
           for (int jj = 0; jj < kPanelJ; ++jj)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              const int row = 64 * half + 16 * warp + lane / 4 + 8 * h;
-              at[jj][h] = p * kBM * 64 + row * 64 + (jj ^ (row % 8)) * 8 + 2 * (lane % 4);
+              const int row = 16 * warp + lane / 4 + 8 * h;  // in the half
+              at[jj][h] = p * kHalf * 64 + row * 64 + (jj ^ (row % 8)) * 8 + 2 * (lane % 4);
               va[jj][h] = *reinterpret_cast<const __nv_bfloat162*>(ta + at[jj][h]);
               vb[jj][h] = *reinterpret_cast<const __nv_bfloat162*>(tb + at[jj][h]);
             }
@@ -192,9 +199,10 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
               *pb = __floats2bfloat162_rn(r0.y, r1.y);
             }
         }
-      fence_async_shared();
-      bar_sync(kFirstGroupBarrier + g, 128);
-      if (threadIdx.x % 128 == 0) mbar_arrive_if(e_written + g, true);
+        fence_async_shared();
+        bar_sync(kFirstGroupBarrier + g, 128);
+        if (threadIdx.x % 128 == 0) mbar_arrive_if(e_written + g, true);
+      }
     }
     turns.end();
   };
@@ -226,9 +234,9 @@ void swiglu_dgrad(const void* dy, const void* w2, const void* u, void* du, int64
   const int blocks = int(std::min<int64_t>(tiles, sm_count()));
   swiglu_dgrad_kernel<<<blocks, 128 * (kGroups + 1), kSmemBytes, s>>>(
       int(d), tiles_n, int(tiles), attn::matrix_map(dy, d, M, d, kBM),
-      attn::matrix_map(w2, f, d, f, kBK), attn::matrix_map(u16 + f, f, M, 2 * f, kBM),
-      attn::matrix_map(u16, f, M, 2 * f, kBM), attn::matrix_map(du16 + f, f, M, 2 * f, kBM),
-      attn::matrix_map(du16, f, M, 2 * f, kBM));
+      attn::matrix_map(w2, f, d, f, kBK), attn::matrix_map(u16 + f, f, M, 2 * f, kHalf),
+      attn::matrix_map(u16, f, M, 2 * f, kHalf), attn::matrix_map(du16 + f, f, M, 2 * f, kHalf),
+      attn::matrix_map(du16, f, M, 2 * f, kHalf));
   CUDA_LAUNCH_CHECK();
 }
 
