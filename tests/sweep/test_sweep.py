@@ -12,8 +12,9 @@ phases (both skipped without torch); scripts/report.py's --check passes on the r
 fails on a copy with one data value changed; scripts/ddp_timeline.py sums a synthetic two-rank
 trace's step as it should; scripts/optimizer_state.py reports each choice's own run;
 scripts/clocks_table.py summarises the busy samples of an nvidia-smi log; scripts/llmc_table.py
-tabulates each call's runs beside llm.c's; dev/gemm_choices.py
-keeps the choices it should and reproduces cuda/gemm_choices.inc.
+tabulates each call's runs beside llm.c's; scripts/sanitize.sh's verdicts (with a stand-in
+for compute-sanitizer); dev/gemm_choices.py keeps the choices it should and reproduces
+cuda/gemm_choices.inc.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
@@ -546,6 +547,71 @@ class Report(unittest.TestCase):
         got = [r for r in rows(os.path.join(self.results, "provenance.csv")) if r["file"] == "x.txt"]
         self.assertEqual([(r["device"], r["command"]) for r in got], [("second", "make x")])
         self.assertRegex(got[0]["date_utc"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+class Sanitize(unittest.TestCase):
+    """scripts/sanitize.sh's verdicts, with a stand-in for compute-sanitizer that reports what a
+    test tells it: RUNS takes the named runs alone; racecheck's hazards in cuBLASLt's nvjet_
+    kernels are left out and counted, ours fail the tool's line; memcheck's errors fail it; an
+    unknown run name stops the script in one line, exit 2, before any run."""
+
+    FAKE = """#!/bin/bash
+echo "$*" >> "$FAKE_CALLS"
+tool=$2
+ours=0
+[[ "$*" == *"train.batch_size=128"* ]] && ours=$FAKE_OURS
+race() { echo "========= Error: Race reported between Write access at 0x10 in $1"
+         echo "=========     and Read access at 0x20 in $1"; }
+case $tool in
+  racecheck)
+    race nvjet_sm90_tst_128x128_64x4; race nvjet_sm90_tss_64x64_64x6
+    [ "$ours" -gt 0 ] && race swiglu_dgrad_kernel
+    echo "========= RACECHECK SUMMARY: $((2 + ours)) hazards displayed"; exit 99;;
+  memcheck)
+    echo "========= ERROR SUMMARY: $((3 * ours)) errors"; [ "$ours" -gt 0 ] && exit 99; exit 0;;
+  *) echo "========= ERROR SUMMARY: 0 errors"; exit 0;;
+esac
+"""
+
+    def run_script(self, runs, ours):
+        d = tempfile.mkdtemp(prefix="lmtrain-sanitize-test-")
+        self.addCleanup(shutil.rmtree, d)
+        fake, calls = os.path.join(d, "compute-sanitizer"), os.path.join(d, "calls")
+        with open(fake, "w") as f:
+            f.write(self.FAKE)
+        os.chmod(fake, 0o755)
+        env = dict(os.environ, SANITIZER=fake, LMTRAIN="/bin/true", LOGS=os.path.join(d, "logs"),
+                   RUNS=runs, FAKE_CALLS=calls, FAKE_OURS=str(ours))
+        r = subprocess.run(["bash", os.path.join(REPO, "scripts/sanitize.sh")], capture_output=True,
+                           text=True, cwd=REPO, env=env)
+        lines = {l.split()[0]: l for l in r.stdout.splitlines() if l.strip()}
+        ncalls = len(open(calls).read().splitlines()) if os.path.exists(calls) else 0
+        return r, lines, ncalls
+
+    def test_named_runs_alone_and_the_librarys_hazards_left_out(self):
+        r, lines, ncalls = self.run_script("train fused_swiglu", 0)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(ncalls, 8)  # four tools, two runs
+        for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
+            self.assertRegex(lines[tool], r"train: clean.*; fused_swiglu: clean")
+            self.assertNotIn("attention", lines[tool])
+        self.assertIn("fused_swiglu: clean (cuBLASLt's nvjet_ hazards left out: 2)", lines["racecheck"])
+        self.assertIn("no errors in our kernels", r.stdout)
+
+    def test_our_kernels_hazards_and_errors_fail(self):
+        r, lines, _ = self.run_script("train fused_swiglu", 1)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("fused_swiglu: 1 errors (exit 99", lines["racecheck"])
+        self.assertIn("fused_swiglu: 3 errors (exit 99", lines["memcheck"])
+        self.assertRegex(lines["synccheck"], r"fused_swiglu: clean")
+        self.assertIn("errors found", r.stdout)
+
+    def test_an_unknown_run_is_one_line_and_exit_2_before_any_run(self):
+        r, _, ncalls = self.run_script("train fused_swigl", 0)
+        self.assertEqual(r.returncode, 2)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1)
+        self.assertIn("no run 'fused_swigl'", r.stderr)
+        self.assertEqual(ncalls, 0)
 
 
 class DdpTimeline(unittest.TestCase):
