@@ -551,29 +551,34 @@ class Report(unittest.TestCase):
 
 class Sanitize(unittest.TestCase):
     """scripts/sanitize.sh's verdicts, with a stand-in for compute-sanitizer that reports what a
-    test tells it: RUNS takes the named runs alone; racecheck's hazards in cuBLASLt's nvjet_
-    kernels are left out and counted, ours fail the tool's line; memcheck's errors fail it; an
-    unknown run name stops the script in one line, exit 2, before any run."""
+    test tells it (FAKE_MODE, for the fused_swiglu run; the train run is always clean): RUNS
+    takes the named runs alone; racecheck's hazards in cuBLASLt's nvjet_ kernels are left out and
+    counted, ours fail the tool's line, and so do hazards its summary counts in a form the script
+    does not read; memcheck's errors fail it; a run with no summary (not run under the tool) fails;
+    an unknown run name stops the script in one line, exit 2, before any run."""
 
     FAKE = """#!/bin/bash
 echo "$*" >> "$FAKE_CALLS"
-tool=$2
-ours=0
-[[ "$*" == *"train.batch_size=128"* ]] && ours=$FAKE_OURS
+tool=$2 mode=clean
+[[ "$*" == *"train.batch_size=128"* ]] && mode=$FAKE_MODE
+[ "$mode" = quiet ] && exit 0
 race() { echo "========= Error: Race reported between Write access at 0x10 in $1"
          echo "=========     and Read access at 0x20 in $1"; }
 case $tool in
   racecheck)
     race nvjet_sm90_tst_128x128_64x4; race nvjet_sm90_tss_64x64_64x6
-    [ "$ours" -gt 0 ] && race swiglu_dgrad_kernel
-    echo "========= RACECHECK SUMMARY: $((2 + ours)) hazards displayed"; exit 99;;
+    n=2
+    [ "$mode" = ours ] && race swiglu_dgrad_kernel && n=3
+    [ "$mode" = unread ] && echo "========= Error: a hazard of a kind not seen yet" && n=3
+    echo "========= RACECHECK SUMMARY: $n hazards displayed ($n errors, 0 warnings)"; exit 99;;
   memcheck)
-    echo "========= ERROR SUMMARY: $((3 * ours)) errors"; [ "$ours" -gt 0 ] && exit 99; exit 0;;
+    [ "$mode" = ours ] && echo "========= ERROR SUMMARY: 3 errors" && exit 99
+    echo "========= ERROR SUMMARY: 0 errors"; exit 0;;
   *) echo "========= ERROR SUMMARY: 0 errors"; exit 0;;
 esac
 """
 
-    def run_script(self, runs, ours):
+    def run_script(self, runs, mode):
         d = tempfile.mkdtemp(prefix="lmtrain-sanitize-test-")
         self.addCleanup(shutil.rmtree, d)
         fake, calls = os.path.join(d, "compute-sanitizer"), os.path.join(d, "calls")
@@ -581,7 +586,7 @@ esac
             f.write(self.FAKE)
         os.chmod(fake, 0o755)
         env = dict(os.environ, SANITIZER=fake, LMTRAIN="/bin/true", LOGS=os.path.join(d, "logs"),
-                   RUNS=runs, FAKE_CALLS=calls, FAKE_OURS=str(ours))
+                   RUNS=runs, FAKE_CALLS=calls, FAKE_MODE=mode)
         r = subprocess.run(["bash", os.path.join(REPO, "scripts/sanitize.sh")], capture_output=True,
                            text=True, cwd=REPO, env=env)
         lines = {l.split()[0]: l for l in r.stdout.splitlines() if l.strip()}
@@ -589,7 +594,7 @@ esac
         return r, lines, ncalls
 
     def test_named_runs_alone_and_the_librarys_hazards_left_out(self):
-        r, lines, ncalls = self.run_script("train fused_swiglu", 0)
+        r, lines, ncalls = self.run_script("train fused_swiglu", "clean")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertEqual(ncalls, 8)  # four tools, two runs
         for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
@@ -599,15 +604,27 @@ esac
         self.assertIn("no errors in our kernels", r.stdout)
 
     def test_our_kernels_hazards_and_errors_fail(self):
-        r, lines, _ = self.run_script("train fused_swiglu", 1)
+        r, lines, _ = self.run_script("train fused_swiglu", "ours")
         self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
         self.assertIn("fused_swiglu: 1 errors (exit 99", lines["racecheck"])
         self.assertIn("fused_swiglu: 3 errors (exit 99", lines["memcheck"])
         self.assertRegex(lines["synccheck"], r"fused_swiglu: clean")
         self.assertIn("errors found", r.stdout)
 
+    def test_hazards_counted_but_not_read_are_ours(self):
+        r, lines, _ = self.run_script("fused_swiglu", "unread")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("fused_swiglu: 1 errors (exit 99", lines["racecheck"])
+        self.assertRegex(lines["memcheck"], r"fused_swiglu: clean")
+
+    def test_a_run_without_a_summary_fails(self):
+        r, lines, _ = self.run_script("train fused_swiglu", "quiet")
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
+            self.assertRegex(lines[tool], r"train: clean.*; fused_swiglu: no summary from " + tool)
+
     def test_an_unknown_run_is_one_line_and_exit_2_before_any_run(self):
-        r, _, ncalls = self.run_script("train fused_swigl", 0)
+        r, _, ncalls = self.run_script("train fused_swigl", "clean")
         self.assertEqual(r.returncode, 2)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1)
         self.assertIn("no run 'fused_swigl'", r.stderr)
