@@ -189,6 +189,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
   if (comm && tracing)
     for (auto& s : comm->take_comm_spans()) comm_spans.push_back({s.what, s.begin_ms, s.end_ms});
   const double loss = model.loss();
+  const bool finite = std::isfinite(loss);  // else the run diverged: no CSV row, exit 1
   if (tracing)
     write_trace(cl.trace_path, rt, rank_trace(rt.rank, starts, phases, held, comm_spans, waits));
 
@@ -249,7 +250,9 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
            human_bytes(tag(MemTag::optimizer)).c_str(), human_bytes(tag(MemTag::activations)).c_str(),
            human_bytes(tag(MemTag::workspace)).c_str(), human_bytes(double(mem.peak)).c_str(),
            human_bytes(tag(MemTag::params) + tag(MemTag::activations)).c_str());
-    printf("loss after the timed steps %.4f (finite: the steps computed something)\n", loss);
+    printf("loss after the timed steps %.4f (%s)\n", loss,
+           finite ? "finite: the steps computed something"
+                  : "not finite: the steps diverged, so their times are not written to a CSV");
     for (auto& [phase, summary] : kernels) {
       const std::vector<KernelStat>& list = summary.kernels;
       double total = 0;
@@ -272,7 +275,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
         printf("  %s:: kernels: their times add to %.3f ms, the GPU busy with them for %.3f ms\n",
                g.name.c_str(), g.total_ms, g.busy_ms);
     }
-    if (!cl.csv_path.empty()) {
+    if (!cl.csv_path.empty() && finite) {
       CsvRow row = bench_columns(c);
       row.set("date_utc", utc_now());
       row.set("device_used", be.name());
@@ -297,7 +300,7 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
       append_csv(cl.csv_path, row);
     }
   }
-  return std::isfinite(loss) ? 0 : 1;
+  return finite ? 0 : 1;
 }
 
 }  // namespace

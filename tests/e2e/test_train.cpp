@@ -406,6 +406,27 @@ TEST_CASE("bench: times forward, forward+backward and the step; one CSV row with
   CHECK(std::count(row.begin(), row.end(), ',') == std::count(header.begin(), header.end(), ','));
 }
 
+TEST_CASE("bench: a run whose loss is not finite exits 1 and adds no row to the CSV") {
+  TempDir dir;
+  std::string csv = dir.file("bench.csv");
+  const std::string bench = std::string(lmt::test::lmtrain()) + kTiny +
+                            " --set run.mode=bench --set bench.warmup=1 --set bench.steps=3 --csv " +
+                            csv;
+  auto r = run(bench);
+  REQUIRE(r.code == 0);
+  auto read = [&] {
+    std::ifstream f(csv);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string before = read();
+  // lr 1e18 without clipping: the weights blow up within the steps and the loss is NaN.
+  r = run(bench + " --set optim.lr=1e18 --set optim.grad_clip=0 --set optim.warmup_steps=0");
+  INFO(r.output);
+  CHECK(r.code == 1);
+  CHECK(r.output.find("not finite: the steps diverged") != std::string::npos);
+  CHECK(read() == before);  // the earlier row kept, none added
+}
+
 TEST_CASE("bench: --trace writes the timed steps' phases and a memory counter; train refuses it") {
   TempDir dir;
   std::string path = dir.file("trace.json");
