@@ -16,6 +16,7 @@
 #      to re-measure our naive after a change to it: the table keeps the latest row of each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 seq=${SEQ_LENS:-256 1024 4096 8192 16384 32768} dims=${HEAD_DIMS:-16 32 64 128} masks=${MASKS:-causal}
 dtypes=${DTYPES:-bf16} batch=${BATCH:-1} heads=${HEADS:-16} warm=${WARMUP:-5} iters=${ITERS:-20}
 impls=${IMPLS:-naive flash}
@@ -38,7 +39,8 @@ build/lmtrain --set run.mode=attention --set attention.batch="$batch" --set atte
 [ "${TORCH:-1}" = 0 ] || "$py" tests/reference/torch_reference.py attention --batch "$batch" --heads "$heads" --seq-lens $seq \
   --head-dims $dims --masks $masks --dtypes $dtypes --warmup "$warm" --iters "$iters" \
   ${TORCH_IMPLS:+--impls $TORCH_IMPLS} --csv results/attention_torch.csv
-"$py" scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md
+write_to results/attention.md "$py" scripts/attention_table.py results/attention_lmtrain.csv \
+  results/attention_torch.csv
 cat results/attention.md
 # The plots of this batch and head count only (the study's B 1 x H 16 unsuffixed), where the grid
 # has more than one length (a model's shape alone, e.g. BATCH=4 HEADS=25 SEQ_LENS=512, is rows of

@@ -15,9 +15,11 @@
 #      (build/lmtrain).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 model=${MODEL:-xl} bin=${LMTRAIN:-build/lmtrain}
 csv=results/batch_$model.csv
 mkdir -p results
+failed=0
 for residual in ${RESIDUALS:-fp32}; do
   for masters in ${MASTERS:-true}; do
     for state in ${STATES:-fp32 bf16}; do
@@ -28,10 +30,14 @@ for residual in ${RESIDUALS:-fp32}; do
           --set model.residual_dtype="$residual" \
           --set bench.warmup="${WARMUP:-3}" --set bench.steps="${STEPS:-10}" --set bench.kernels=0 \
           --csv "$csv" | grep -E "^== |^step|^memory" ||
-          echo "failed: $model $split $state $masters $residual"
+          { echo "failed: $model $split $state $masters $residual"; failed=$((failed + 1)); }
       done
     done
   done
 done
-python3 scripts/batch_table.py "$csv" > "results/batch_$model.md"
+write_to "results/batch_$model.md" python3 scripts/batch_table.py "$csv"
 cat "results/batch_$model.md"
+if [ "$failed" -gt 0 ]; then
+  echo "bench_batch.sh: $failed runs failed (above); the table's rows for them are earlier calls'" >&2
+  exit 1
+fi

@@ -13,6 +13,7 @@
 #      LMTRAIN (build/lmtrain).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 cfg=configs/models/gpt2-small.toml
 warm=${WARMUP:-5} steps=${STEPS:-20} train_steps=${TRAIN_STEPS:-50} py=${PYTHON:-python3}
 bin=${LMTRAIN:-build/lmtrain}
@@ -41,6 +42,6 @@ for shape in ${SHAPES:-16x1024 8x1024 4x512}; do
       echo "torch $mode failed at $shape"
   done
 done
-"$py" scripts/gpt2_table.py results/gpt2_lmtrain.csv results/gpt2_torch.csv \
-  results/gpt2_train.csv > results/gpt2.md
+write_to results/gpt2.md "$py" scripts/gpt2_table.py results/gpt2_lmtrain.csv \
+  results/gpt2_torch.csv results/gpt2_train.csv
 cat results/gpt2.md

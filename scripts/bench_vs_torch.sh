@@ -9,6 +9,7 @@
 #      the scores, as our naive does), TORCH_MODES ("eager compile"; empty: lmtrain only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(small medium large xl)
 attn=${ATTENTION:-flash} prec=${PRECISION:-bf16} ctx=${CONTEXT:-512} batch=${BATCH:-4} warm=${WARMUP:-5} steps=${STEPS:-20}
@@ -30,5 +31,6 @@ for size in "${sizes[@]}"; do
       --label "$size-$mode" --csv results/bench_torch.csv "${extra[@]}" || echo "torch $mode failed for $size (OOM?)"
   done
 done
-"$py" scripts/bench_table.py results/bench_lmtrain.csv results/bench_torch.csv > results/bench.md
+write_to results/bench.md "$py" scripts/bench_table.py results/bench_lmtrain.csv \
+  results/bench_torch.csv
 cat results/bench.md

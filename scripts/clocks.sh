@@ -34,19 +34,25 @@ fi
 command -v nvidia-smi > /dev/null || { echo "clocks.sh: nvidia-smi not found" >&2; exit 2; }
 mkdir -p results
 out=results/clocks_$model
+# The four files are made in a temporary folder and moved into results/ only once the table is
+# written: a failed run leaves the earlier ones as they were.
+tmp=$(mktemp -d "results/.clocks_$model.XXXXXX")
+new=$tmp/clocks_$model  # the names clocks_table.py reads the model and the plot's link from
 query=timestamp,name,clocks.sm,clocks.max.sm,power.draw,power.limit,utilization.gpu
 query+=,clocks_event_reasons.active  # clocks_table.py's FIELDS, in this order
 nvidia-smi -i "${GPU:-0}" --format=csv,nounits -lms "${INTERVAL_MS:-20}" --query-gpu="$query" \
-  > "$out.csv.tmp" &
+  > "$new.csv" &
 smi=$!
-trap 'kill $smi 2> /dev/null || true' EXIT
+trap 'kill $smi 2> /dev/null || true; rm -rf "$tmp"' EXIT
 sleep 1  # idle samples before the run
-"$bin" "${run[@]}" > "$out.log"
+"$bin" "${run[@]}" > "$new.log"
 sleep 1
 kill $smi
 wait $smi 2> /dev/null || true
-mv "$out.csv.tmp" "$out.csv"
-"${PYTHON:-/usr/bin/python3}" scripts/clocks_table.py "$out.csv" "$out.log" "$out.png" > "$out.md"
+"${PYTHON:-/usr/bin/python3}" scripts/clocks_table.py "$new.csv" "$new.log" "$new.png" > "$new.md"
+for ext in csv log png md; do  # no png without matplotlib
+  if [ -e "$new.$ext" ]; then mv "$new.$ext" "$out.$ext"; fi
+done
 "${PYTHON:-/usr/bin/python3}" scripts/report.py --record "$out.md" \
   --device "one $(sed -n "$on" "$out.log")" \
   --command "$(env | grep -E "^($vars)=" | sed 's/=\(.* .*\)/="\1"/' | tr '\n' ' ')scripts/clocks.sh $model"

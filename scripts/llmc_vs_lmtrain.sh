@@ -25,6 +25,7 @@
 #      LMTRAIN (build/lmtrain), PYTHON (python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 [ -n "${LLMC:-}" ] || {
   echo "llmc_vs_lmtrain.sh: set LLMC to a directory holding llm.c's train_gpt2cu (this script's" \
     "header says how to build it)" >&2
@@ -94,5 +95,5 @@ for shape in ${SHAPES:-16x1024 8x1024 4x512}; do
     tail -4 "$out"
   done
 done
-"$py" scripts/llmc_table.py "$out" > results/llmc.md
+write_to results/llmc.md "$py" scripts/llmc_table.py "$out"
 cat results/llmc.md

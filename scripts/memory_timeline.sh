@@ -15,22 +15,27 @@ py=${PYTHON:-python3}
 cfg=configs/models/$size.toml
 [ -f "$cfg" ] || { echo "no config $cfg" >&2; exit 2; }
 mkdir -p results
+# Everything is made in a temporary folder and moved into results/ (its provenance recorded) only
+# once all three files are there: a failure leaves the earlier ones as they were.
+tmp=$(mktemp -d results/.memory_timeline.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
 # One timed step after one warm-up: the trace holds its three phase spans and the memory counter
 # at each phase boundary.
 log=$(build/lmtrain --config "$cfg" --set run.mode=bench --set model.precision="$prec" \
   --set model.attention="$attn" \
   --set model.context_length="$ctx" --set train.batch_size="$batch" \
   --set bench.warmup=1 --set bench.steps=1 --set bench.kernels=0 \
-  --trace results/memory_timeline_lmtrain.json)
+  --trace "$tmp/memory_timeline_lmtrain.json")
 grep -E "^== |^step|^memory" <<<"$log"
 device="one $(sed -n 's/^== lmtrain bench: [^ ]* on \(.*\), [a-z0-9]*, batch.*/\1/p' <<<"$log")"
 command="$(env | grep -E '^(SIZE|ATTENTION)=' | tr '\n' ' ')scripts/memory_timeline.sh"
-for f in memory_timeline_lmtrain.json memory_timeline_torch.csv memory_timeline.png; do
-  "$py" scripts/report.py --record "results/$f" --device "$device" --command "$command"
-done
 "$py" tests/reference/torch_reference.py bench --config "$cfg" --context-length "$ctx" \
   --batch-size "$batch" --precision "$prec" --warmup 1 --steps 1 --label "$size-eager" \
-  --mem-timeline results/memory_timeline_torch.csv
-"$py" scripts/memory_timeline.py --lmtrain-trace results/memory_timeline_lmtrain.json \
-  --torch-csv results/memory_timeline_torch.csv --out results/memory_timeline.png \
+  --mem-timeline "$tmp/memory_timeline_torch.csv"
+"$py" scripts/memory_timeline.py --lmtrain-trace "$tmp/memory_timeline_lmtrain.json" \
+  --torch-csv "$tmp/memory_timeline_torch.csv" --out "$tmp/memory_timeline.png" \
   --title "Allocated device memory over one training step: $size, $prec, batch $batch x context $ctx"
+for f in memory_timeline_lmtrain.json memory_timeline_torch.csv memory_timeline.png; do
+  mv "$tmp/$f" "results/$f"
+  "$py" scripts/report.py --record "results/$f" --device "$device" --command "$command"
+done

@@ -16,9 +16,10 @@ in the CSV (every config column equal, and world_size equal to --np where the CS
 column) is skipped, so an interrupted sweep is re-run as it was started, and one CSV can hold
 the same points on several rank counts. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
 row in CSV's sibling `<stem>.failed.csv` (its config columns, status oom | timeout | failed, the
-exit code, the date and lmtrain's last error line) and the sweep goes on; such points are skipped on a
-re-run too unless --retry-failed (or RETRY_FAILED=1 in the environment, which reaches it through
-the sweep_*.sh scripts). Standard library only.
+exit code, the date and lmtrain's last error line), any rows its run wrote to the CSV before it
+failed are cut from it (all-reduce mode writes a row per message size as it goes), and the sweep
+goes on; such points are skipped on a re-run too unless --retry-failed (or RETRY_FAILED=1 in the
+environment, which reaches it through the sweep_*.sh scripts). Standard library only.
 """
 import argparse
 import csv
@@ -100,6 +101,24 @@ def has_row(header, rows, names, values, ranks):
     return any([row[i] if i < len(row) else None for i in idx] == want for row in rows)
 
 
+def drop_rows_since(path, size):
+    """A failed run's rows (all-reduce mode writes one a message size as it goes; a run may fail
+    after writing them) are not a measurement of its point: the CSV is cut back to `size` bytes,
+    its length before the run (None: there was none), so that a re-run measures the point again.
+    Returns how many rows were dropped."""
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as f:
+        f.seek(size or 0)
+        added = f.read()
+    if size is None:
+        os.remove(path)
+        return max(added.count(b"\n") - 1, 0)  # its header
+    with open(path, "r+b") as f:
+        f.truncate(size)
+    return added.count(b"\n")
+
+
 def append_failed(path, names, values, ranks, status, code, error):
     header, _ = read_rows(path)
     new_header = names + FAILED_COLUMNS
@@ -173,6 +192,7 @@ def main(argv):
             skipped += 1
             continue
         t0 = time.time()
+        size = os.path.getsize(a.csv) if os.path.exists(a.csv) else None
         cmd = launcher + [a.lmtrain, *args, "--csv", a.csv]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout or None)
@@ -188,13 +208,15 @@ def main(argv):
         if "has another header" in out:  # the CSV, not the point: stop, as before any run
             raise BadInput(out.strip().splitlines()[-1])
         failed += 1
+        dropped = drop_rows_since(a.csv, size)
         status = "timeout" if code == -1 else "oom" if OOM.search(out) else "failed"
         # lmtrain's own last error line (MPI_Abort's banner follows it), else the last line.
         lines = [l for l in out.strip().splitlines() if l.strip()]
         own = [l for l in lines if l.startswith("lmtrain: error")]
         error = (own or lines or [""])[-1]
         append_failed(failed_path, names, values, str(a.np), status, code, error)
-        print(f"{tag}: {status.upper()} (exit {code}) after {dt:.1f} s: {error}", flush=True)
+        print(f"{tag}: {status.upper()} (exit {code}) after {dt:.1f} s: {error}"
+              + (f" ({dropped} rows it wrote dropped from {a.csv})" if dropped else ""), flush=True)
     print(f"sweep: {ran} ran, {skipped} skipped, {failed} failed in {time.time() - t_start:.0f} s; "
           f"rows in {a.csv}" + (f", failures in {failed_path}" if failed else ""), flush=True)
     return 0

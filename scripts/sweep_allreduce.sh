@@ -9,6 +9,7 @@
 #      MPIRUN (multi-GPU machines: add -x NCCL_NVLS_ENABLE=0 where NVLink multicast must stay off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 py=${PYTHON:-/usr/bin/python3}
 if [ "${SWEEP_QUICK:-0}" = 1 ]; then
   nps=${NPS:-2} backends=${BACKENDS:-mpi} min=${MIN_MB:-1} max=${MAX_MB:-4} factor=${FACTOR:-2}
@@ -31,7 +32,7 @@ for np in $nps; do
     --set allreduce.factor="$factor" --set allreduce.dtype="${DTYPE:-fp32}" \
     --timeout "${TIMEOUT:-0}" -- "${points[@]}"
 done
-"$py" scripts/allreduce_table.py "$csv" > "${csv%.csv}.md"
+write_to "${csv%.csv}.md" "$py" scripts/allreduce_table.py "$csv"
 cat "${csv%.csv}.md"
 "$py" scripts/plot.py "$csv" --x size_bytes --y busbw_gbs --logx --logy --series world_size,allreduce.backend \
   --scale-x 9.5367431640625e-07 --xlabel "message size (MiB)" --ylabel "bus bandwidth (GB/s)" \

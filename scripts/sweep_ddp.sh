@@ -14,6 +14,7 @@
 # first of BUCKETS_MB), STEPS, CSV, TIMEOUT (s per point), PYTHON, LMTRAIN.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 py=${PYTHON:-/usr/bin/python3}
 if [ "${SWEEP_QUICK:-0}" = 1 ]; then
   model=${MODEL:-configs/models/tiny.toml} buckets=${BUCKETS_MB:-0.01 0.1} steps=${STEPS:-2}
@@ -54,7 +55,7 @@ alone=("config=$model $extra")
 for k in $accums; do alone+=("config=$model $extra train.grad_accum=$k"); done
 "$py" scripts/sweep.py --csv "$one" "${common[@]}" -- "${alone[@]}"
 "$py" scripts/sweep.py --csv "$csv" --np "$np" "${common[@]}" --points-file "$points"
-"$py" scripts/ddp_table.py "$csv" "$one" > "${csv%.csv}.md"
+write_to "${csv%.csv}.md" "$py" scripts/ddp_table.py "$csv" "$one"
 cat "${csv%.csv}.md"
 if [ -s "$csv" ]; then
   "$py" scripts/plot.py "$csv" --x ddp.bucket_mb --y step_ms_median --logx \

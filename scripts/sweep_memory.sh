@@ -13,6 +13,7 @@
 #      points that failed before run again; scripts/sweep.py reads it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 py=${PYTHON:-/usr/bin/python3}
 if [ "${SWEEP_QUICK:-0}" = 1 ]; then
   sizes=${SIZES:-tiny} contexts=${CONTEXTS:-16 32} precs=${PRECISIONS:-fp32 bf16} device=cpu
@@ -48,7 +49,7 @@ for col in mem_total_bytes mem_forward_bytes; do
     --out "${csv%.csv}_${col%_bytes}.png"
 done
 if [ -s "$csv" ]; then
-  LMTRAIN="$bin" "$py" scripts/memory_vs_plan.py "$csv" > "${csv%.csv}_vs_plan.md"
+  LMTRAIN="$bin" write_to "${csv%.csv}_vs_plan.md" "$py" scripts/memory_vs_plan.py "$csv"
 fi
 plot "$plan_csv" --x model.context_length --y total_bytes --scale-y 9.313225746154785e-10 --logx \
   --logy --series model.d_model,model.precision --xlabel "context length (tokens)" \

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """scripts/sweep.py and scripts/plot.py on the CPU with the tiny model: rows appended once, points
 already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
-on, bad points refused before any run; the quick sweep scripts end to end (the DDP one on 2
-ranks, with grad_accum 2 too), and the all-reduce sweep on 2 and 4 ranks;
+on and the rows a failed run wrote cut from the CSV, bad points refused before any run; the quick
+sweep scripts end to end (the DDP one on 2 ranks, with grad_accum 2 too), and the all-reduce sweep
+on 2 and 4 ranks;
 scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
 scripts/mixed_precision.py writes its tables; scripts/memory_timeline.py draws bench --trace's
 memory counter (and a PyTorch timeline CSV) and prints their peaks; and torch_reference.py's
@@ -12,7 +13,8 @@ phases (both skipped without torch); scripts/report.py's --check passes on the r
 fails on a copy with one data value changed; scripts/ddp_timeline.py sums a synthetic two-rank
 trace's step as it should; scripts/optimizer_state.py reports each choice's own run;
 scripts/clocks_table.py summarises the busy samples of an nvidia-smi log; scripts/llmc_table.py
-tabulates each call's runs beside llm.c's; scripts/sanitize.sh's verdicts (with a stand-in
+tabulates each call's runs beside llm.c's; scripts/lib.sh's write_to keeps a table when its
+script fails; scripts/sanitize.sh's verdicts (with a stand-in
 for compute-sanitizer); dev/gemm_choices.py keeps the choices it should and reproduces
 cuda/gemm_choices.inc.
 
@@ -120,6 +122,43 @@ class Sweep(unittest.TestCase):
         finally:
             del os.environ["RETRY_FAILED"]
         self.assertIn("0 ran, 1 skipped, 1 failed", out)
+
+    def test_rows_a_failed_run_wrote_are_cut_and_it_runs_again(self):
+        # An lmtrain whose measured runs write their row and then fail (as a diverged or
+        # partly-measured all-reduce run can): the CSV keeps the rows before it, not its own.
+        fake = os.path.join(self.dir, "lmtrain-late-failure")
+        with open(fake, "w") as f:
+            f.write('#!/bin/sh\n%s "$@" || exit $?\n'
+                    'for a in "$@"; do [ "$a" = --csv ] && [ -e "$FAIL_AFTER_ROW" ] && exit 1; done\n'
+                    'exit 0\n' % os.path.join(REPO, "build/lmtrain"))
+        os.chmod(fake, 0o755)
+        base = list(BASE)
+        base[1] = fake
+        flag = os.path.join(self.dir, "fail")
+        os.environ["FAIL_AFTER_ROW"] = flag
+        try:
+            code, out = self.sweep(A, base=base)  # a good row first
+            self.assertEqual(code, 0, out)
+            with open(self.csv, "rb") as f:
+                before = f.read()
+            open(flag, "w").close()
+            code, out = self.sweep(A, B, base=base)
+            self.assertIn("0 ran, 1 skipped, 1 failed", out)
+            self.assertIn("(1 rows it wrote dropped from", out)
+            with open(self.csv, "rb") as f:
+                self.assertEqual(f.read(), before)
+            self.assertEqual(len(rows(self.failed)), 1)
+            os.remove(flag)
+            code, out = self.sweep(A, B, base=base, extra=["--retry-failed"])
+            self.assertIn("1 ran, 1 skipped, 0 failed", out)
+            self.assertEqual([r["model.precision"] for r in rows(self.csv)], ["fp32", "bf16"])
+            os.remove(self.csv)  # a first run that fails leaves no CSV behind
+            open(flag, "w").close()
+            code, out = self.sweep(A, base=base)
+            self.assertIn("0 ran, 0 skipped, 1 failed", out)
+            self.assertFalse(os.path.exists(self.csv))
+        finally:
+            del os.environ["FAIL_AFTER_ROW"]
 
     def test_out_of_memory_is_recorded_as_oom(self):
         # An lmtrain that resolves configs like the real one and runs out of memory on every run,
@@ -629,6 +668,31 @@ esac
         self.assertEqual(len(r.stderr.strip().splitlines()), 1)
         self.assertIn("no run 'fused_swigl'", r.stderr)
         self.assertEqual(ncalls, 0)
+
+
+class WriteTo(unittest.TestCase):
+    """scripts/lib.sh's write_to, through which the scripts write their tables: the file is
+    replaced by the command's output only when the command succeeds; else it stays as it was,
+    with no .tmp beside it, and the command's status comes back."""
+
+    def test_replaced_on_success_kept_on_failure(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "t.md")
+            with open(out, "w") as f:
+                f.write("earlier table\n")
+            lib = os.path.join(REPO, "scripts/lib.sh")
+            r = subprocess.run(["bash", "-c", f'. {lib}; write_to "$0" sh -c "echo partial; exit 3"',
+                                out], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 3)
+            with open(out) as f:
+                self.assertEqual(f.read(), "earlier table\n")
+            self.assertEqual(os.listdir(d), ["t.md"])
+            r = subprocess.run(["bash", "-c", f'. {lib}; write_to "$0" echo new table', out],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(out) as f:
+                self.assertEqual(f.read(), "new table\n")
+            self.assertEqual(os.listdir(d), ["t.md"])
 
 
 class DdpTimeline(unittest.TestCase):
