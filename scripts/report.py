@@ -1358,7 +1358,16 @@ def main(argv):
         if not a.device or not a.command:
             print("report.py: --record needs --device and --command", file=sys.stderr)
             return 2
-        record(a.results, os.path.basename(a.record), a.device, a.command)
+        name = os.path.basename(a.record)
+        if not os.path.exists(os.path.join(a.results, name)):
+            print(f"report.py: --record {a.record}: no {name} in {a.results} to note", file=sys.stderr)
+            return 2
+        # The scripts build the device from a run's header ("one " + what they read from it):
+        # nothing read means a header not found, not a device.
+        if re.fullmatch(r"\s*(one|\d+ ranks on)?\s*", a.device):
+            print(f"report.py: --record {a.record}: --device \"{a.device}\" names no device", file=sys.stderr)
+            return 2
+        record(a.results, name, a.device, a.command)
         return 0
     report = os.path.join(a.results, "REPORT.md")
     try:

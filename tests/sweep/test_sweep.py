@@ -10,7 +10,8 @@ memory counter (and a PyTorch timeline CSV) and prints their peaks; and torch_re
 FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward and gradients, and
 its allocator-trace reconstruction for bench --mem-timeline gives the right running totals and
 phases (both skipped without torch); scripts/report.py's --check passes on the repository and
-fails on a copy with one data value changed; scripts/ddp_timeline.py sums a synthetic two-rank
+fails on a copy with one data value changed, and its --record refuses a file that is not there
+or a device read as nothing; scripts/ddp_timeline.py sums a synthetic two-rank
 trace's step as it should; scripts/optimizer_state.py reports each choice's own run;
 scripts/clocks_table.py summarises the busy samples of an nvidia-smi log; scripts/llmc_table.py
 tabulates each call's runs beside llm.c's; scripts/lib.sh's write_to keeps a table when its
@@ -579,6 +580,8 @@ class Report(unittest.TestCase):
         self.assertIn("unknown block 'no_such_block'", r.stderr)
 
     def test_record_keeps_one_row_per_file(self):
+        with open(os.path.join(self.results, "x.txt"), "w") as f:
+            f.write("x\n")
         for device in ("first", "second"):
             r = self.report("--record", "results/x.txt", "--device", device, "--command", "make x",
                             results=self.results)
@@ -586,6 +589,19 @@ class Report(unittest.TestCase):
         got = [r for r in rows(os.path.join(self.results, "provenance.csv")) if r["file"] == "x.txt"]
         self.assertEqual([(r["device"], r["command"]) for r in got], [("second", "make x")])
         self.assertRegex(got[0]["date_utc"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+    def test_record_refuses_a_missing_file_or_an_empty_device(self):
+        with open(os.path.join(self.results, "x.txt"), "w") as f:
+            f.write("x\n")
+        before = rows(os.path.join(self.results, "provenance.csv"))
+        for args, says in [(["results/nothing.txt", "--device", "one GPU"], "no nothing.txt"),
+                           (["results/x.txt", "--device", "one "], "names no device"),
+                           (["results/x.txt", "--device", "2 ranks on "], "names no device")]:
+            r = self.report("--record", *args, "--command", "make x", results=self.results)
+            self.assertEqual(r.returncode, 2, args)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1)
+            self.assertIn(says, r.stderr)
+        self.assertEqual(rows(os.path.join(self.results, "provenance.csv")), before)
 
 
 class Sanitize(unittest.TestCase):
