@@ -13,6 +13,7 @@ cfg=configs/models/$size.toml
 [ -f "$cfg" ] || { echo "no config $cfg" >&2; exit 2; }
 mkdir -p results
 out=results/kernels_${size}_${prec}_${attn}.txt
+trap 'rm -f "$out.tmp"' EXIT  # a failed run leaves the earlier file, and no .tmp
 build/lmtrain --config "$cfg" --set run.mode=bench --set model.precision="$prec" \
   --set model.attention="$attn" --set run.graphs="${GRAPHS:-1}" --set bench.warmup=3 \
   --set bench.steps=10 --set bench.kernels="${KERNELS:-14}" | sed -n '/^== lmtrain/,$p' > "$out.tmp"
