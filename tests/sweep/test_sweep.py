@@ -10,8 +10,9 @@ memory counter (and a PyTorch timeline CSV) and prints their peaks; and torch_re
 FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward and gradients, and
 its allocator-trace reconstruction for bench --mem-timeline gives the right running totals and
 phases (both skipped without torch); scripts/report.py's --check passes on the repository and
-fails on a copy with one data value changed, and its --record refuses a file that is not there
-or a device read as nothing; scripts/ddp_timeline.py sums a synthetic two-rank
+fails on a copy with one data value changed, it sets lmtrain against compiled PyTorch only where
+measured in one call, and its --record refuses a file that is not there or a device read as
+nothing; scripts/ddp_timeline.py sums a synthetic two-rank
 trace's step as it should; scripts/optimizer_state.py reports each choice's own run;
 scripts/clocks_table.py summarises the busy samples of an nvidia-smi log; scripts/llmc_table.py
 tabulates each call's runs beside llm.c's; scripts/lib.sh's write_to keeps a table when its
@@ -558,6 +559,26 @@ class Report(unittest.TestCase):
         with open(os.path.join(self.results, "REPORT.md")) as f:
             self.assertIn("/ 12345.68 |", f.read())
         self.assertEqual(self.report("--check", results=self.results).returncode, 0)
+
+    def test_ours_against_compiled_only_when_measured_in_one_call(self):
+        # The newest compiled rows moved a day later: the newest lmtrain rows were not measured
+        # beside them, so the ratio column says so instead of pairing the two.
+        path = os.path.join(self.results, "bench_torch.csv")
+        with open(path, newline="") as f:
+            table = list(csv.DictReader(f))
+        fields = list(table[0].keys())
+        for r in table:
+            if r["label"].endswith("-compile"):
+                r["date"] = r["date"].replace("2026-11-", "2026-12-")
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fields, lineterminator="\n")
+            w.writeheader()
+            w.writerows(table)
+        self.assertEqual(self.report(results=self.results).returncode, 0)
+        with open(os.path.join(self.results, "REPORT.md")) as f:
+            text = f.read()
+        block = text[text.index("<!-- report:torch_model -->"):text.index("<!-- /report:torch_model -->")]
+        self.assertIn("n/a (not measured in one call)", block)
 
     def test_a_number_in_the_prose_follows_its_data_too(self):
         # MFU of the largest model at T 512 is an inline number, not a table cell.
