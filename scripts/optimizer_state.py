@@ -141,11 +141,14 @@ def main():
             before = len(csv_rows(csv_path))
             r = subprocess.run(cmd, capture_output=True, text=True)
             rows[choice] = (csv_rows(csv_path)[before:] or [None])[0]
-            with open(log, "w") as f:
+            # A failed run's output goes beside the log, which keeps the last good run's (what
+            # --plot-only reads).
+            with open(log if r.returncode == 0 else log + ".failed", "w") as f:
                 f.write(r.stdout + r.stderr)
             if r.returncode != 0:
                 tail = (r.stdout + r.stderr).strip().splitlines()[-1:] or ["(no output)"]
-                raise SystemExit(f"{choice}: lmtrain exited {r.returncode}: {tail[0]} (log: {log})")
+                raise SystemExit(f"{choice}: lmtrain exited {r.returncode}: {tail[0]} "
+                                 f"(log: {log}.failed)")
         with open(log) as f:
             text = f.read()
         m = DEVICE.search(text)

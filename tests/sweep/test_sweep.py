@@ -3,22 +3,20 @@
 already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
 on and the rows a failed run wrote cut from the CSV, bad points refused before any run; the quick
 sweep scripts end to end (the DDP one on 2 ranks, with grad_accum 2 too), and the all-reduce sweep
-on 2 and 4 ranks;
-scripts/bench_table.py pairs each of our rows with the PyTorch rows measured beside it;
-scripts/mixed_precision.py writes its tables; scripts/memory_timeline.py draws bench --trace's
-memory counter (and a PyTorch timeline CSV) and prints their peaks; and torch_reference.py's
-FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward and gradients, and
-its allocator-trace reconstruction for bench --mem-timeline gives the right running totals and
-phases (both skipped without torch); scripts/report.py's --check passes on the repository and
-fails on a copy with one data value changed, it sets lmtrain against compiled PyTorch only where
-measured in one call, and its --record refuses a file that is not there or a device read as
-nothing; scripts/ddp_timeline.py sums a synthetic two-rank
-trace's step as it should; scripts/optimizer_state.py reports each choice's own run;
+on 2 and 4 ranks; scripts/bench_table.py pairs each of our rows with the PyTorch rows measured
+beside it; scripts/mixed_precision.py writes its tables; scripts/memory_timeline.py draws bench
+--trace's memory counter (and a PyTorch timeline CSV) and prints their peaks; and
+torch_reference.py's FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward
+and gradients, and its allocator-trace reconstruction for bench --mem-timeline gives the right
+running totals and phases (both skipped without torch); scripts/report.py's --check passes on the
+repository and fails on a copy with one data value changed, it sets lmtrain against compiled PyTorch
+only where measured in one call, and its --record refuses a file that is not there or a device read
+as nothing; scripts/ddp_timeline.py sums a synthetic two-rank trace's step as it should;
+scripts/optimizer_state.py reports each choice's own run and keeps its log when a later run fails;
 scripts/clocks_table.py summarises the busy samples of an nvidia-smi log; scripts/llmc_table.py
-tabulates each call's runs beside llm.c's; scripts/lib.sh's write_to keeps a table when its
-script fails; scripts/sanitize.sh's verdicts (with a stand-in
-for compute-sanitizer); dev/gemm_choices.py keeps the choices it should and reproduces
-cuda/gemm_choices.inc.
+tabulates each call's runs beside llm.c's; scripts/lib.sh's write_to keeps a table when its script
+fails; scripts/sanitize.sh's verdicts (with a stand-in for compute-sanitizer); dev/gemm_choices.py
+keeps the choices it should and reproduces cuda/gemm_choices.inc.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
@@ -1077,6 +1075,18 @@ class OptimizerState(unittest.TestCase):
             for choice, run in zip(choices, runs):
                 self.assertEqual(cells[choice][5:7], [run["ms_per_step"], run["optimizer_bytes_rank0"]],
                                  choice)
+            # A failing run again: its output beside the log, which keeps the good run's.
+            log = os.path.join(out, "optimizer_state_state_dtype-fp32.log")
+            with open(log) as f:
+                good = f.read()
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/optimizer_state.py"), "--lmtrain",
+                                "/bin/false", "--config", os.path.join(REPO, "configs/train.toml"),
+                                "--out", out, "--choices", choices[0]],
+                               capture_output=True, text=True, cwd=REPO)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(log + ".failed", r.stderr)
+            with open(log) as f:
+                self.assertEqual(f.read(), good)
         finally:
             shutil.rmtree(out)
 
