@@ -91,6 +91,23 @@ def run(cmd, timeout):
         return None
 
 
+def rank(rows, kernel, dh, col):
+    """Each candidate's (warps, row_tiles, tile, blocks) sum of `col` over the lengths it ran at
+    (status ok), those timed at every length the rows have, and the best of those. Only a
+    candidate timed at every length can be best: a sum with a length missing (out of memory,
+    wrong, not run) is smaller without being faster."""
+    scores, lengths, complete = {}, set(), {}
+    for r in rows:
+        if r["kernel"] == kernel and int(r["head_dim"]) == dh:
+            key = (r["warps"], r["row_tiles"], r["tile"], r["blocks"])
+            lengths.add(r["seq_len"])
+            complete.setdefault(key, set())
+            if r.get("status") == "ok":
+                scores[key] = scores.get(key, 0.0) + float(r[col])
+                complete[key].add(r["seq_len"])
+    whole = {k: v for k, v in scores.items() if complete[k] == lengths}
+    return scores, whole, min(whole, key=whole.get) if whole else None
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernels", nargs="+", default=["fwd", "dkdv", "dq"], choices=list(CANDIDATES))
@@ -161,14 +178,10 @@ def main():
     for kernel in args.kernels:
         col = "fwd_ms" if "fwd" in kernel else "bwd_ms"
         for dh in args.head_dims:
-            scores = {}
-            for r in rows:
-                if r["kernel"] == kernel and r.get("status") == "ok" and int(r["head_dim"]) == dh:
-                    key = (r["warps"], r["row_tiles"], r["tile"], r["blocks"])
-                    scores[key] = scores.get(key, 0.0) + float(r[col])
-            best = min(scores, key=scores.get) if scores else None
+            scores, whole, best = rank(rows, kernel, dh, col)
             for key, ms in sorted(scores.items()):
-                print(f"{kernel:15} {dh:4} {str(key):>23} {ms:8.3f} {'*' if key == best else ''}")
+                mark = "*" if key == best else "" if key in whole else "(not at every length)"
+                print(f"{kernel:15} {dh:4} {str(key):>23} {ms:8.3f} {mark}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ scripts/optimizer_state.py reports each choice's own run and keeps its log when 
 scripts/clocks_table.py summarises the busy samples of an nvidia-smi log; scripts/llmc_table.py
 tabulates each call's runs beside llm.c's; scripts/lib.sh's write_to keeps a table when its script
 fails; scripts/sanitize.sh's verdicts (with a stand-in for compute-sanitizer); dev/gemm_choices.py
-keeps the choices it should and reproduces cuda/gemm_choices.inc.
+keeps the choices it should and reproduces cuda/gemm_choices.inc; dev/tune_flash.py stars only a
+candidate timed at every length.
 
 Prints a doctest-style summary line that tests/run_all.sh counts; arguments are ignored.
 """
@@ -429,6 +430,29 @@ class MixedPrecision(unittest.TestCase):
         row = lambda acc, val: float(text.split(f"| {acc} | {val} | ")[1].split(" |")[0])
         self.assertLess(abs(row("float32", "float32") - 10), 1e-3)
         self.assertGreater(abs(row("float16", "float16") - 10), 1e-2)
+
+
+class TuneFlash(unittest.TestCase):
+    """dev/tune_flash.py's ranking: a candidate is best only if timed (status ok) at every length
+    the rows have; one whose sum leaves a length out is listed but not starred."""
+
+    def test_only_a_candidate_timed_at_every_length_is_best(self):
+        spec = importlib.util.spec_from_file_location("tune_flash", os.path.join(REPO, "dev/tune_flash.py"))
+        tune = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(tune)
+
+        def row(cand, T, ms, status="ok"):
+            return {"kernel": "fwd", "head_dim": "64", "seq_len": str(T), "fwd_ms": str(ms),
+                    "status": status, "warps": cand, "row_tiles": "1", "tile": "64", "blocks": "1"}
+        rows = [row("4", 512, 1.0), row("4", 4096, 9.0),       # 10.0 at both lengths
+                row("8", 512, 0.5), row("8", 4096, 0.0, "oom"),  # 0.5, one length missing
+                row("2", 512, 1.5), row("2", 4096, 9.5),       # 11.0 at both
+                {**row("4", 512, 0.1), "head_dim": "128"}]     # another head dim: not counted
+        scores, whole, best = tune.rank(rows, "fwd", 64, "fwd_ms")
+        key = lambda w: (w, "1", "64", "1")
+        self.assertEqual(scores, {key("4"): 10.0, key("8"): 0.5, key("2"): 11.0})
+        self.assertEqual(set(whole), {key("4"), key("2")})
+        self.assertEqual(best, key("4"))
 
 
 class GemmChoices(unittest.TestCase):
