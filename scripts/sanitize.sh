@@ -85,7 +85,7 @@ for tool in memcheck racecheck synccheck initcheck; do
       errors=$((errors + 1))
       line+=" $run: no summary from $tool (exit $rc, $log, ${took} s);"
     elif [ "$rc" -ne 0 ] || [ "$n" -ne 0 ]; then
-      errors=$((errors + (n > 0 ? n : 1)))  # a failed run with no report counts
+      errors=$((errors + (n > 0 ? n : 1)))  # a run that failed with no error counted counts one
       line+=" $run: $n errors (exit $rc, $log, ${took} s);"
     else
       line+=" $run: clean$([ "$library" -gt 0 ] && echo " (cuBLASLt's nvjet_ hazards left out: $library)") ${took} s;"
