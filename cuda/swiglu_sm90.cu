@@ -12,11 +12,12 @@
 // 2 consume the block's tiles in turn, each a whole tile, S = dy W2 with both operands from shared
 // memory (dy K-major, W2 MN-major, as stored), taking turns at the tensor cores (tma.cuh's Turns):
 // one consumer's matmuls run while the other takes its last tile's SwiGLU backward, so a consumer
-// has a buffer of a and b of its own. The buffer holds half a tile (64 rows), so that the stages'
-// ring is four deep where whole tiles left room for three: the producer's thread 32 stores a
-// half's da and db once its consumer has written them and, once the stores have read the buffer,
-// copies in the tile's second half, or the first of the consumer's next tile (the block's first
-// two as it starts). (docs/design.md has the timings, and the variants not kept.)
+// has buffers of a and b of its own. A tile's a and b pass through them in four units of 64 rows by
+// 64 columns, two slots a consumer, so that while the consumer's math takes one unit the next one
+// is already being copied in, and the stages' ring is four deep: the producer's thread 32 stores a
+// unit's da and db once its consumer has written them and, once the stores have read the slot,
+// copies in the unit two on, of this tile or of the consumer's next one (the block's first two
+// tiles' first two as it starts). (docs/design.md has the timings, and the variants not kept.)
 #include "attention/tma.cuh"
 #include "attention/wgmma.cuh"
 #include "common.cuh"
@@ -29,13 +30,16 @@ namespace {
 using attn::bf16;
 
 constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 4, kGroups = 2, kHalf = kBM / 2;
-constexpr int kAElems = kBM * kBK, kBElems = kBK * kBN, kEElems = kHalf * kBN;
-// Shared memory from the 1024-byte boundary: the dy and W2 rings, a buffer of half a tile's a and b
-// per consumer (each of them two 64-column panels of 64 rows), then the barriers: full and free per
-// stage, and per buffer its a and b landed and its da and db written.
+// A tile's a and b in units of kHalf rows by 64 columns (unit u: rows kHalf (u / 2) on, columns
+// 64 (u % 2) on), through kSlots slots a consumer (unit u in slot u % kSlots).
+constexpr int kUnits = (kBM / kHalf) * (kBN / 64), kSlots = 2;
+constexpr int kAElems = kBM * kBK, kBElems = kBK * kBN, kUElems = kHalf * 64;
+// Shared memory from the 1024-byte boundary: the dy and W2 rings, the consumers' slots (slot e =
+// consumer kSlots + its slot: a unit's a, then its b), then the barriers: full and free per
+// stage, and per slot its a and b landed and its da and db written.
 constexpr size_t kTileBytes =
-    (size_t(kStages) * (kAElems + kBElems) + kGroups * 2 * kEElems) * sizeof(bf16);
-constexpr int kBarriers = 2 * kStages + 2 * kGroups;
+    (size_t(kStages) * (kAElems + kBElems) + kGroups * kSlots * 2 * kUElems) * sizeof(bf16);
+constexpr int kBarriers = 2 * kStages + 2 * kGroups * kSlots;
 constexpr size_t kSmemBytes = kTileBytes + kBarriers * sizeof(uint64_t) + attn::kSmemAlignSlack;
 
 __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
@@ -50,13 +54,13 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
   using namespace attn;
   bf16* const sA = smem_1024();
   bf16* const sB = sA + kStages * kAElems;
-  bf16* const sE = sB + kStages * kBElems;  // buffer e: a's tile at sE + 2 e kEElems, then b's
-  uint64_t* const full = reinterpret_cast<uint64_t*>(sE + kGroups * 2 * kEElems);
+  bf16* const sE = sB + kStages * kBElems;  // slot e: a unit's a at sE + 2 e kUElems, then b
+  uint64_t* const full = reinterpret_cast<uint64_t*>(sE + kGroups * kSlots * 2 * kUElems);
   uint64_t *const empty = full + kStages, *const e_full = empty + kStages;
-  uint64_t* const e_written = e_full + kGroups;
+  uint64_t* const e_written = e_full + kGroups * kSlots;
   init_barriers([&] {
     for (int i = 0; i < kStages; ++i) mbar_init(full + i, 1), mbar_init(empty + i, 4);
-    for (int e = 0; e < kGroups; ++e)
+    for (int e = 0; e < kGroups * kSlots; ++e)
       mbar_init(e_full + e, 1), mbar_init(e_written + e, 1);
   });
   const int steps = (d + kBK - 1) / kBK;
@@ -68,38 +72,41 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
   };
   const int mine = (tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);  // tiles
 
-  // Half h of tile n's a and b into its buffer, or (store_e) its da and db out of it: the storer's.
-  // A buffer's halves, in turn, are its barriers' phases, so a half's parity is h.
-  auto load_e = [&](int n, int h) {
+  // Unit u of tile n's a and b into its slot, or (store_unit) its da and db out of it: the
+  // storer's. A slot takes units u and u + kSlots of each of its consumer's tiles, in turn its
+  // barriers' phases, so unit u's parity is u / kSlots.
+  auto slot = [&](int n, int u) { return n % kGroups * kSlots + u % kSlots; };
+  auto unit_at = [&](int n, int u) {
     const int2 o = origin(n);
-    const int e = n % kGroups;
-    mbar_expect(e_full + e, uint32_t(2 * kEElems * sizeof(bf16)));
-    for (int p = 0; p < kBN / 64; ++p) {
-      const int x = o.x + 64 * p, y = o.y + kHalf * h;
-      tma_load_4d(sE + 2 * e * kEElems + p * kHalf * 64, &a_map, x, y, 0, 0, e_full + e);
-      tma_load_4d(sE + (2 * e + 1) * kEElems + p * kHalf * 64, &b_map, x, y, 0, 0, e_full + e);
-    }
+    return int2{o.x + 64 * (u % 2), o.y + kHalf * (u / 2)};
   };
-  auto store_e = [&](int n, int h) {
-    const int2 o = origin(n);
-    const int e = n % kGroups;
-    for (int p = 0; p < kBN / 64; ++p) {
-      const int x = o.x + 64 * p, y = o.y + kHalf * h;
-      tma_store_4d(&da_map, sE + 2 * e * kEElems + p * kHalf * 64, x, y, 0, 0);
-      tma_store_4d(&db_map, sE + (2 * e + 1) * kEElems + p * kHalf * 64, x, y, 0, 0);
-    }
+  auto load_unit = [&](int n, int u) {
+    const int e = slot(n, u);
+    const int2 c = unit_at(n, u);
+    mbar_expect(e_full + e, uint32_t(2 * kUElems * sizeof(bf16)));
+    tma_load_4d(sE + 2 * e * kUElems, &a_map, c.x, c.y, 0, 0, e_full + e);
+    tma_load_4d(sE + (2 * e + 1) * kUElems, &b_map, c.x, c.y, 0, 0, e_full + e);
+  };
+  auto store_unit = [&](int n, int u) {
+    const int e = slot(n, u);
+    const int2 c = unit_at(n, u);
+    tma_store_4d(&da_map, sE + 2 * e * kUElems, c.x, c.y, 0, 0);
+    tma_store_4d(&db_map, sE + (2 * e + 1) * kUElems, c.x, c.y, 0, 0);
     tma_store_commit();
   };
   auto store = [&] {
-    for (int n = 0; n < kGroups && n < mine; ++n) load_e(n, 0);
+    for (int n = 0; n < kGroups && n < mine; ++n)
+      for (int u = 0; u < kSlots; ++u) load_unit(n, u);
     for (int n = 0; n < mine; ++n)
-      for (int h = 0; h < 2; ++h) {
-        mbar_wait(e_written + n % kGroups, uint32_t(h));
-        store_e(n, h);
-        if (h == 0 || n + kGroups < mine) {
+      for (int u = 0; u < kUnits; ++u) {
+        mbar_wait(e_written + slot(n, u), uint32_t(u / kSlots));
+        store_unit(n, u);
+        // The slot's next unit: two on in this tile, or the first ones of the consumer's next.
+        const bool here = u + kSlots < kUnits;
+        if (here || n + kGroups < mine) {
           tma_store_wait_read();
-          if (h == 0) load_e(n, 1);
-          else load_e(n + kGroups, 0);
+          if (here) load_unit(n, u + kSlots);
+          else load_unit(n + kGroups, u + kSlots - kUnits);
         }
       }
     tma_store_wait_read();  // before the block ends
@@ -162,46 +169,43 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
       fence_regs(acc[1]);
 
       // dg rounded as stored, then da and db over a and b (the thread's own elements: no other
-      // thread reads them), swizzled as the stores read them, a half of the tile at a time. A
-      // 64-column panel's a and b are read into registers before any of its results is written:
-      // the compiler cannot tell the swizzled addresses apart, and element by element each load
-      // waited on the store before it (one warp a scheduler here, so that chain was the
-      // consumer's time).
-      bf16 *const ta = sE + 2 * g * kEElems, *const tb = ta + kEElems;
-      constexpr int kPanelJ = 64 / 8;  // fragments of 8 columns in a panel
+      // thread reads them), swizzled as the stores read them, a unit at a time. A unit's a and b
+      // are read into registers before any of its results is written: the compiler cannot tell
+      // the swizzled addresses apart, and element by element each load waited on the store before
+      // it (one warp a scheduler here, so that chain was the consumer's time).
+      constexpr int kUnitJ = 64 / 8;  // fragments of 8 columns in a unit
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        mbar_wait(e_full + g, uint32_t(half));
+      for (int u = 0; u < kUnits; ++u) {
+        const int e = g * kSlots + u % kSlots;
+        bf16 *const ta = sE + 2 * e * kUElems, *const tb = ta + kUElems;
+        mbar_wait(e_full + e, uint32_t(u / kSlots));
+        int at[kUnitJ][2];
+        __nv_bfloat162 va[kUnitJ][2], vb[kUnitJ][2];
 #pragma unroll
-        for (int p = 0; p < kBN / 64; ++p) {
-          int at[kPanelJ][2];
-          __nv_bfloat162 va[kPanelJ][2], vb[kPanelJ][2];
+        for (int jj = 0; jj < kUnitJ; ++jj)
 #pragma unroll
-          for (int jj = 0; jj < kPanelJ; ++jj)
+          for (int h = 0; h < 2; ++h) {
+            const int row = 16 * warp + lane / 4 + 8 * h;  // in the unit
+            at[jj][h] = row * 64 + (jj ^ (row % 8)) * 8 + 2 * (lane % 4);
+            va[jj][h] = *reinterpret_cast<const __nv_bfloat162*>(ta + at[jj][h]);
+            vb[jj][h] = *reinterpret_cast<const __nv_bfloat162*>(tb + at[jj][h]);
+          }
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int row = 16 * warp + lane / 4 + 8 * h;  // in the half
-              at[jj][h] = p * kHalf * 64 + row * 64 + (jj ^ (row % 8)) * 8 + 2 * (lane % 4);
-              va[jj][h] = *reinterpret_cast<const __nv_bfloat162*>(ta + at[jj][h]);
-              vb[jj][h] = *reinterpret_cast<const __nv_bfloat162*>(tb + at[jj][h]);
-            }
+        for (int jj = 0; jj < kUnitJ; ++jj)
 #pragma unroll
-          for (int jj = 0; jj < kPanelJ; ++jj)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const float* const s = acc[half][p * kPanelJ + jj];
-              const float2 a = __bfloat1622float2(va[jj][h]), b = __bfloat1622float2(vb[jj][h]);
-              const float2 dg = __bfloat1622float2(__floats2bfloat162_rn(s[2 * h], s[2 * h + 1]));
-              const float2 r0 = gate_bwd(a.x, b.x, dg.x), r1 = gate_bwd(a.y, b.y, dg.y);
-              auto* const pa = reinterpret_cast<__nv_bfloat162*>(ta + at[jj][h]);
-              auto* const pb = reinterpret_cast<__nv_bfloat162*>(tb + at[jj][h]);
-              *pa = __floats2bfloat162_rn(r0.x, r1.x);
-              *pb = __floats2bfloat162_rn(r0.y, r1.y);
-            }
-        }
+          for (int h = 0; h < 2; ++h) {
+            const float* const s = acc[u / 2][u % 2 * kUnitJ + jj];
+            const float2 a = __bfloat1622float2(va[jj][h]), b = __bfloat1622float2(vb[jj][h]);
+            const float2 dg = __bfloat1622float2(__floats2bfloat162_rn(s[2 * h], s[2 * h + 1]));
+            const float2 r0 = gate_bwd(a.x, b.x, dg.x), r1 = gate_bwd(a.y, b.y, dg.y);
+            auto* const pa = reinterpret_cast<__nv_bfloat162*>(ta + at[jj][h]);
+            auto* const pb = reinterpret_cast<__nv_bfloat162*>(tb + at[jj][h]);
+            *pa = __floats2bfloat162_rn(r0.x, r1.x);
+            *pb = __floats2bfloat162_rn(r0.y, r1.y);
+          }
         fence_async_shared();
         bar_sync(kFirstGroupBarrier + g, 128);
-        if (threadIdx.x % 128 == 0) mbar_arrive_if(e_written + g, true);
+        if (threadIdx.x % 128 == 0) mbar_arrive_if(e_written + e, true);
       }
     }
     turns.end();

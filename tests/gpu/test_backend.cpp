@@ -358,7 +358,7 @@ TEST_CASE("gpu W2's backward into SwiGLU's (swiglu_linear_bwd): du next to the f
   const Precision p = Precision::bf16;
   // Sizes that are not multiples of the fused kernel's 128 x 128 tiles or its steps of 64 along
   // d; more tiles than SMs (each block takes several, its two consumers in turn), fewer and more
-  // steps than its three buffers.
+  // steps than its four stages.
   struct Shape {
     int64_t M, d, f;
   };
