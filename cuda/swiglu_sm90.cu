@@ -185,8 +185,7 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
         for (int jj = 0; jj < kUnitJ; ++jj)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int row = 16 * warp + lane / 4 + 8 * h;  // in the unit
-            at[jj][h] = row * 64 + (jj ^ (row % 8)) * 8 + 2 * (lane % 4);
+            at[jj][h] = swizzled(16 * warp + lane / 4 + 8 * h, jj, 2 * (lane % 4));  // in the unit
             va[jj][h] = *reinterpret_cast<const __nv_bfloat162*>(ta + at[jj][h]);
             vb[jj][h] = *reinterpret_cast<const __nv_bfloat162*>(tb + at[jj][h]);
           }

@@ -8,6 +8,7 @@
 
 #include "flash.cuh"
 #include "mma.cuh"
+#include "wgmma.cuh"
 
 namespace lmt::cuda::attn {
 
@@ -80,10 +81,9 @@ __device__ __forceinline__ void store_rows(const Params& p, bf16* base, int64_t 
     }
 }
 // The same for one warpgroup's 64 rows (MT 1), written instead into shared memory as a swizzled
-// tile holds them (wgmma.cuh; `tile` the first of the rows, in each of the DH / 64 panels of 64
-// columns, panel c `panel` elements after panel 0), for a TMA store: row r's 16-byte chunk j at
-// chunk j ^ (r % 8), so that a warp's eight rows of one chunk fall in distinct banks. Rows past T
-// are staged unrotated (the table has no rows there); the store leaves them out.
+// tile holds them (wgmma.cuh's `swizzled`; `tile` the first of the rows, in each of the DH / 64
+// panels of 64 columns, panel c `panel` elements after panel 0), for a TMA store. Rows past T are
+// staged unrotated (the table has no rows there); the store leaves them out.
 template <int DH, typename Rope = NoRope>
 __device__ __forceinline__ void stage_rows(bf16* tile, int panel, int64_t row, int64_t T,
                                            const float (&acc)[1][DH / 8][4],
@@ -103,8 +103,8 @@ __device__ __forceinline__ void stage_rows(bf16* tile, int panel, int64_t row, i
       float2 x{acc[0][n][2 * hh] * scale[0][hh], acc[0][n][2 * hh + 1] * scale[0][hh]};
       if constexpr (kRope) x = unrotate(cs[n], x.x, x.y);
       const __nv_bfloat162 v = __floats2bfloat162_rn(x.x, x.y);
-      *reinterpret_cast<__nv_bfloat162*>(tile + n / 8 * panel + r * 64 + ((n % 8) ^ (r % 8)) * 8 +
-                                         2 * (lane % 4)) = v;
+      *reinterpret_cast<__nv_bfloat162*>(tile + n / 8 * panel + swizzled(r, n % 8, 2 * (lane % 4))) =
+          v;
     }
   }
 }
