@@ -88,6 +88,18 @@ TEST_CASE("train: zero1 on 2 ranks follows flat's curve and holds half the optim
   const size_t open = flat.output.rfind('(', end);
   const double printed = std::stod(flat.output.substr(open + 1, end - open - 1));
   CHECK(std::fabs(printed - cell(flat_row, "ms_per_step_after_first")) <= 0.0501);  // one decimal
+  // The progress lines' ms/step: two decimals below 100 ms, one from there.
+  size_t lines = 0;
+  for (size_t at = flat.output.find(" ms/step | "); at != std::string::npos;
+       at = flat.output.find(" ms/step | ", at + 1), ++lines) {
+    const size_t start = flat.output.rfind("| ", at) + 2;
+    const std::string number = flat.output.substr(start, at - start);
+    INFO(number);
+    const size_t point = number.find('.');
+    REQUIRE(point != std::string::npos);
+    CHECK(number.size() - point - 1 == (std::stod(number) < 100 ? 2u : 1u));
+  }
+  CHECK(lines == 4);
 }
 
 // The tiny model on 2 ranks for 6 steps, a checkpoint every 3, with `sets` added.
