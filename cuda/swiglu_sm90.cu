@@ -33,6 +33,7 @@ constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 4, kGroups = 2, kHalf = 
 // A tile's a and b in units of kHalf rows by 64 columns (unit u: rows kHalf (u / 2) on, columns
 // 64 (u % 2) on), through kSlots slots a consumer (unit u in slot u % kSlots).
 constexpr int kUnits = (kBM / kHalf) * (kBN / 64), kSlots = 2;
+static_assert(kUnits == 2 * kSlots, "a slot takes two units a tile: unit u's parity is u / kSlots");
 constexpr int kAElems = kBM * kBK, kBElems = kBK * kBN, kUElems = kHalf * 64;
 // Shared memory from the 1024-byte boundary: the dy and W2 rings, the consumers' slots (slot e =
 // consumer kSlots + its slot: a unit's a, then its b), then the barriers: full and free per
