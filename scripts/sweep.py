@@ -12,14 +12,17 @@ starts a comment).
 
 Before any run every point's resolved config is read back with `lmtrain --print-config`: a bad
 point stops the sweep there (one line, exit 2). A point whose resolved config already has a row
-in the CSV (every config column equal, and world_size equal to --np where the CSV has that
-column) is skipped, so an interrupted sweep is re-run as it was started, and one CSV can hold
-the same points on several rank counts. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
+in the CSV (every config column equal, world_size equal to --np and device_name to the device
+the run will take, where the CSV has those columns) is skipped, so an interrupted sweep is re-run
+as it was started, and one CSV can hold the same points on several rank counts and devices. That
+device is --device-name if given, else lmtrain's rule (run.device, model.precision, --np against
+the GPUs nvidia-smi lists, narrowed by CUDA_VISIBLE_DEVICES): "cpu", or the first GPU's name. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
 row in CSV's sibling `<stem>.failed.csv` (its config columns, status oom | timeout | failed, the
 exit code, the date and lmtrain's last error line), any rows its run wrote to the CSV before it
 failed are cut from it (all-reduce mode writes a row per message size as it goes), and the sweep
 goes on; such points are skipped on a re-run too unless --retry-failed (or RETRY_FAILED=1 in the
-environment, which reaches it through the sweep_*.sh scripts). Standard library only.
+environment, which reaches it through the sweep_*.sh scripts), on any device (that file has no
+device column: on another GPU, --retry-failed runs them). Standard library only.
 """
 import argparse
 import csv
@@ -87,12 +90,55 @@ def read_rows(path):
     return rows[0], rows[1:]
 
 
-def has_row(header, rows, names, values, ranks):
-    """Whether a row has these config values, and was run on `ranks` ranks where the CSV says."""
+def visible_gpus():
+    """The names of the GPUs a run sees: nvidia-smi's, in its order, narrowed by
+    CUDA_VISIBLE_DEVICES (indices or UUIDs, up to the first that names none, as CUDA reads it);
+    none without nvidia-smi."""
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name,uuid", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if r.returncode != 0:
+        return []
+    gpus = [[x.strip() for x in line.rsplit(",", 1)] for line in r.stdout.splitlines()
+            if "," in line]
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return [name for name, _ in gpus]
+    seen = []
+    for item in listed.split(","):
+        item = item.strip()
+        match = ([gpus[int(item)]] if item.isdigit() and int(item) < len(gpus) else
+                 [g for g in gpus if item.startswith("GPU-") and g[1].startswith(item)])
+        if len(match) != 1 or match[0] in seen:
+            break
+        seen.append(match[0])
+    return [name for name, _ in seen]
+
+
+def point_device(names, values, ranks, gpus):
+    """The device_name a run of this resolved config on `ranks` ranks writes, by lmtrain's
+    resolve_device (src/runtime.cpp): cuda, the first GPU's name, where run.device asks for it or
+    is auto and every rank has a GPU and the precision is not fp64; else "cpu"."""
+    config = dict(zip(names, values))
+    device = config.get("run.device", "auto")
+    if device == "cpu" or not gpus:
+        return "cpu"
+    if device == "auto" and (config.get("model.precision") == "fp64" or ranks > len(gpus)):
+        return "cpu"
+    return gpus[0]
+
+
+def has_row(header, rows, names, values, ranks, device=None):
+    """Whether a row has these config values, and was run on `ranks` ranks and on `device` where
+    the CSV says (`device` None: on any)."""
     if header is None:
         return False
     if "world_size" in header:
         names, values = names + ["world_size"], values + [ranks]
+    if device is not None and "device_name" in header:
+        names, values = names + ["device_name"], values + [device]
     try:
         idx = [header.index(n) for n in names]
     except ValueError:
@@ -142,6 +188,8 @@ def main(argv):
     ap.add_argument("--config", action="append", default=[], metavar="FILE", help="for every point")
     ap.add_argument("--points-file", help="one point per line")
     ap.add_argument("--timeout", type=float, default=0, help="seconds per run; 0: none")
+    ap.add_argument("--device-name", help="the device the runs take, as their rows' device_name "
+                    "says (default: from run.device, the precision, --np and nvidia-smi)")
     ap.add_argument("--retry-failed", action="store_true",
                     default=os.environ.get("RETRY_FAILED") == "1",
                     help="run points in the failed file again (default: RETRY_FAILED=1)")
@@ -178,12 +226,14 @@ def main(argv):
     os.makedirs(os.path.dirname(a.csv) or ".", exist_ok=True)
     launcher = shlex.split(a.mpirun) + ["-np", str(a.np)] if a.np > 1 else []
     ran = skipped = failed = 0
+    gpus = None if a.device_name else visible_gpus()
     t_start = time.time()
     for i, (text, args, names, values) in enumerate(points, 1):
         tag = f"[{i}/{len(points)}] {text}"
         header, rows = read_rows(a.csv)
-        if has_row(header, rows, names, values, str(a.np)):
-            print(f"{tag}: skip (row already in {a.csv})", flush=True)
+        device = a.device_name or point_device(names, values, a.np, gpus)
+        if has_row(header, rows, names, values, str(a.np), device):
+            print(f"{tag}: skip (row already in {a.csv} on {device})", flush=True)
             skipped += 1
             continue
         fheader, frows = read_rows(failed_path)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """scripts/sweep.py and scripts/plot.py on the CPU with the tiny model: rows appended once, points
-already in the CSV skipped on a re-run, failed points recorded (oom / failed) while the sweep goes
+already in the CSV skipped on a re-run (on the same device only, by lmtrain's rule), failed points recorded (oom / failed) while the sweep goes
 on and the rows a failed run wrote cut from the CSV, bad points refused before any run; the quick
 sweep scripts end to end (the DDP one on 2 ranks, with grad_accum 2 too), and the all-reduce sweep
 on 2 and 4 ranks; scripts/bench_table.py pairs each of our rows with the PyTorch rows measured
@@ -88,6 +88,56 @@ class Sweep(unittest.TestCase):
         code, out = self.sweep(A, B, C)
         self.assertIn("1 ran, 2 skipped", out)
         self.assertEqual([r["train.batch_size"] for r in rows(self.csv)], ["8", "8", "2"])
+
+    def test_a_rerun_on_another_device_measures_again(self):
+        code, out = self.sweep(A, B)  # run.device=cpu: rows on "cpu"
+        self.assertIn("2 ran, 0 skipped", out)
+        self.assertEqual({r["device_name"] for r in rows(self.csv)}, {"cpu"})
+        code, out = self.sweep(A, B, extra=["--device-name", "NVIDIA Z100"])
+        self.assertEqual(code, 0, out)
+        self.assertIn("2 ran, 0 skipped", out)  # no row of these points on that device
+        code, out = self.sweep(A, B)
+        self.assertIn("0 ran, 2 skipped", out)
+        self.assertIn("row already in %s on cpu" % self.csv, out)
+
+    def test_the_device_a_point_takes_follows_lmtrains_rule(self):
+        spec = importlib.util.spec_from_file_location("sweep", os.path.join(REPO, "scripts/sweep.py"))
+        sweep = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sweep)
+        names = ["run.device", "model.precision"]
+        gpus = ["NVIDIA A", "NVIDIA B"]
+        for device, precision, ranks, gpu_list, want in [
+                ("auto", "bf16", 1, gpus, "NVIDIA A"), ("auto", "bf16", 2, gpus, "NVIDIA A"),
+                ("auto", "bf16", 3, gpus, "cpu"), ("auto", "fp64", 1, gpus, "cpu"),
+                ("cpu", "bf16", 1, gpus, "cpu"), ("cuda", "bf16", 1, gpus, "NVIDIA A"),
+                ("auto", "bf16", 1, [], "cpu")]:
+            self.assertEqual(sweep.point_device(names, [device, precision], ranks, gpu_list), want,
+                             (device, precision, ranks, gpu_list))
+        # nvidia-smi's GPUs, narrowed by CUDA_VISIBLE_DEVICES as CUDA reads it.
+        bin_dir = os.path.join(self.dir, "bin")
+        os.makedirs(bin_dir)
+        with open(os.path.join(bin_dir, "nvidia-smi"), "w") as f:
+            f.write("#!/bin/sh\necho 'NVIDIA A, GPU-aaaa-1'\necho 'NVIDIA B, GPU-bbbb-2'\n")
+        os.chmod(os.path.join(bin_dir, "nvidia-smi"), 0o755)
+        saved = {k: os.environ.get(k) for k in ("PATH", "CUDA_VISIBLE_DEVICES")}
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ["PATH"]
+        try:
+            for listed, want in [(None, ["NVIDIA A", "NVIDIA B"]), ("1", ["NVIDIA B"]),
+                                 ("1,0", ["NVIDIA B", "NVIDIA A"]), ("GPU-bbbb", ["NVIDIA B"]),
+                                 ("0,7,1", ["NVIDIA A"]), ("", []), ("0,0", ["NVIDIA A"])]:
+                if listed is None:
+                    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+                else:
+                    os.environ["CUDA_VISIBLE_DEVICES"] = listed
+                self.assertEqual(sweep.visible_gpus(), want, listed)
+            os.environ["PATH"] = self.dir  # no nvidia-smi at all
+            self.assertEqual(sweep.visible_gpus(), [])
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def test_list_valued_keys_are_matched_as_the_csv_writes_them(self):
         lists = """model.precision=fp32 attention.seq_lens=[8,16] 'attention.impls=["flash"]'"""
