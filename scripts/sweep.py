@@ -16,7 +16,8 @@ in the CSV (every config column equal, world_size equal to --np and device_name 
 the run will take, where the CSV has those columns) is skipped, so an interrupted sweep is re-run
 as it was started, and one CSV can hold the same points on several rank counts and devices. That
 device is --device-name if given, else lmtrain's rule (run.device, model.precision, --np against
-the GPUs nvidia-smi lists, narrowed by CUDA_VISIBLE_DEVICES): "cpu", or the first GPU's name. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
+the GPUs nvidia-smi lists, narrowed by CUDA_VISIBLE_DEVICES; the all-reduce mode's backend):
+"cpu", or the first GPU's name. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
 row in CSV's sibling `<stem>.failed.csv` (its config columns, status oom | timeout | failed, the
 exit code, the date and lmtrain's last error line), any rows its run wrote to the CSV before it
 failed are cut from it (all-reduce mode writes a row per message size as it goes), and the sweep
@@ -120,8 +121,11 @@ def visible_gpus():
 def point_device(names, values, ranks, gpus):
     """The device_name a run of this resolved config on `ranks` ranks writes, by lmtrain's
     resolve_device (src/runtime.cpp): cuda, the first GPU's name, where run.device asks for it or
-    is auto and every rank has a GPU and the precision is not fp64; else "cpu"."""
+    is auto and every rank has a GPU and the precision is not fp64; else "cpu". The all-reduce
+    mode's buffers are the GPU's under allreduce.backend = nccl, else the host's."""
     config = dict(zip(names, values))
+    if config.get("run.mode") == "allreduce":
+        return gpus[0] if gpus and config.get("allreduce.backend") == "nccl" else "cpu"
     device = config.get("run.device", "auto")
     if device == "cpu" or not gpus:
         return "cpu"

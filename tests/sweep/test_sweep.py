@@ -113,6 +113,11 @@ class Sweep(unittest.TestCase):
                 ("auto", "bf16", 1, [], "cpu")]:
             self.assertEqual(sweep.point_device(names, [device, precision], ranks, gpu_list), want,
                              (device, precision, ranks, gpu_list))
+        names = ["run.mode", "run.device", "allreduce.backend"]  # the all-reduce mode's buffers
+        for backend, gpu_list, want in [("nccl", gpus, "NVIDIA A"), ("mpi", gpus, "cpu"),
+                                        ("nccl", [], "cpu")]:
+            self.assertEqual(sweep.point_device(names, ["allreduce", "auto", backend], 2, gpu_list),
+                             want, (backend, gpu_list))
         # nvidia-smi's GPUs, narrowed by CUDA_VISIBLE_DEVICES as CUDA reads it.
         bin_dir = os.path.join(self.dir, "bin")
         os.makedirs(bin_dir)
