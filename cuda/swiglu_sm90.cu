@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
       constexpr int kUnitJ = 64 / 8;  // fragments of 8 columns in a unit
 #pragma unroll
       for (int u = 0; u < kUnits; ++u) {
-        const int e = g * kSlots + u % kSlots;
+        const int e = g * kSlots + u % kSlots;  // slot(n, u): g is n % kGroups
         bf16 *const ta = sE + 2 * e * kUElems, *const tb = ta + kUElems;
         mbar_wait(e_full + e, uint32_t(u / kSlots));
         int at[kUnitJ][2];

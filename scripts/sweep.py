@@ -11,15 +11,15 @@ to every point, before the point's own. Points also come one per line from --poi
 starts a comment).
 
 Before any run every point's resolved config is read back with `lmtrain --print-config`: a bad
-point stops the sweep there (one line, exit 2). A point whose resolved config already has a row
-in the CSV (every config column equal, world_size equal to --np and device_name to the device
-the run will take, where the CSV has those columns) is skipped, so an interrupted sweep is re-run
-as it was started, and one CSV can hold the same points on several rank counts and devices. That
-device is --device-name if given, else lmtrain's rule (run.device, model.precision, --np against
-the GPUs nvidia-smi lists, narrowed by CUDA_VISIBLE_DEVICES; the all-reduce mode's backend):
-"cpu", or the first GPU's name. A point whose run fails (non-zero exit: out of memory, a timeout, anything else) gets a
-row in CSV's sibling `<stem>.failed.csv` (its config columns, status oom | timeout | failed, the
-exit code, the date and lmtrain's last error line), any rows its run wrote to the CSV before it
+point stops the sweep there (one line, exit 2). A point whose resolved config already has a row in
+the CSV (every config column equal, world_size equal to --np and device_name to the device the run
+will take, where the CSV has those columns) is skipped, so an interrupted sweep is re-run as it was
+started, and one CSV can hold the same points on several rank counts and devices. That device is
+--device-name if given, else lmtrain's rule (run.device, model.precision, --np against the GPUs
+nvidia-smi lists, narrowed by CUDA_VISIBLE_DEVICES; the all-reduce mode's backend): "cpu", or the
+first GPU's name. A point whose run fails (non-zero exit: out of memory, a timeout, anything else)
+gets a row in CSV's sibling `<stem>.failed.csv` (its config columns, status oom | timeout | failed,
+the exit code, the date and lmtrain's last error line), any rows its run wrote to the CSV before it
 failed are cut from it (all-reduce mode writes a row per message size as it goes), and the sweep
 goes on; such points are skipped on a re-run too unless --retry-failed (or RETRY_FAILED=1 in the
 environment, which reaches it through the sweep_*.sh scripts), on any device (that file has no

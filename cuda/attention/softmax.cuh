@@ -103,8 +103,8 @@ __device__ __forceinline__ void stage_rows(bf16* tile, int panel, int64_t row, i
       float2 x{acc[0][n][2 * hh] * scale[0][hh], acc[0][n][2 * hh + 1] * scale[0][hh]};
       if constexpr (kRope) x = unrotate(cs[n], x.x, x.y);
       const __nv_bfloat162 v = __floats2bfloat162_rn(x.x, x.y);
-      *reinterpret_cast<__nv_bfloat162*>(tile + n / 8 * panel + swizzled(r, n % 8, 2 * (lane % 4))) =
-          v;
+      bf16* const panel_n = tile + n / 8 * panel;
+      *reinterpret_cast<__nv_bfloat162*>(panel_n + swizzled(r, n % 8, 2 * (lane % 4))) = v;
     }
   }
 }

@@ -70,7 +70,9 @@ template <int ROWS> __device__ __forceinline__ uint64_t mnmajor_desc(const bf16*
 // The element offset of row r, columns 8 j + c (c < 8), in a swizzled panel of 64 columns as the
 // tiles above hold it (the row's 16-byte chunk j at chunk j ^ (r % 8)): where a thread writes its
 // results for a TMA store, so that a warp's eight rows of one chunk fall in distinct banks.
-__device__ __forceinline__ int swizzled(int r, int j, int c) { return r * 64 + (j ^ (r % 8)) * 8 + c; }
+__device__ __forceinline__ int swizzled(int r, int j, int c) {
+  return r * 64 + (j ^ (r % 8)) * 8 + c;
+}
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() {
