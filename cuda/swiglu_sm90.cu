@@ -14,7 +14,7 @@
 // one consumer's matmuls run while the other takes its last tile's SwiGLU backward, so a consumer
 // has buffers of a and b of its own. A tile's a and b pass through them in four units of 64 rows by
 // 64 columns, two slots a consumer, so that while the consumer's math takes one unit the next one
-// is already being copied in, and the stages' ring is four deep: the producer's thread 32 stores a
+// is already being copied in, and the stages' ring is five deep: the producer's thread 32 stores a
 // unit's da and db once its consumer has written them and, once the stores have read the slot,
 // copies in the unit two on, of this tile or of the consumer's next one (the block's first two
 // tiles' first two as it starts). (docs/design.md has the timings, and the variants not kept.)
@@ -29,7 +29,7 @@ namespace {
 
 using attn::bf16;
 
-constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 4, kGroups = 2, kHalf = kBM / 2;
+constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 5, kGroups = 2, kHalf = kBM / 2;
 // A tile's a and b in units of kHalf rows by 64 columns (unit u: rows kHalf (u / 2) on, columns
 // 64 (u % 2) on), through kSlots slots a consumer (unit u in slot u % kSlots).
 constexpr int kUnits = (kBM / kHalf) * (kBN / 64), kSlots = 2;
@@ -42,6 +42,7 @@ constexpr size_t kTileBytes =
     (size_t(kStages) * (kAElems + kBElems) + kGroups * kSlots * 2 * kUElems) * sizeof(bf16);
 constexpr int kBarriers = 2 * kStages + 2 * kGroups * kSlots;
 constexpr size_t kSmemBytes = kTileBytes + kBarriers * sizeof(uint64_t) + attn::kSmemAlignSlack;
+static_assert(kSmemBytes <= 227 * 1024, "a block's shared memory on Hopper");
 
 __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
     swiglu_dgrad_kernel(const int d, const int tiles_n, const int tiles,
