@@ -208,6 +208,11 @@ struct Sm90DqTraits : Sm90Traits<Short ? sm90_dq_short_tiles(DH) : sm90_dq_tiles
 #else
   static constexpr bool kPingPong = true;  // as the forward's; off was 2.5% faster once, unchecked
 #endif
+  // The consumer's rows of Q and dO held in registers as the A operands of S and dP, read from
+  // shared memory once: backward 3-4 % faster at T 8192 and 16384, head dim 128. At head dim 64
+  // the long-T entry (two consumers of 64 queries against key tiles of 128) spills with them
+  // (25 % slower), and the short-T entry was level (0-1 % at gpt2-small's and xl's shapes).
+  static constexpr bool kRegisterA = DH >= 128;
 };
 
 // The head dims that have kernels (kFlashHeadDims). dispatch(dh, f) calls f with

@@ -4,8 +4,9 @@
 // blocks own queries, each output row written once: no atomics, deterministic), each warpgroup
 // owning 64 rows. Operands from shared memory are read K-major (the left factor and the tile whose
 // rows are the output's columns: K, Q, V, dO for S, S^T, dP, dP^T) or MN-major (the streamed tile
-// as stored, for dV += P^T dO, dK += dS^T Q, dQ += dS K), P and dS from registers. Both kernels
-// are warp-specialized (tma.cuh): a producer warpgroup feeds the consumers through TMA.
+// as stored, for dV += P^T dO, dK += dS^T Q, dQ += dS K), P and dS from registers, and where the
+// dQ kernel's entry says so (kRegisterA) its Q and dO for S and dP too. Both kernels are
+// warp-specialized (tma.cuh): a producer warpgroup feeds the consumers through TMA.
 #include <type_traits>
 
 #include "../common.cuh"
@@ -200,9 +201,11 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
 // are no longer read. dQ leaves through shared memory, the warpgroup's rows of the Q tile (read
 // for the last time by its last scores), and one TMA store (dq_map): its stores then take the
 // consumers' load-store path for a few shared stores rather than many narrow global ones, which
-// the block's end (its warps' exits) would wait to drain.
-template <int DH, int BR, int BC, typename KTiles, typename VTiles, typename Rope, typename Start,
-          typename Advance, typename Issued, typename Release>
+// the block's end (its warps' exits) would wait to drain. RegisterA: the warpgroup's rows of Q and
+// dO are read from shared memory once, into registers, as the A operands of every S and dP
+// (wgmma_rs; else both factors are read from shared memory for each).
+template <int DH, int BR, int BC, bool RegisterA, typename KTiles, typename VTiles, typename Rope,
+          typename Start, typename Advance, typename Issued, typename Release>
 __device__ __forceinline__ void dq_rows(const Params& p, const CUtensorMap& dq_map, int64_t b,
                                         int64_t h, int64_t q0, int group, bf16* sQ,
                                         const bf16* sdO, const KTiles& K,
@@ -215,14 +218,24 @@ __device__ __forceinline__ void dq_rows(const Params& p, const CUtensorMap& dq_m
   const int64_t clean = unmasked_key_tiles(p, q0, tiles, BC);
   float L[1][2], D[1][2], dq[1][DH / 8][4], s[1][BC / 8][4], ds[1][BC / 8][4];  // s, ds: S/P, dP/dS
   uint32_t dsa[BC / 16][4];  // dS_j, the A operand of dS K
+  uint32_t qa[DH / 16][4], ga[DH / 16][4];  // RegisterA: the warpgroup's rows of Q and dO
   row_stats(L, D, p, bh, row);
   start();
+  if constexpr (RegisterA) {
+    load_a_rows<BR, DH>(qa, sQ, 64 * group, warp, lane);
+    load_a_rows<BR, DH>(ga, sdO, 64 * group, warp, lane);
+  }
   to_log2(L);
   zero(dq);
 
   auto scores = [&](int64_t t) {  // s = Q K_t^T, ds = dO V_t^T
-    wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, K.tile(t));
-    wgmma_abt<BC, DH, BR>(ds[0], sdO, 64 * group, V.tile(t));
+    if constexpr (RegisterA) {
+      wgmma_abt<BC, DH>(s[0], qa, K.tile(t));
+      wgmma_abt<BC, DH>(ds[0], ga, V.tile(t));
+    } else {
+      wgmma_abt<BC, DH, BR>(s[0], sQ, 64 * group, K.tile(t));
+      wgmma_abt<BC, DH, BR>(ds[0], sdO, 64 * group, V.tile(t));
+    }
     wgmma_commit();
   };
   auto grads = [&](int64_t t, auto mask) {  // ds = dS_t
@@ -328,9 +341,9 @@ __global__ void __launch_bounds__(128 * (TmaDq<DH, Short>::kGroups + 1),
       if constexpr (decltype(has_next)::value) V.release(j + 1, signal);
       if (j >= 0) K.release(j, signal);
     };
-    dq_rows<DH, BR, BC>(p, dq_map, b, h, q0, me, const_cast<bf16*>(Q.tile(0)), dO.tile(0), K, V,
-                        rope, start, advance,
-                        [&] { turns.pass(); }, release);
+    dq_rows<DH, BR, BC, F::T::kRegisterA>(p, dq_map, b, h, q0, me, const_cast<bf16*>(Q.tile(0)),
+                                          dO.tile(0), K, V, rope, start, advance,
+                                          [&] { turns.pass(); }, release);
     turns.end();
   };
   specialize<G, F::T::kBlocks>(produce, consume);

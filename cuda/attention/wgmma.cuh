@@ -113,23 +113,26 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint6
                  : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TransB));
 }
 
-// d (64 x N) += A B: A (64 x 16) in registers (mma.sync's A fragment per warp), B MN-major in
-// shared memory.
-template <int N>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b);
-template <>
-__device__ __forceinline__ void wgmma_rs<64>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LMT_R32
-               ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-               : LMT_D32
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<128>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " LMT_R64
-               ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-               : LMT_D64
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+// d (64 x N) = [d +] A B: A (64 x 16) in registers (mma.sync's A fragment per warp), B in shared
+// memory, MN-major (TransB 1) or K-major (0). `accumulate` false starts from zero.
+template <int N, int TransB = 1>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t b,
+                                         bool accumulate = true) {
+  static_assert(N == 64 || N == 128, "wgmma_rs: N 64 or 128");
+  if constexpr (N == 64)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LMT_R32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                 : LMT_D32
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)),
+                   "n"(TransB));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " LMT_R64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                 : LMT_D64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(int(accumulate)),
+                   "n"(TransB));
 }
 #undef LMT_D4
 #undef LMT_D32
@@ -144,6 +147,27 @@ __device__ __forceinline__ void wgmma_abt(float (&acc)[N / 8][4], const bf16* a,
 #pragma unroll
   for (int ks = 0; ks < DH / 16; ++ks)
     wgmma_ss<N>(acc, kmajor_desc<AR>(a, row0, ks), kmajor_desc<N>(bt, 0, ks), ks > 0);
+}
+// The same with A in registers (load_a_rows' fragments): acc (64 x N) = A B^T over K = DH.
+template <int N, int DH>
+__device__ __forceinline__ void wgmma_abt(float (&acc)[N / 8][4], const uint32_t (&a)[DH / 16][4],
+                                          const bf16* bt) {
+#pragma unroll
+  for (int ks = 0; ks < DH / 16; ++ks)
+    wgmma_rs<N, 0>(acc, a[ks], kmajor_desc<N>(bt, 0, ks), ks > 0);
+}
+// Rows row0 .. row0 + 63 of a swizzled tile of ROWS rows and DH columns as A fragments, one per
+// 16 columns (this warp's 16 rows each, ldmatrix: lane l reads row l % 16 of its warp's, columns
+// 8 (l / 16) on of the 16), for wgmma_rs.
+template <int ROWS, int DH>
+__device__ __forceinline__ void load_a_rows(uint32_t (&a)[DH / 16][4], const bf16* tile, int row0,
+                                            int warp, int lane) {
+  const int r = row0 + 16 * warp + lane % 16;
+#pragma unroll
+  for (int ks = 0; ks < DH / 16; ++ks) {
+    const int j = 2 * ks + lane / 16;  // the 8-column chunk
+    ldmatrix_x4(a[ks], tile + (j / 8) * ROWS * 64 + swizzled(r, j % 8, 0));
+  }
 }
 // P (64 x K, C fragments) rounded to bf16 A fragments, one per 16 columns.
 template <int K>
