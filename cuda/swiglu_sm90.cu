@@ -77,7 +77,8 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
   // Unit u of tile n's a and b into its slot, or (store_unit) its da and db out of it: the
   // storer's. A slot takes units u and u + kSlots of each of its consumer's tiles, in turn its
   // barriers' phases, so unit u's parity is u / kSlots.
-  auto slot = [&](int n, int u) { return n % kGroups * kSlots + u % kSlots; };
+  auto group_slot = [](int g, int u) { return g * kSlots + u % kSlots; };  // consumer g's
+  auto slot = [&](int n, int u) { return group_slot(n % kGroups, u); };
   auto unit_at = [&](int n, int u) {
     const int2 o = origin(n);
     return int2{o.x + 64 * (u % 2), o.y + kHalf * (u / 2)};
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
       constexpr int kUnitJ = 64 / 8;  // fragments of 8 columns in a unit
 #pragma unroll
       for (int u = 0; u < kUnits; ++u) {
-        const int e = g * kSlots + u % kSlots;  // slot(n, u): g is n % kGroups
+        const int e = group_slot(g, u);  // slot(n, u): g is n % kGroups
         bf16 *const ta = sE + 2 * e * kUElems, *const tb = ta + kUElems;
         mbar_wait(e_full + e, uint32_t(u / kSlots));
         int at[kUnitJ][2];
