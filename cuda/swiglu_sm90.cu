@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(128 * (kGroups + 1), 1)
     tma_store_4d(&db_map, sE + (2 * e + 1) * kUElems, c.x, c.y, 0, 0);
     tma_store_commit();
   };
-  auto store = [&] {
+  auto store = [&](int) {
     for (int n = 0; n < kGroups && n < mine; ++n)
       for (int u = 0; u < kSlots; ++u) load_unit(n, u);
     for (int n = 0; n < mine; ++n)

@@ -7,6 +7,8 @@
 //   P = exp(S - L),  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK = scale dS^T Q
 // One kernel computes dK and dV (each block owns a tile of keys), another dQ (each block owns a
 // tile of queries): every output element is written once, no atomics, results are deterministic.
+// On Hopper at head dim 64, causal, one kernel may take both (FlashShape::backward): its blocks'
+// shares of dQ are added in a fixed order, so results are deterministic there too.
 //
 // Layout: B batches x H heads, T positions, head dim dh one of kFlashHeadDims. Row t of head h of
 // batch b of Q is at q + b * qkv.batch + t * qkv.row + h * dh, likewise K, V, dQ, dK, dV (so the
@@ -18,6 +20,7 @@
 #include <cstdint>
 
 #include "flash_head_dims.hpp"
+#include "flash_scratch.hpp"
 
 namespace lmt::cuda {
 
@@ -34,17 +37,23 @@ struct FlashShape {
   struct Strides {
     int64_t batch, row;
   } qkv, o;
+  // Where the wgmma kernels run, causal, at head dim 64: the backward's dK/dV and dQ kernels side by
+  // side (split) or one kernel for all three (fused; flash_scratch.hpp); automatic: fused from
+  // kFlashFusedMinT. Elsewhere split whatever this says.
+  enum class Backward { automatic, split, fused } backward = Backward::automatic;
 };
 
 bool flash_supports(int64_t head_dim);
 
 void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
                float* lse, cudaStream_t stream);
-// D: [B, H, T] fp32 scratch. rope: null, or the table (cuda::rope_table) by which RoPE rotated
+// The backward's fp32 scratch for this problem on this GPU (flash_scratch.hpp).
+FlashBwdScratch flash_bwd_scratch(const FlashShape& s);
+// scratch: flash_bwd_scratch(s).floats() floats, 16-byte aligned. rope: null, or the table (cuda::rope_table) by which RoPE rotated
 // q and k after the projection: dq and dk are then the gradients of the unrotated q and k (the
 // inverse rotation applied as they are stored, in fp32 before rounding, not a pass of its own).
 void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
-               const void* dout, const float* lse, float* D, void* dq, void* dk, void* dv,
+               const void* dout, const float* lse, float* scratch, void* dq, void* dk, void* dv,
                const void* rope, cudaStream_t stream);
 
 }  // namespace lmt::cuda

@@ -7,6 +7,8 @@
 #   - attention mode with more query tiles than the GPU has SMs (4 x 40 heads at T 255 and 511,
 #     head dim 64): the persistent forward's blocks taking several items in turn, longest first
 #     and in pairs, reusing their Q buffers;
+#   - attention mode's fused backward (flash-fused: causal, head dim 64, bf16) at odd lengths up to
+#     8 query tiles a head: its blocks' ordered adds of dQ, their shared tiles of dS and dQ's pass;
 #   - a few training steps of the tiny model with a 1001-token vocabulary (an odd one, for the
 #     classifier's unaligned rows): embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, AdamW, the
 #     reductions and the matmuls; and again with AdamW's leaner state (bf16 moments, with fp32
@@ -30,8 +32,8 @@
 #   scripts/sanitize.sh
 #   RUNS="fused_swiglu train" scripts/sanitize.sh     (the runs that reach a kernel just changed)
 # Env: LMTRAIN (build/lmtrain), LOGS (a new temporary folder), SANITIZER (compute-sanitizer),
-#      RUNS (all seven: attention persistent train bf16_moments no_masters bf16_residual
-#      fused_swiglu).
+#      RUNS (all eight: attention persistent fused_attention train bf16_moments no_masters
+#      bf16_residual fused_swiglu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${LMTRAIN:-build/lmtrain} san=${SANITIZER:-compute-sanitizer}
@@ -48,13 +50,17 @@ persistent=(--set run.mode=attention --set attention.batch=4 --set attention.hea
             --set "attention.seq_lens=[255, 511]" --set "attention.head_dims=[64]"
             --set 'attention.impls=["flash"]' --set 'attention.masks=["causal", "none"]'
             --set 'attention.dtypes=["bf16"]' --set attention.warmup=0 --set attention.iters=1)
+fused_attention=(--set run.mode=attention --set attention.batch=2 --set attention.heads=3
+                 --set "attention.seq_lens=[77, 300, 1000]" --set "attention.head_dims=[64]"
+                 --set 'attention.impls=["flash-fused"]' --set 'attention.masks=["causal"]'
+                 --set 'attention.dtypes=["bf16"]' --set attention.warmup=0 --set attention.iters=1)
 train=(--config configs/models/tiny.toml --set run.device=cuda --set model.vocab_size=1001
        --set train.steps=3 --set train.log_every=1)
 bf16_moments=("${train[@]}" --set model.precision=bf16 --set optim.state_dtype=bf16)
 no_masters=("${bf16_moments[@]}" --set optim.master_weights=false)
 bf16_residual=("${bf16_moments[@]}" --set model.residual_dtype=bf16)
 fused_swiglu=("${train[@]}" --set model.precision=bf16 --set train.batch_size=128)
-all_runs="attention persistent train bf16_moments no_masters bf16_residual fused_swiglu"
+all_runs="attention persistent fused_attention train bf16_moments no_masters bf16_residual fused_swiglu"
 runs=${RUNS:-$all_runs}
 for run in $runs; do
   [[ " $all_runs " == *" $run "* ]] || { echo "sanitize.sh: no run '$run' (RUNS: $all_runs)" >&2; exit 2; }

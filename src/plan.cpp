@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "flash_scratch.hpp"
 #include "zero1.hpp"
 
 namespace lmt {
@@ -110,13 +111,18 @@ Plan make_plan(const Config& c) {
     // Backward's dg, du (SwiGLU's output and input gradients), datt, dqkv, dh and dx16 (or,
     // with a bf16 residual stream, dx) likewise, in its workspace.
     // Its fp32 scratch, the largest request: RMSNorm backward's partial sums of dg
-    // (kRmsnormDgChunks rows of d); flash backward's D; naive's scores and, in backward,
+    // (kRmsnormDgChunks rows of d); flash backward's (D, and on a Hopper GPU under bf16 where the
+    // fused backward runs, its sums of dQ: flash_scratch.hpp); naive's scores and, in backward,
     // one sequence's dS and P (in bf16 under bf16, below).
     const bool naive = m.attention == "naive";
     const uint64_t naive_fp32 = std::max(B * Hl * T * T, 2 * piece(Hl * T * T));
+    const uint64_t flash = uint64_t(
+        flash_bwd_scratch(int64_t(B), int64_t(Hl), int64_t(T), m.head_dim(),
+                          bf16 && flash_fused_bwd(int64_t(T), m.head_dim(), true))
+            .floats());
     // And cuBLASLt's workspace (cuda::Gemm::kWorkspaceBytes, 32 MiB).
     p.cuda_scratch = 4 * (T * uint64_t(m.head_dim()) +
-                          std::max(kRmsnormDgChunks * d, !naive ? B * Hl * T
+                          std::max(kRmsnormDgChunks * d, !naive ? flash
                                            : bf16 ? 0
                                                   : naive_fp32)) +
                      (uint64_t(32) << 20);

@@ -11,6 +11,7 @@
 #include "../common.cuh"
 #include "cuda_check.hpp"
 #include "flash_head_dims.hpp"
+#include "flash_scratch.hpp"
 
 namespace lmt::cuda::attn {
 
@@ -18,6 +19,12 @@ struct Params {
   const void *q, *k, *v, *o, *dout;
   void *out, *dq, *dk, *dv;
   float *lse, *D;
+  // The fused backward's (flash_sm90_bwd.cu; flash_scratch.hpp): dQ's sums in kFlashFusedChains
+  // orders of dq_units 64 x 64 units each, and its counters (a ticket, then a turn counter a unit
+  // and order), zeroed before it runs.
+  float* dq_sums;
+  uint32_t* dq_turns;
+  int64_t dq_units;
   // Backward: where given, the (cos, sin) of each position and pair [T][dh / 2] by which RoPE
   // rotated q and k; dQ and dK are then stored rotated back (unrotate), the gradients of the
   // unrotated q and k.
@@ -348,7 +355,9 @@ void bwd_fp32(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 // runs them (compute capability 9.0) and dh is one of theirs.
 using Sm90HeadDims = HeadDimList<64, 128>;
 void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
-void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
+// fused: one kernel for dK, dV and dQ's sums (causal, head dim 64; flash_scratch.hpp), then a
+// pass for dQ; else the dK/dV and dQ kernels side by side.
+void bwd_sm90(const Params& p, int64_t B, int64_t dh, bool fused, cudaStream_t s);
 bool sm90(int64_t dh);
 bool hopper();  // this process's GPU has compute capability 9.0 (the sm_90a kernels run)
 // D = rowsum(dO * O) per (b, h, t); E: the storage, float or bf16.

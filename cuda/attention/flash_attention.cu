@@ -35,6 +35,12 @@ constexpr const char* kUnaligned = "flash attention: tensors must start 16-byte 
 
 // The wgmma kernels run this problem (else the mma.sync or fp32 ones).
 bool wgmma_kernels(const FlashShape& s) { return s.bf16 && s.wgmma && attn::sm90(s.dh); }
+// The wgmma backward is the fused one (flash_sm90_bwd.cu).
+bool fused_backward(const FlashShape& s) {
+  using B = FlashShape::Backward;
+  if (!wgmma_kernels(s) || !s.causal || s.dh != 64 || s.backward == B::split) return false;
+  return s.backward == B::fused || flash_fused_bwd(s.T, s.dh, s.causal);
+}
 
 }  // namespace
 
@@ -62,19 +68,27 @@ void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v,
   else attn::fwd_tc(p, s.B, s.dh, stream);
 }
 
+FlashBwdScratch flash_bwd_scratch(const FlashShape& s) {
+  return lmt::flash_bwd_scratch(s.B, s.H, s.T, s.dh, fused_backward(s));
+}
+
 void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
-               const void* dout, const float* lse, float* D, void* dq, void* dk, void* dv,
+               const void* dout, const float* lse, float* scratch, void* dq, void* dk, void* dv,
                const void* rope, cudaStream_t stream) {
   attn::Params p = params(s);
-  check_aligned16({q, k, v, o, dout, dq, dk, dv}, kUnaligned);
-  p.q = q, p.k = k, p.v = v, p.o = o, p.dout = dout, p.lse = const_cast<float*>(lse), p.D = D;
+  check_aligned16({q, k, v, o, dout, dq, dk, dv, scratch}, kUnaligned);
+  const FlashBwdScratch parts = flash_bwd_scratch(s);
+  p.q = q, p.k = k, p.v = v, p.o = o, p.dout = dout, p.lse = const_cast<float*>(lse), p.D = scratch;
+  p.dq_sums = scratch + parts.d;
+  p.dq_turns = reinterpret_cast<uint32_t*>(p.dq_sums + parts.sums);
+  p.dq_units = parts.sums / kFlashFusedChains / 4096;
   p.dq = dq, p.dk = dk, p.dv = dv, p.rope = static_cast<const float2*>(rope);
   if (!s.bf16) {
     attn::bwd_rowsum<float>(p, s.B, s.dh, stream);
     attn::bwd_fp32(p, s.B, s.dh, stream);
   } else {
     attn::bwd_rowsum<bf16>(p, s.B, s.dh, stream);
-    if (wgmma_kernels(s)) attn::bwd_sm90(p, s.B, s.dh, stream);
+    if (wgmma_kernels(s)) attn::bwd_sm90(p, s.B, s.dh, fused_backward(s), stream);
     else attn::bwd_tc(p, s.B, s.dh, stream);
   }
 }

@@ -24,23 +24,50 @@ namespace {
 // two a thread, the next tile's while it computes this one's), so that no barrier spans the block.
 // If kPingPong, the consumers take turns to issue their matmuls, two turns a tile (S^T and dP^T,
 // then dV and dK), so that one's elementwise work runs under another's matmuls.
-template <int DH, bool Short> struct TmaDkdv {
+//
+// Fused (causal, query and key tiles of one size): the block also takes its share of each query
+// tile's dQ, dS_i K over its keys, and adds it into dQ's sums (flash_scratch.hpp) in a fixed order,
+// so that no dQ kernel recomputes S and dP. Each consumer stores its rows of dS^T (bf16, as rounded
+// for dK) into a shared tile of the block's keys x the query tile's queries (two buffers); in its
+// second turn of tile i + 1 it multiplies tile i's, read transposed as dS, by the block's K into
+// dQ's unit for its 64 of tile i's queries, and stages the unit in shared memory (fp32, 16 KiB).
+// A writer thread a consumer (the producer warpgroup's warps 1 .. kGroups) adds each staged unit
+// with a bulk reduction into the sums of the unit's order: query tile i's key blocks j = diagonal
+// .. 0 fall into kFlashFusedChains orders by (i - j) % kFlashFusedChains, each order's blocks
+// adding in turn (the first copies, so the sums need no clearing), so that consecutive adds of an
+// order come from blocks that many tiles apart. A writer waits (an acquire load) until the unit's
+// counter for its order says every block before it has added, and bumps the counter (a release)
+// once its add has completed, which it waits for only after issuing its next one. Blocks take
+// their (head, key block) from a ticket counter as they start, a head's key blocks last first, so
+// a block waits only on blocks already running.
+template <int DH, bool Short, bool Fused = false> struct TmaDkdv {
   using T = Sm90DkdvTraits<DH, Short>;
   static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = T::kStages;
   using KRing = Ring<1, BC, DH>;
   using QRing = Ring<kStages, BR, DH>;
-  // The rings, then each consumer's L and D, two tiles of each, then the block's keys' rows of
-  // the RoPE table (stage_rope).
-  struct Smem : SmemRings<KRing, KRing, QRing, QRing> {
+  // Fused: the dS^T tiles (full: every consumer warp has stored its rows; free: every consumer
+  // warp's dQ matmul has read it) and each consumer's staged unit (full: its warps have stored it;
+  // free: its writer's add has read it), 64 x 64 fp32 in the bytes of 64 x 128 bf16.
+  using DsRing = Ring<2, BC, BR>;
+  using UnitRing = Ring<kGroups, 64, 128>;
+  using Rings = std::conditional_t<Fused, SmemRings<KRing, KRing, QRing, QRing, DsRing, UnitRing>,
+                                   SmemRings<KRing, KRing, QRing, QRing>>;
+  // The rings, then each consumer's L and D, two tiles of each, then (not fused) the block's keys'
+  // rows of the RoPE table (stage_rope; the fused kernel's shared memory has no room for them, its
+  // dK stores read the table from global memory).
+  struct Smem : Rings {
     static constexpr size_t kStatsFloats = size_t(kGroups) * 2 * 2 * BR;
-    static constexpr size_t kBytes = SmemRings<KRing, KRing, QRing, QRing>::kBytes +
-                                     kStatsFloats * sizeof(float) + kRopeStageBytes<DH, BC>;
+    static constexpr size_t kBytes =
+        Rings::kBytes + kStatsFloats * sizeof(float) + (Fused ? 0 : kRopeStageBytes<DH, BC>);
   };
+  // Fused: query and key tiles of kFlashFusedTile, a 64 x 64 unit of dQ a consumer.
+  static constexpr bool kFusable = BR == BC && BR == kFlashFusedTile && DH == 64 && !Short;
+  static_assert(!Fused || kFusable, "the fused backward's tiles");
 };
 
-template <int DH, bool Short>
-__global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
-                                  TmaDkdv<DH, Short>::T::kBlocks)
+template <int DH, bool Short, bool Fused>
+__global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1),
+                                  TmaDkdv<DH, Short, Fused>::T::kBlocks)
     dkdv_tma_kernel(const Params p, const __grid_constant__ CUtensorMap q_map,
                     const __grid_constant__ CUtensorMap do_map,
                     const __grid_constant__ CUtensorMap k_map,
@@ -48,31 +75,77 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
                     const __grid_constant__ CUtensorMap dk_map,
                     const __grid_constant__ CUtensorMap dv_map) {
 #ifdef LMT_SM90_DEVICE_CODE
-  using F = TmaDkdv<DH, Short>;
-  constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
+  using F = TmaDkdv<DH, Short, Fused>;
+  constexpr int BR = F::BR, BC = F::BC, G = F::kGroups, kChains = int(kFlashFusedChains);
   typename F::Smem smem;
   const auto K = smem.template next<typename F::KRing>();
   const auto V = smem.template next<typename F::KRing>();
   const auto Q = smem.template next<typename F::QRing>();
   const auto dO = smem.template next<typename F::QRing>();
+  typename F::DsRing dS{};
+  typename F::UnitRing unit{};
+  if constexpr (Fused) {
+    dS = smem.template next<typename F::DsRing>();
+    unit = smem.template next<typename F::UnitRing>();
+  }
   float* stats = smem.template rest<float>();
   // The RoPE rows' staging, found where used (held across the loop, a pointer spilled).
   auto rope = [] {
     return rope_stage(F::Smem::kRest + F::Smem::kStatsFloats * sizeof(float));
   };
-  const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, k0 = int64_t(blockIdx.x) * BC;
-  const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
+  __shared__ uint32_t ticket;  // fused: the block's place in the order blocks start in
   init_barriers([&] {
     K.init(1), V.init(1), Q.init(4 * G), dO.init(4 * G);
-    mbar_init(rope().bar, 1);
+    if constexpr (Fused) {
+      for (int i = 0; i < 4; ++i) mbar_init(dS.bars + i, 4 * G);
+      for (int g = 0; g < G; ++g) mbar_init(unit.bars + g, 4), mbar_init(unit.bars + G + g, 1);
+      ticket = atomicAdd(p.dq_turns, 1u);
+    } else {
+      mbar_init(rope().bar, 1);
+    }
   });
+  const int64_t blocks = gridDim.x;  // key blocks a head
+  const int64_t bh = Fused ? ticket / blocks : blockIdx.y, b = bh / p.H, h = bh % p.H;
+  const int64_t kb = Fused ? blocks - 1 - ticket % blocks : blockIdx.x, k0 = kb * BC;
+  const int64_t first = p.causal ? k0 / BR : 0, tiles = ceil_div(p.T, BR);
 
   auto produce = [&] {
-    if (p.rope) stage_rope<DH, BC>(p, k0, rope());
+    if (!Fused && p.rope) stage_rope<DH, BC>(p, k0, rope());
     K.fill(0, k_map, k0, b, h);
     V.fill(0, v_map, k0, b, h);
     for (int64_t i = first; i < tiles; ++i)
       Q.fill(i - first, q_map, i * BR, b, h), dO.fill(i - first, do_map, i * BR, b, h);
+  };
+  // Fused: consumer g's writer adds its units of query tiles first .. tiles - 1 in their turns.
+  // Query tile i's key blocks are 0 .. i (its diagonal's is i: tiles of one size).
+  auto write = [&](int g) {
+    if constexpr (Fused) {
+      uint32_t* last = nullptr;  // the counter of the add issued last, bumped once it completes
+      for (int64_t i = first; i < tiles; ++i) {
+        const int64_t n = i - first, u = (bh * tiles + i) * G + g, chain = (i - kb) % kChains;
+        const uint32_t turn = uint32_t((i - kb) / kChains);
+        uint32_t* counter = p.dq_turns + 1 + u * kChains + chain;
+        float* sums = p.dq_sums + (chain * p.dq_units + u) * 4096;
+        mbar_wait(unit.bars + g, uint32_t(n) & 1);
+        if (turn > 0) {
+          while (load_acquire(counter) != turn) {
+          }
+          fence_async_global();
+          bulk_reduce_add(sums, unit.tile(g), 4096 * sizeof(float));
+        } else {
+          bulk_store(sums, unit.tile(g), 4096 * sizeof(float));
+        }
+        bulk_wait_read<0>();
+        mbar_arrive_if(unit.bars + G + g, true);
+        if (last) {
+          bulk_wait<1>();
+          add_release(last, 1);
+        }
+        last = counter;
+      }
+      bulk_wait<0>();
+      add_release(last, 1);
+    }
   };
   auto consume = [&](int group) {
     const int me = threadIdx.x % 128, warp = me / 32, lane = threadIdx.x % 32;
@@ -99,6 +172,58 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
       }
       bar_sync(barrier, 128);
     };
+    // Fused: tile n's dS^T rows (A fragments, keys x queries) into dS buffer n % 2 once the
+    // buffer's dQ matmul of tile n - 2 (n = 1: the dummy's, below) is done: 16-byte chunks
+    // swizzled as TMA's tiles (wgmma.cuh), a key row's chunks XOR its row % 8 (lane / 4 here).
+    auto ds_put = [&](int64_t n, const uint32_t (&a)[BR / 16][4]) {
+      if constexpr (Fused) {
+        const int buf = int(n & 1);
+        if (n >= 1) mbar_wait(dS.bars + 2 + buf, uint32_t((n - 1) >> 1) & 1);
+        bf16* t = const_cast<bf16*>(dS.tile(buf));
+        const int r = 64 * group + 16 * warp + lane / 4;
+#pragma unroll
+        for (int ks = 0; ks < BR / 16; ++ks)
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {  // 8-column block 2 ks + hi: rows r, r + 8
+            const int nb = 2 * ks + hi;
+            bf16* at = t + nb / 8 * BC * 64 + ((nb % 8) ^ (lane / 4)) * 8 + 2 * (lane % 4);
+            *reinterpret_cast<uint32_t*>(at + r * 64) = a[ks][2 * hi];
+            *reinterpret_cast<uint32_t*>(at + (r + 8) * 64) = a[ks][2 * hi + 1];
+          }
+        fence_async_shared();
+        __syncwarp();
+        mbar_arrive_if(dS.bars + buf, signal);
+      }
+    };
+    // Fused: before tile n's second turn, tile n - 1's dS whole (every consumer's rows).
+    auto dq_ready = [&](int64_t n) {
+      if (Fused && n >= 1) mbar_wait(dS.bars + ((n - 1) & 1), uint32_t((n - 1) >> 1) & 1);
+    };
+    // Fused: in tile n's second turn, this consumer's unit of dQ_{n-1} (its 64 queries of the
+    // tile, over the block's keys). At n = 0 a dummy on buffer 1, discarded (the turn's matmuls
+    // are issued without a branch between them and their wait: C7520), whose free arrival
+    // ds_put(1) waits for.
+    auto dq_issue = [&](int64_t n, float (&acc)[8][4]) {
+      if constexpr (Fused) wgmma_atb<BC>(acc, dS.tile((n - 1) & 1) + group * BC * 64, K.tile(0));
+    };
+    // Fused: the unit of dQ_m into this consumer's staging, thread by thread in float4s (8 a
+    // thread: the 8-column blocks of its C fragment), once the writer has read the last.
+    auto stage_dq = [&](int64_t m, const float (&acc)[8][4]) {
+      if (m >= 1) mbar_wait(unit.bars + G + group, uint32_t(m - 1) & 1);
+      float4* to = reinterpret_cast<float4*>(const_cast<bf16*>(unit.tile(group)));
+#pragma unroll
+      for (int c = 0; c < 8; ++c) to[c * 128 + me] = make_float4(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
+      fence_async_shared();
+      __syncwarp();
+      mbar_arrive_if(unit.bars + group, signal);
+    };
+    auto dq_done = [&](int64_t n, float (&acc)[8][4]) {
+      if constexpr (Fused) {
+        fence_regs(acc);
+        mbar_arrive_if(dS.bars + 2 + ((n - 1) & 1), signal);
+        if (n >= 1) stage_dq(n - 1, acc);
+      }
+    };
     fetch(first);  // its loads run under the waits for K and V
     K.wait(0);
     V.wait(0);
@@ -122,8 +247,8 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
       const int64_t q0 = i * BR;
       if (n > 0) turns.take();  // the first turn is begin()'s
       // A warpgroup whose keys all lie after this tile's last query gets nothing from it (and
-      // takes its turns empty).
-      if (p.causal && group_k0 > q0 + BR - 1) {
+      // takes its turns empty; never where fused, whose tiles are of one size).
+      if (!Fused && p.causal && group_k0 > q0 + BR - 1) {
         turns.pass();
         turns.take();
         turns.pass();
@@ -149,15 +274,20 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
         dscores<1, BR>(ds, s, by_col(sD + buf * BR, lane));
         to_a<BR>(pa, s[0]);
         to_a<BR>(dsa, ds[0]);
+        ds_put(n, dsa);
+        dq_ready(n);
+        [[maybe_unused]] float dq[8][4];
         turns.take();
         wgmma_fence();
         wgmma_pb<DH, BR>(dv[0], pa, g_t);   // dV += P^T dO
         wgmma_pb<DH, BR>(dk[0], dsa, q_t);  // dK += dS^T Q (scaled at the end)
+        dq_issue(n, dq);                    // fused: dQ_{n-1}'s unit
         wgmma_commit();
         turns.pass();
         wgmma_wait<0>();
         fence_regs(dv[0]);
         fence_regs(dk[0]);
+        dq_done(n, dq);
       }
       Q.release(n, signal);
       dO.release(n, signal);
@@ -169,24 +299,61 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short>::kGroups + 1),
     for (; i < masked_end; ++i) step(i, std::true_type{});
     for (; i < tiles; ++i) step(i, std::false_type{});
     turns.end();
+    if constexpr (Fused) {  // the last tile's unit; then no consumer reads K again
+      const int64_t n = tiles - first;
+      float dq[8][4];
+      dq_ready(n);
+      wgmma_fence();
+      dq_issue(n, dq);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dq);
+      stage_dq(n - 1, dq);
+      bar_sync(kConsumersBarrier, 128 * G);
+    }
     // dK and dV leave as dq_rows's dQ does: through the warpgroup's rows of the K and V tiles
     // (read for the last time by its last matmuls) and TMA stores.
     bf16 *tk = const_cast<bf16*>(sK) + 64 * group * 64, *tv = const_cast<bf16*>(sV) + 64 * group * 64;
     float scale[1][2], one[1][2];
     fill(scale, p.scale);
     fill(one, 1.0f);
-    if (p.rope)
+    if (!p.rope)
+      stage_rows<DH>(tk, BC * 64, key, p.T, dk, scale, lane);
+    else if constexpr (Fused)
+      stage_rows<DH>(tk, BC * 64, key, p.T, dk, scale, lane, GlobalRope{p.rope, DH / 2});
+    else
       stage_rows<DH>(tk, BC * 64, key, p.T, dk, scale, lane,
                      warp_rope<DH>(p, rope(), group, warp, warp_k0));
-    else
-      stage_rows<DH>(tk, BC * 64, key, p.T, dk, scale, lane);
     stage_rows<DH>(tv, BC * 64, key, p.T, dv, one, lane);
     store_staged<DH>(barrier, BC * 64, group_k0, b, h, Staged{dk_map, tk}, Staged{dv_map, tv});
   };
-  specialize<G, F::T::kBlocks>(produce, consume);
+  specialize<G, F::T::kBlocks, Fused ? G : 1>(produce, consume, write);
 #else
   __trap();  // launched only where sm90() holds
 #endif
+}
+
+// dQ from the fused kernel's sums: a block a 64 x 64 unit (as its consumer staged it, thread by
+// thread), its orders added in order, scaled, rotated back by RoPE where p.rope is given, rounded
+// to bf16. Query tile i has i + 1 key blocks, and so min(i + 1, kFlashFusedChains) orders.
+template <int DH>
+__global__ void __launch_bounds__(128) dq_from_sums_kernel(const Params p) {
+  using F = TmaDkdv<DH, false, true>;
+  const int64_t u = blockIdx.x, bh = u / (ceil_div(p.T, F::BR) * F::kGroups);
+  const int64_t i = u / F::kGroups % ceil_div(p.T, F::BR), g = u % F::kGroups;
+  const int me = threadIdx.x, warp = me / 32, lane = me % 32;
+  const float4* from = reinterpret_cast<const float4*>(p.dq_sums) + u * 1024 + me;
+  float acc[1][8][4];
+  for (int64_t c = 0; c < min64(i + 1, kFlashFusedChains); ++c, from += p.dq_units * 1024)
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float4 x = from[n * 128];
+      const float y[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[0][n][e] = c == 0 ? y[e] : acc[0][n][e] + y[e];
+    }
+  const int64_t row = i * F::BR + 64 * g + 16 * warp + lane / 4;
+  store_dq<1, DH>(p, bh / p.H, bh % p.H, row, acc, lane, GlobalRope{p.rope, DH / 2});
 }
 
 // dQ for one consumer warpgroup's queries 64 group .. + 63 of the block's tile at q0 (sQ and sdO
@@ -377,7 +544,7 @@ template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream
   CUDA_CHECK(cudaEventRecord(b.fork, stream));
   CUDA_CHECK(cudaStreamWaitEvent(b.stream, b.fork, 0));
   using K = TmaDkdv<DH, Short>;
-  launch_specialized<dkdv_tma_kernel<DH, Short>, K>(
+  launch_specialized<dkdv_tma_kernel<DH, Short, false>, K>(
       p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR), o_map(p, B, DH, p.dout, K::BR),
       qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC), qkv_map(p, B, DH, p.dk, 64),
       qkv_map(p, B, DH, p.dv, 64));
@@ -394,9 +561,29 @@ template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream
   CUDA_CHECK(cudaStreamWaitEvent(stream, b.join, 0));
 }
 
+// The fused backward: the counters zeroed (the sums need no clearing), the fused kernel, dQ's pass.
+template <int DH> void launch_fused(const Params& p, int64_t B, cudaStream_t stream) {
+  using K = TmaDkdv<DH, false, true>;
+  LMT_ASSERT(p.dq_units == B * p.H * ceil_div(p.T, K::BR) * K::kGroups,
+             "flash attention: the fused backward's scratch does not match its units");
+  CUDA_CHECK(cudaMemsetAsync(p.dq_turns, 0,
+                             size_t(1 + kFlashFusedChains * p.dq_units) * sizeof(uint32_t), stream));
+  launch_specialized<dkdv_tma_kernel<DH, false, true>, K>(
+      p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR), o_map(p, B, DH, p.dout, K::BR),
+      qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC), qkv_map(p, B, DH, p.dk, 64),
+      qkv_map(p, B, DH, p.dv, 64));
+  dq_from_sums_kernel<DH><<<unsigned(p.dq_units), 128, 0, stream>>>(p);
+  CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace
 
-void bwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
+void bwd_sm90(const Params& p, int64_t B, int64_t dh, bool fused, cudaStream_t s) {
+  if (fused) {
+    LMT_ASSERT(p.causal && dh == 64, "flash attention: the fused backward is causal, head dim 64");
+    if constexpr (TmaDkdv<64, false>::kFusable) return launch_fused<64>(p, B, s);
+    LMT_FATAL("flash attention: this build's dK/dV tiles at head dim 64 have no fused backward");
+  }
   Sm90HeadDims::dispatch(dh, [&](auto d) {
     constexpr int D = decltype(d)::value;
     if constexpr (sm90_bwd_short_t(D) > 0)

@@ -89,6 +89,40 @@ __device__ __forceinline__ void tma_store_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
+// Bulk copies from shared memory into global memory (cp.async.bulk, TMA's 1-d form), each its own
+// bulk group of the issuing thread: bulk_store copies `bytes`, bulk_reduce_add adds the fp32
+// values element by element into what is there (in L2). bulk_wait_read<N> returns once all but the
+// last N groups have read their shared memory, bulk_wait<N> once their writes are done. Global
+// writes of other threads that the copy must follow are ordered before it by fence_async_global.
+__device__ __forceinline__ void bulk_store(float* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+               "cp.async.bulk.commit_group;\n" ::"l"(dst), "r"(smem_addr(src)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_reduce_add(float* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               "cp.async.bulk.commit_group;\n" ::"l"(dst), "r"(smem_addr(src)), "r"(bytes)
+               : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void fence_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+// A counter in global memory that blocks take turns by: read with acquire, bumped with release.
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void add_release(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 // Named barriers: ids 0 .. kNamedBarriers - 1, 0 being __syncthreads'. `threads` arrivals complete
 // one; sync waits for it, arrive does not. The ids this code uses are NamedBarrier's.
 constexpr int kNamedBarriers = 16;
@@ -96,8 +130,9 @@ constexpr int kMaxConsumers = 4;
 enum NamedBarrier : int {
   kFirstTurnBarrier = 1,  // Turns: consumer c's turn is kFirstTurnBarrier + c
   kFirstGroupBarrier = kFirstTurnBarrier + kMaxConsumers,  // consumer c's own 128 threads
+  kConsumersBarrier = kFirstGroupBarrier + kMaxConsumers,   // every consumer's threads
 };
-static_assert(kFirstGroupBarrier + kMaxConsumers <= kNamedBarriers);
+static_assert(kConsumersBarrier < kNamedBarriers);
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -239,10 +274,12 @@ template <int GROUPS, bool ON> struct Turns {
 // wait for them forever. c is read from lane 0 (a shuffle), so that the compiler knows it is one
 // value a warp and keeps what derives from it, the consumer's operand descriptors, in uniform
 // registers: the forward 3-12 % faster at T 8192 and 16384 (results/flash_tuning.md).
-// store(), where given, runs on thread 32 of the producer warpgroup (another warp than produce's),
-// for a kernel whose stores wait on its consumers apart from its loads.
-template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume, typename Store>
+// store(s), where given, runs on thread 32 (s + 1) of the producer warpgroup for s < STORES (warps
+// other than produce's), for a kernel whose stores wait on its consumers apart from its loads.
+template <int GROUPS, int BLOCKS = 1, int STORES = 1, typename Produce, typename Consume,
+          typename Store>
 __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume, Store&& store) {
+  static_assert(STORES <= 3, "a store thread in each of the producer warpgroup's other warps");
   constexpr int kThreads = 128 * (GROUPS + 1), kProducerRegs = 24;
   constexpr int kStart = 65536 / BLOCKS / kThreads / 8 * 8;
   constexpr int kShare = (kStart * (GROUPS + 1) - kProducerRegs) / GROUPS / 8 * 8;
@@ -250,7 +287,7 @@ __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume,
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (threadIdx.x == 0) produce();
-    else if (threadIdx.x == 32) store();
+    else if (threadIdx.x % 32 == 0 && threadIdx.x / 32 <= STORES) store(int(threadIdx.x / 32) - 1);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     consume(__shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) - 1);
@@ -258,7 +295,7 @@ __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume,
 }
 template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume>
 __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {
-  specialize<GROUPS, BLOCKS>(produce, consume, [] {});
+  specialize<GROUPS, BLOCKS>(produce, consume, [](int) {});
 }
 
 // The backward's RoPE rows (flash.cuh's SharedRope): a block's rows r0 .. r0 + ROWS - 1 of p.rope

@@ -94,23 +94,23 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
   "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "   \
   "%56, %57, %58, %59, %60, %61, %62, %63}"
 
-// d (64 x N) = [d +] A B: A K-major in shared memory, B K-major (TransB 0) or MN-major (1).
-// `accumulate` false starts from zero.
-template <int N, int TransB = 0>
+// d (64 x N) = [d +] A B: A in shared memory K-major (TransA 0) or MN-major (1), B K-major
+// (TransB 0) or MN-major (1). `accumulate` false starts from zero.
+template <int N, int TransB = 0, int TransA = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t a, uint64_t b, bool accumulate) {
   static_assert(N == 64 || N == 128, "wgmma_ss: N 64 or 128");
   if constexpr (N == 64)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " LMT_R32
-                 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+                 ", %32, %33, p, 1, 1, %36, %35;\n}\n"
                  : LMT_D32
-                 : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TransB));
+                 : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TransB), "n"(TransA));
   else
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " LMT_R64
-                 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
+                 ", %64, %65, p, 1, 1, %68, %67;\n}\n"
                  : LMT_D64
-                 : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TransB));
+                 : "l"(a), "l"(b), "r"(int(accumulate)), "n"(TransB), "n"(TransA));
 }
 
 // d (64 x N) = [d +] A B: A (64 x 16) in registers (mma.sync's A fragment per warp), B in shared
@@ -182,6 +182,17 @@ __device__ __forceinline__ void wgmma_pb(float (&acc)[N / 8][4], const uint32_t 
                                          const bf16* b) {
 #pragma unroll
   for (int ks = 0; ks < K / 16; ++ks) wgmma_rs<N>(acc, pa[ks], mnmajor_desc<K>(b, ks));
+}
+
+// acc (64 x 64) = A B over K: A^T = one 64-column panel of a tile of K rows (`at_panel`: the
+// tile's rows are A's columns), B = one 64-column panel of another tile of K rows; both MN-major,
+// panels as the tiles above lay them out (a tile's panel c at tile + c * K * 64). Issued, not
+// waited for.
+template <int K>
+__device__ __forceinline__ void wgmma_atb(float (&acc)[8][4], const bf16* at_panel, const bf16* b_panel) {
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks)
+    wgmma_ss<64, 1, 1>(acc, mnmajor_desc<K>(at_panel, ks), mnmajor_desc<K>(b_panel, ks), ks > 0);
 }
 
 // Pins registers a wgmma reads or writes at this point of the instruction stream: the compiler

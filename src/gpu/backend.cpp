@@ -252,9 +252,10 @@ class CudaBackend : public Backend<float> {
     const void* rope = rope_theta != 0 ? rope_table(T, dh, rope_theta) : nullptr;
     if (a == AttentionImpl::flash) {
       NvtxRange r("flash attention backward");
-      cuda::flash_bwd(flash_shape(B, T, H, dh, p), qkv, at(qkv, d, p), at(qkv, 2 * d, p), out,
-                      dout, saved, workspace(size_t(B * H * T)), dqkv, at(dqkv, d, p),
-                      at(dqkv, 2 * d, p), rope, stream_);
+      const cuda::FlashShape s = flash_shape(B, T, H, dh, p);
+      cuda::flash_bwd(s, qkv, at(qkv, d, p), at(qkv, 2 * d, p), out, dout, saved,
+                      workspace(size_t(cuda::flash_bwd_scratch(s).floats())), dqkv,
+                      at(dqkv, d, p), at(dqkv, 2 * d, p), rope, stream_);
       return;
     }
     // dP = dO V^T (in bf16 under bf16) is scratch: the softmax's backward turns it into dS in

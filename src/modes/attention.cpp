@@ -7,7 +7,10 @@
 //          a second matmul, on q, k, v, o and their gradients stored in the dtype (bf16: the
 //          scores and P too, the probabilities saved in fp32); causal only.
 //   flash  our FlashAttention-2 kernels on q, k, v, o, dO, dq, dk, dv stored in the dtype
-//          ([B, T, H, dh] each), plus the fp32 logsumexp (and D in backward).
+//          ([B, T, H, dh] each), plus the fp32 logsumexp (and the backward's scratch: D, and
+//          where the fused backward runs, its sums of dQ). flash-split and flash-fused: flash with
+//          the backward's two kernels, or its fused one where it exists (FlashShape::Backward);
+//          flash-mma: flash on the mma.sync kernels.
 // FLOPs (the convention of FlashAttention's benchmarks, useful work only): forward
 // 4 B H T^2 dh, halved when causal; backward 2.5 x forward.
 #include <cstdio>
@@ -80,12 +83,16 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       char *q = alloc(n, es), *k = alloc(n, es), *v = alloc(n, es), *o = alloc(n, es);
       char *g = alloc(n, es), *dq = alloc(n, es), *dk = alloc(n, es), *dv = alloc(n, es);
       auto* lse = reinterpret_cast<float*>(alloc(B * H * T, 4));
-      auto* D = reinterpret_cast<float*>(alloc(B * H * T, 4));
       for (char* p : {q, k, v, g}) randomize(p, n);
+      using Bwd = cuda::FlashShape::Backward;
       cuda::FlashShape s{B, H, T, dh, pt.mask == "causal", bf16,
-                         /*wgmma=*/pt.impl == "flash", {T * d, d}, {T * d, d}};
+                         /*wgmma=*/pt.impl != "flash-mma", {T * d, d}, {T * d, d},
+                         pt.impl == "flash-split"   ? Bwd::split
+                         : pt.impl == "flash-fused" ? Bwd::fused
+                                                    : Bwd::automatic};
+      auto* scratch = reinterpret_cast<float*>(alloc(cuda::flash_bwd_scratch(s).floats(), 4));
       fwd = [=] { cuda::flash_fwd(s, q, k, v, o, lse, stream); };
-      bwd = [=] { cuda::flash_bwd(s, q, k, v, o, g, lse, D, dq, dk, dv, nullptr, stream); };
+      bwd = [=] { cuda::flash_bwd(s, q, k, v, o, g, lse, scratch, dq, dk, dv, nullptr, stream); };
     } else {
       // The backend's: under bf16, qkv, out and their gradients in bf16 (Backend::attention_fwd).
       auto* qkv = reinterpret_cast<float*>(alloc(3 * n, es));

@@ -112,17 +112,22 @@ struct DeviceArray {
   }
 };
 
+using Bwd = cuda::FlashShape::Backward;
 struct Mode {
   const char* name;
   bool bf16, wgmma;
+  Bwd backward;
   double tol;  // ||out - ref|| / ||ref|| for O, dQ, dK, dV (L is checked to 1e-5 in every mode)
 };
 // fp32: fp32 rounding only. bf16: P and dS are rounded to bf16 as matmul operands (relative
 // error 2^-9 each), and every output to bf16. The mma.sync kernels and, on a Hopper GPU at head
-// dims 64 and 128, the wgmma ones (elsewhere that mode runs the mma.sync kernels again).
-const Mode kModes[] = {{"fp32", false, false, 2e-5},
-                       {"bf16 mma.sync", true, false, 1.5e-2},
-                       {"bf16 wgmma", true, true, 1.5e-2}};
+// dims 64 and 128, the wgmma ones (elsewhere that mode runs the mma.sync kernels again), their
+// backward's two kernels and, causal at head dim 64 (the only problems that mode runs), its fused
+// kernel (elsewhere the two again).
+const Mode kModes[] = {{"fp32", false, false, Bwd::split, 2e-5},
+                       {"bf16 mma.sync", true, false, Bwd::split, 1.5e-2},
+                       {"bf16 wgmma", true, true, Bwd::split, 1.5e-2},
+                       {"bf16 wgmma fused", true, true, Bwd::fused, 1.5e-2}};
 
 // Runs forward and backward for one problem and mode; `fused` puts q, k, v (and dq, dk, dv)
 // side by side in one [B*T, 3*H*dh] buffer as the model does, else each is its own tensor.
@@ -147,27 +152,30 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
   }
   const void* rope_table = rope_theta != 0 ? rope.p : nullptr;
   for (const Mode& m : kModes) {
+    if (m.backward == Bwd::fused && !(causal && dh == 64)) continue;
     INFO(std::string(m.name) << ", B " << B << " T " << T << " H " << H << " dh " << dh
                 << std::string(causal ? " causal" : " full")
                 << std::string(fused ? " fused qkv" : " separate") << " rope_theta " << rope_theta);
     const size_t qs = fused ? 3 * rs : rs;  // row stride of q, k, v, dq, dk, dv
     DeviceArray qkv(size_t(B * T) * qs * (fused ? 1 : 3), m.bf16);
     DeviceArray dqkv(qkv.n, m.bf16), o(n, m.bf16), dout(n, m.bf16);
-    DeviceArray lse(size_t(B * H * T), false), D(size_t(B * H * T), false);
+    cuda::FlashShape s{B, H, T, int64_t(dh), causal, m.bf16, m.wgmma,
+                       {int64_t(T * qs), int64_t(qs)}, {int64_t(T * rs), int64_t(rs)}, m.backward};
+    DeviceArray lse(size_t(B * H * T), false);
+    DeviceArray scratch(size_t(cuda::flash_bwd_scratch(s).floats()), false);
+    scratch.poison();
     qkv.poison();
     // Element offsets of q, k, v inside their buffer.
     const size_t off[3] = {0, fused ? rs : n, fused ? 2 * rs : 2 * n};
     for (int w = 0; w < 3; ++w) qkv.put(w == 0 ? q : w == 1 ? k : v, rs, qs, off[w]);
     dout.put(g, rs, rs, 0);
     o.poison(), dqkv.poison(), lse.poison();
-    cuda::FlashShape s{B, H, T, int64_t(dh), causal, m.bf16, m.wgmma,
-                       {int64_t(T * qs), int64_t(qs)}, {int64_t(T * rs), int64_t(rs)}};
     const size_t es = m.bf16 ? 2 : 4;
     auto ptr = [&](DeviceArray& a, size_t offset) { return static_cast<char*>(a.p) + offset * es; };
     cuda::flash_fwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p,
                     static_cast<float*>(lse.p), nullptr);
     cuda::flash_bwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p, dout.p,
-                    static_cast<float*>(lse.p), static_cast<float*>(D.p), ptr(dqkv, off[0]),
+                    static_cast<float*>(lse.p), static_cast<float*>(scratch.p), ptr(dqkv, off[0]),
                     ptr(dqkv, off[1]), ptr(dqkv, off[2]), rope_table, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
     const double e_o = rel_err(o.get(n, rs, rs, 0), ref.o);
@@ -194,7 +202,7 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
     // Deterministic: the same backward again gives the same bits.
     std::vector<char> first = dqkv.raw();
     cuda::flash_bwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p, dout.p,
-                    static_cast<float*>(lse.p), static_cast<float*>(D.p), ptr(dqkv, off[0]),
+                    static_cast<float*>(lse.p), static_cast<float*>(scratch.p), ptr(dqkv, off[0]),
                     ptr(dqkv, off[1]), ptr(dqkv, off[2]), rope_table, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
     CHECK(dqkv.raw() == first);
