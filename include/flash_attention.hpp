@@ -7,7 +7,7 @@
 //   P = exp(S - L),  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK = scale dS^T Q
 // One kernel computes dK and dV (each block owns a tile of keys), another dQ (each block owns a
 // tile of queries): every output element is written once, no atomics, results are deterministic.
-// On Hopper at head dim 64, causal, one kernel may take both (FlashShape::backward): its blocks'
+// On Hopper at head dims 64 and 128, causal, one kernel may take both (FlashShape::backward): its blocks'
 // shares of dQ are added in a fixed order, so results are deterministic there too.
 //
 // Layout: B batches x H heads, T positions, head dim dh one of kFlashHeadDims. Row t of head h of
@@ -37,9 +37,9 @@ struct FlashShape {
   struct Strides {
     int64_t batch, row;
   } qkv, o;
-  // Where the wgmma kernels run, causal, at head dim 64: the backward's dK/dV and dQ kernels side by
-  // side (split) or one kernel for all three (fused; flash_scratch.hpp); automatic: fused from
-  // kFlashFusedMinT. Elsewhere split whatever this says.
+  // Where the wgmma kernels run, causal, at head dims 64 and 128: the backward's dK/dV and dQ
+  // kernels side by side (split) or one kernel for all three (fused; flash_scratch.hpp);
+  // automatic: fused from kFlashFusedMinT. Elsewhere split whatever this says.
   enum class Backward { automatic, split, fused } backward = Backward::automatic;
 };
 

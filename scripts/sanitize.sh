@@ -7,8 +7,9 @@
 #   - attention mode with more query tiles than the GPU has SMs (4 x 40 heads at T 255 and 511,
 #     head dim 64): the persistent forward's blocks taking several items in turn, longest first
 #     and in pairs, reusing their Q buffers;
-#   - attention mode's fused backward (flash-fused: causal, head dim 64, bf16) at odd lengths up to
-#     8 query tiles a head: its blocks' ordered adds of dQ, their shared tiles of dS and dQ's pass;
+#   - attention mode's fused backward (flash-fused: causal, head dims 64 and 128, bf16) at odd
+#     lengths up to 16 query tiles a head: its blocks' ordered adds of dQ, their shared tiles of dS
+#     and dQ's pass;
 #   - a few training steps of the tiny model with a 1001-token vocabulary (an odd one, for the
 #     classifier's unaligned rows): embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, AdamW, the
 #     reductions and the matmuls; and again with AdamW's leaner state (bf16 moments, with fp32
@@ -51,7 +52,7 @@ persistent=(--set run.mode=attention --set attention.batch=4 --set attention.hea
             --set 'attention.impls=["flash"]' --set 'attention.masks=["causal", "none"]'
             --set 'attention.dtypes=["bf16"]' --set attention.warmup=0 --set attention.iters=1)
 fused_attention=(--set run.mode=attention --set attention.batch=2 --set attention.heads=3
-                 --set "attention.seq_lens=[77, 300, 1000]" --set "attention.head_dims=[64]"
+                 --set "attention.seq_lens=[77, 300, 1000]" --set "attention.head_dims=[64, 128]"
                  --set 'attention.impls=["flash-fused"]' --set 'attention.masks=["causal"]'
                  --set 'attention.dtypes=["bf16"]' --set attention.warmup=0 --set attention.iters=1)
 train=(--config configs/models/tiny.toml --set run.device=cuda --set model.vocab_size=1001

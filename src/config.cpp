@@ -289,7 +289,7 @@ std::vector<ConfigField> config_fields(Config& c) {
                  "attention mode: implementations compared (flash-mma: our FlashAttention-2 "
                  "on mma.sync, what flash runs where wgmma kernels are missing; flash-split, "
                  "flash-fused: flash with the backward's dK/dV and dQ kernels, or its fused one "
-                 "where it has one: Hopper, causal, head dim 64)"),
+                 "where it has one: Hopper, causal, head dims 64 and 128)"),
       int_field("attention", "warmup", &c.attention.warmup, 0, "attention mode: untimed runs first"),
       int_field("attention", "iters", &c.attention.iters, 1, "attention mode: timed runs (median)"),
       int_field("plan", "dp", &c.plan.dp, 1, "data-parallel ranks (replicas, or ZeRO-1 shards)"),

@@ -38,7 +38,8 @@ bool wgmma_kernels(const FlashShape& s) { return s.bf16 && s.wgmma && attn::sm90
 // The wgmma backward is the fused one (flash_sm90_bwd.cu).
 bool fused_backward(const FlashShape& s) {
   using B = FlashShape::Backward;
-  if (!wgmma_kernels(s) || !s.causal || s.dh != 64 || s.backward == B::split) return false;
+  if (!wgmma_kernels(s) || !s.causal || (s.dh != 64 && s.dh != 128) || s.backward == B::split)
+    return false;
   return s.backward == B::fused || flash_fused_bwd(s.T, s.dh, s.causal);
 }
 

@@ -60,9 +60,15 @@ template <int DH, bool Short, bool Fused = false> struct TmaDkdv {
     static constexpr size_t kBytes =
         Rings::kBytes + kStatsFloats * sizeof(float) + (Fused ? 0 : kRopeStageBytes<DH, BC>);
   };
-  // Fused: query and key tiles of kFlashFusedTile, a 64 x 64 unit of dQ a consumer.
-  static constexpr bool kFusable = BR == BC && BR == kFlashFusedTile && DH == 64 && !Short;
+  // Fused: key blocks of 128, query tiles of flash_fused_tile (as many rows as one 64 x 64 unit
+  // of dQ a consumer makes: 128 at head dim 64, 64 at 128).
+  static constexpr bool kFusable =
+      BC == 128 && BR == flash_fused_tile(DH) && BR * DH == 4096 * kGroups && !Short;
   static_assert(!Fused || kFusable, "the fused backward's tiles");
+  // Fused: the last key block that sees query tile i (the first to add to its dQ), of `blocks`.
+  static __host__ __device__ int64_t diagonal(int64_t i, int64_t blocks) {
+    return min64(blocks - 1, ((i + 1) * BR - 1) / BC);
+  }
 };
 
 template <int DH, bool Short, bool Fused>
@@ -116,14 +122,15 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
     for (int64_t i = first; i < tiles; ++i)
       Q.fill(i - first, q_map, i * BR, b, h), dO.fill(i - first, do_map, i * BR, b, h);
   };
-  // Fused: consumer g's writer adds its units of query tiles first .. tiles - 1 in their turns.
-  // Query tile i's key blocks are 0 .. i (its diagonal's is i: tiles of one size).
+  // Fused: consumer g's writer adds its units of query tiles first .. tiles - 1 in their turns
+  // (query tile i's key blocks 0 .. diagonal(i), the diagonal's first).
   auto write = [&](int g) {
     if constexpr (Fused) {
       uint32_t* last = nullptr;  // the counter of the add issued last, bumped once it completes
       for (int64_t i = first; i < tiles; ++i) {
-        const int64_t n = i - first, u = (bh * tiles + i) * G + g, chain = (i - kb) % kChains;
-        const uint32_t turn = uint32_t((i - kb) / kChains);
+        const int64_t n = i - first, u = (bh * tiles + i) * G + g;
+        const int64_t ahead = F::diagonal(i, blocks) - kb, chain = ahead % kChains;
+        const uint32_t turn = uint32_t(ahead / kChains);
         uint32_t* counter = p.dq_turns + 1 + u * kChains + chain;
         float* sums = p.dq_sums + (chain * p.dq_units + u) * 4096;
         mbar_wait(unit.bars + g, uint32_t(n) & 1);
@@ -199,12 +206,15 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
     auto dq_ready = [&](int64_t n) {
       if (Fused && n >= 1) mbar_wait(dS.bars + ((n - 1) & 1), uint32_t((n - 1) >> 1) & 1);
     };
-    // Fused: in tile n's second turn, this consumer's unit of dQ_{n-1} (its 64 queries of the
-    // tile, over the block's keys). At n = 0 a dummy on buffer 1, discarded (the turn's matmuls
+    // Fused: in tile n's second turn, this consumer's unit of dQ_{n-1} (rows 64 rm, columns 64 cn
+    // of the tile, over the block's keys). At n = 0 a dummy on buffer 1, discarded (the turn's matmuls
     // are issued without a branch between them and their wait: C7520), whose free arrival
     // ds_put(1) waits for.
     auto dq_issue = [&](int64_t n, float (&acc)[8][4]) {
-      if constexpr (Fused) wgmma_atb<BC>(acc, dS.tile((n - 1) & 1) + group * BC * 64, K.tile(0));
+      if constexpr (Fused) {
+        const int rm = group / (DH / 64), cn = group % (DH / 64);
+        wgmma_atb<BC>(acc, dS.tile((n - 1) & 1) + rm * BC * 64, K.tile(0) + cn * BC * 64);
+      }
     };
     // Fused: the unit of dQ_m into this consumer's staging, thread by thread in float4s (8 a
     // thread: the 8-column blocks of its C fragment), once the writer has read the last.
@@ -247,7 +257,8 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
       const int64_t q0 = i * BR;
       if (n > 0) turns.take();  // the first turn is begin()'s
       // A warpgroup whose keys all lie after this tile's last query gets nothing from it (and
-      // takes its turns empty; never where fused, whose tiles are of one size).
+      // takes its turns empty; fused, it computes the tile, whose dS^T rows, all masked, are the
+      // zeros the others' dQ needs).
       if (!Fused && p.causal && group_k0 > q0 + BR - 1) {
         turns.pass();
         turns.take();
@@ -335,16 +346,18 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
 
 // dQ from the fused kernel's sums: a block a 64 x 64 unit (as its consumer staged it, thread by
 // thread), its orders added in order, scaled, rotated back by RoPE where p.rope is given, rounded
-// to bf16. Query tile i has i + 1 key blocks, and so min(i + 1, kFlashFusedChains) orders.
+// to bf16. Query tile i has diagonal(i) + 1 key blocks, and so at most that many orders.
 template <int DH>
 __global__ void __launch_bounds__(128) dq_from_sums_kernel(const Params p) {
   using F = TmaDkdv<DH, false, true>;
-  const int64_t u = blockIdx.x, bh = u / (ceil_div(p.T, F::BR) * F::kGroups);
-  const int64_t i = u / F::kGroups % ceil_div(p.T, F::BR), g = u % F::kGroups;
+  const int64_t tiles = ceil_div(p.T, F::BR), u = blockIdx.x, bh = u / (tiles * F::kGroups);
+  const int64_t i = u / F::kGroups % tiles, g = u % F::kGroups;
+  const int64_t rm = g / (DH / 64), cn = g % (DH / 64);
   const int me = threadIdx.x, warp = me / 32, lane = me % 32;
   const float4* from = reinterpret_cast<const float4*>(p.dq_sums) + u * 1024 + me;
+  const int64_t orders = min64(F::diagonal(i, ceil_div(p.T, F::BC)) + 1, kFlashFusedChains);
   float acc[1][8][4];
-  for (int64_t c = 0; c < min64(i + 1, kFlashFusedChains); ++c, from += p.dq_units * 1024)
+  for (int64_t c = 0; c < orders; ++c, from += p.dq_units * 1024)
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
       const float4 x = from[n * 128];
@@ -352,8 +365,12 @@ __global__ void __launch_bounds__(128) dq_from_sums_kernel(const Params p) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[0][n][e] = c == 0 ? y[e] : acc[0][n][e] + y[e];
     }
-  const int64_t row = i * F::BR + 64 * g + 16 * warp + lane / 4;
-  store_dq<1, DH>(p, bh / p.H, bh % p.H, row, acc, lane, GlobalRope{p.rope, DH / 2});
+  const int64_t row = i * F::BR + 64 * rm + 16 * warp + lane / 4;
+  bf16* out = head<bf16>(p.dq, bh / p.H, bh % p.H, DH, p.qkv_batch) + 64 * cn;
+  float scale[1][2];
+  fill(scale, p.scale);
+  if (!p.rope) return store_rows<1, 64>(p, out, p.qkv_row, row, acc, scale, lane);
+  store_rows<1, 64>(p, out, p.qkv_row, row, acc, scale, lane, GlobalRope{p.rope + 32 * cn, DH / 2});
 }
 
 // dQ for one consumer warpgroup's queries 64 group .. + 63 of the block's tile at q0 (sQ and sdO
@@ -579,13 +596,14 @@ template <int DH> void launch_fused(const Params& p, int64_t B, cudaStream_t str
 }  // namespace
 
 void bwd_sm90(const Params& p, int64_t B, int64_t dh, bool fused, cudaStream_t s) {
-  if (fused) {
-    LMT_ASSERT(p.causal && dh == 64, "flash attention: the fused backward is causal, head dim 64");
-    if constexpr (TmaDkdv<64, false>::kFusable) return launch_fused<64>(p, B, s);
-    LMT_FATAL("flash attention: this build's dK/dV tiles at head dim 64 have no fused backward");
-  }
   Sm90HeadDims::dispatch(dh, [&](auto d) {
     constexpr int D = decltype(d)::value;
+    if (fused) {
+      LMT_ASSERT(p.causal, "flash attention: the fused backward is causal only");
+      if constexpr (TmaDkdv<D, false>::kFusable) return launch_fused<D>(p, B, s);
+      LMT_FATAL("flash attention: this build's dK/dV tiles have no fused backward at head dim " +
+                std::to_string(D));
+    }
     if constexpr (sm90_bwd_short_t(D) > 0)
       if (p.T <= sm90_bwd_short_t(D)) return launch<D, true>(p, B, s);
     launch<D, false>(p, B, s);

@@ -122,8 +122,8 @@ struct Mode {
 // fp32: fp32 rounding only. bf16: P and dS are rounded to bf16 as matmul operands (relative
 // error 2^-9 each), and every output to bf16. The mma.sync kernels and, on a Hopper GPU at head
 // dims 64 and 128, the wgmma ones (elsewhere that mode runs the mma.sync kernels again), their
-// backward's two kernels and, causal at head dim 64 (the only problems that mode runs), its fused
-// kernel (elsewhere the two again).
+// backward's two kernels and, causal at head dims 64 and 128 (the only problems that mode runs),
+// its fused kernel (elsewhere the two again).
 const Mode kModes[] = {{"fp32", false, false, Bwd::split, 2e-5},
                        {"bf16 mma.sync", true, false, Bwd::split, 1.5e-2},
                        {"bf16 wgmma", true, true, Bwd::split, 1.5e-2},
@@ -152,7 +152,7 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
   }
   const void* rope_table = rope_theta != 0 ? rope.p : nullptr;
   for (const Mode& m : kModes) {
-    if (m.backward == Bwd::fused && !(causal && dh == 64)) continue;
+    if (m.backward == Bwd::fused && !(causal && (dh == 64 || dh == 128))) continue;
     INFO(std::string(m.name) << ", B " << B << " T " << T << " H " << H << " dh " << dh
                 << std::string(causal ? " causal" : " full")
                 << std::string(fused ? " fused qkv" : " separate") << " rope_theta " << rope_theta);
