@@ -7,8 +7,8 @@
 //   P = exp(S - L),  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  dQ = scale dS K,  dK = scale dS^T Q
 // One kernel computes dK and dV (each block owns a tile of keys), another dQ (each block owns a
 // tile of queries): every output element is written once, no atomics, results are deterministic.
-// On Hopper at head dims 64 and 128, causal, one kernel may take both (FlashShape::backward): its blocks'
-// shares of dQ are added in a fixed order, so results are deterministic there too.
+// On Hopper at head dims 64 and 128, causal, one kernel may take both (FlashShape::backward): its
+// blocks' shares of dQ are added in a fixed order, so results are deterministic there too.
 //
 // Layout: B batches x H heads, T positions, head dim dh one of kFlashHeadDims. Row t of head h of
 // batch b of Q is at q + b * qkv.batch + t * qkv.row + h * dh, likewise K, V, dQ, dK, dV (so the

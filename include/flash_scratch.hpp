@@ -25,7 +25,8 @@ struct FlashBwdScratch {
                            // of the sums, and 32-bit turn counters (a ticket, one a unit and order)
   int64_t floats() const { return d + sums + turns; }
 };
-constexpr FlashBwdScratch flash_bwd_scratch(int64_t B, int64_t H, int64_t T, int64_t dh, bool fused) {
+constexpr FlashBwdScratch flash_bwd_scratch(int64_t B, int64_t H, int64_t T, int64_t dh,
+                                            bool fused) {
   const int64_t d = (B * H * T + 31) / 32 * 32;
   if (!fused) return {d, 0, 0};
   const int64_t tile = flash_fused_tile(dh), units = B * H * ((T + tile - 1) / tile) * 2;

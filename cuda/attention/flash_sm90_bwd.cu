@@ -25,21 +25,22 @@ namespace {
 // If kPingPong, the consumers take turns to issue their matmuls, two turns a tile (S^T and dP^T,
 // then dV and dK), so that one's elementwise work runs under another's matmuls.
 //
-// Fused (causal, query and key tiles of one size): the block also takes its share of each query
-// tile's dQ, dS_i K over its keys, and adds it into dQ's sums (flash_scratch.hpp) in a fixed order,
-// so that no dQ kernel recomputes S and dP. Each consumer stores its rows of dS^T (bf16, as rounded
-// for dK) into a shared tile of the block's keys x the query tile's queries (two buffers); in its
-// second turn of tile i + 1 it multiplies tile i's, read transposed as dS, by the block's K into
-// dQ's unit for its 64 of tile i's queries, and stages the unit in shared memory (fp32, 16 KiB).
-// A writer thread a consumer (the producer warpgroup's warps 1 .. kGroups) adds each staged unit
-// with a bulk reduction into the sums of the unit's order: query tile i's key blocks j = diagonal
-// .. 0 fall into kFlashFusedChains orders by (i - j) % kFlashFusedChains, each order's blocks
-// adding in turn (the first copies, so the sums need no clearing), so that consecutive adds of an
-// order come from blocks that many tiles apart. A writer waits (an acquire load) until the unit's
-// counter for its order says every block before it has added, and bumps the counter (a release)
-// once its add has completed, which it waits for only after issuing its next one. Blocks take
-// their (head, key block) from a ticket counter as they start, a head's key blocks last first, so
-// a block waits only on blocks already running.
+// Fused (causal; key blocks of 128, query tiles of flash_fused_tile): the block also takes its
+// share of each query tile's dQ, dS_i K over its keys, and adds it into dQ's sums
+// (flash_scratch.hpp) in a fixed order, so that no dQ kernel recomputes S and dP. Each consumer
+// stores its rows of dS^T (bf16, as rounded for dK) into a shared tile of the block's keys x the
+// query tile's queries (two buffers); in its second turn of tile i + 1 it multiplies tile i's,
+// read transposed as dS, by the block's K into one 64 x 64 unit of dQ_i (its 64 queries at head
+// dim 64, its 64 columns at 128), and stages the unit in shared memory (fp32, 16 KiB). A writer
+// thread a consumer (the producer warpgroup's warps 1 .. kGroups) adds each staged unit with a
+// bulk reduction into the sums of the unit's order: query tile i's key blocks j = d (its
+// diagonal's) .. 0 fall into kFlashFusedChains orders by (d - j) % kFlashFusedChains, each order's
+// blocks adding in turn (the first copies, so the sums need no clearing), so that consecutive adds
+// of an order come from blocks that many key blocks apart. A writer waits (an acquire load)
+// until the unit's counter for its order says every block before it has added, and bumps the
+// counter (a release) once its add has completed, which it waits for only after issuing its next
+// one. Blocks take their (head, key block) from a ticket counter as they start, a head's key
+// blocks last first, so a block waits only on blocks already running.
 template <int DH, bool Short, bool Fused = false> struct TmaDkdv {
   using T = Sm90DkdvTraits<DH, Short>;
   static constexpr int kGroups = T::kGroups, BC = 64 * kGroups, BR = T::kTile, kStages = T::kStages;
@@ -206,10 +207,10 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
     auto dq_ready = [&](int64_t n) {
       if (Fused && n >= 1) mbar_wait(dS.bars + ((n - 1) & 1), uint32_t((n - 1) >> 1) & 1);
     };
-    // Fused: in tile n's second turn, this consumer's unit of dQ_{n-1} (rows 64 rm, columns 64 cn
-    // of the tile, over the block's keys). At n = 0 a dummy on buffer 1, discarded (the turn's matmuls
-    // are issued without a branch between them and their wait: C7520), whose free arrival
-    // ds_put(1) waits for.
+    // Fused: in tile n's second turn, this consumer's unit of dQ_{n-1} (rows 64 rm, columns
+    // 64 cn of the tile, over the block's keys). At n = 0 a dummy on buffer 1, discarded (the
+    // turn's matmuls are issued without a branch between them and their wait: C7520), whose free
+    // arrival ds_put(1) waits for.
     auto dq_issue = [&](int64_t n, float (&acc)[8][4]) {
       if constexpr (Fused) {
         const int rm = group / (DH / 64), cn = group % (DH / 64);
@@ -222,7 +223,8 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
       if (m >= 1) mbar_wait(unit.bars + G + group, uint32_t(m - 1) & 1);
       float4* to = reinterpret_cast<float4*>(const_cast<bf16*>(unit.tile(group)));
 #pragma unroll
-      for (int c = 0; c < 8; ++c) to[c * 128 + me] = make_float4(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
+      for (int c = 0; c < 8; ++c)
+        to[c * 128 + me] = make_float4(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
       fence_async_shared();
       __syncwarp();
       mbar_arrive_if(unit.bars + group, signal);
