@@ -142,7 +142,7 @@ int run_attention(const CommandLine& cl, const Runtime& rt, const std::string& d
   printf("== lmtrain attention: batch %lld, heads %lld on %s; median of %lld after %lld warm-up ==\n",
          (long long)a.batch, (long long)a.heads, gpu.c_str(), (long long)a.iters,
          (long long)a.warmup);
-  printf("%-6s %-5s %-7s %6s %4s | %9s %9s %9s | %8s %8s %8s | %10s\n", "impl", "dtype", "mask",
+  printf("%-11s %-5s %-7s %6s %4s | %9s %9s %9s | %8s %8s %8s | %10s\n", "impl", "dtype", "mask",
          "T", "dh", "fwd ms", "bwd ms", "both ms", "fwd TF/s", "bwd TF/s", "both", "peak");
   for (const auto& dtype : a.dtypes)
     for (const auto& mask : a.masks)
@@ -155,12 +155,12 @@ int run_attention(const CommandLine& cl, const Runtime& rt, const std::string& d
             if (mask == "causal") f /= 2;
             auto tf = [](double flops, const Stats& s) { return flops / (s.median * 1e-3) / 1e12; };
             if (m.status == "ok")
-              printf("%-6s %-5s %-7s %6lld %4lld | %9.3f %9.3f %9.3f | %8.1f %8.1f %8.1f | %10s\n",
+              printf("%-11s %-5s %-7s %6lld %4lld | %9.3f %9.3f %9.3f | %8.1f %8.1f %8.1f | %10s\n",
                      impl.c_str(), dtype.c_str(), mask.c_str(), (long long)T, (long long)dh,
                      m.fwd.median, m.bwd.median, m.both.median, tf(f, m.fwd), tf(2.5 * f, m.bwd),
                      tf(3.5 * f, m.both), human_bytes(m.peak_bytes).c_str());
             else
-              printf("%-6s %-5s %-7s %6lld %4lld | %s\n", impl.c_str(), dtype.c_str(),
+              printf("%-11s %-5s %-7s %6lld %4lld | %s\n", impl.c_str(), dtype.c_str(),
                      mask.c_str(), (long long)T, (long long)dh, m.status.c_str());
             fflush(stdout);
             if (cl.csv_path.empty() || !rt.is_root()) continue;
