@@ -3,7 +3,8 @@
 // (storage and arithmetic) and bf16 (storage, tensor cores); the model's fused QKV layout and
 // separate tensors; dQ and dK rotated back by RoPE's table or not; outputs poisoned with NaN
 // first; repeated runs bit-identical. Then flash against the naive GPU path through the backend
-// (RoPE's inverse: flash's stores against the naive path's rope pass). Skipped where no GPU is
+// (RoPE's inverse: flash's stores against the naive path's rope pass), and the backend's backward
+// at T 16384 (on Hopper the fused kernel) against the two kernels. Skipped where no GPU is
 // visible.
 #include <doctest/doctest.h>
 
@@ -266,6 +267,61 @@ TEST_CASE("flash attention matches the naive GPU path through the backend" *
     const double t = p == Precision::fp32 ? 1e-5 : 1e-2;
     CHECK(rel_err(out[1], out[0]) < t);
     CHECK(rel_err(dqkv[1], dqkv[0]) < t);
+  }
+}
+
+// At T 16384 the backend's flash backward (FlashShape::backward left automatic) takes the fused
+// kernel on a Hopper GPU, its sums of dQ in the backend's workspace; it must match the backward's
+// two kernels (forced, on the same bf16 inputs, with RoPE's table). Elsewhere both run the same
+// kernels.
+TEST_CASE("flash attention: the backend's backward at T 16384 matches the two kernels" *
+          doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  const int64_t B = 1, T = 16384, H = 2, d = H * 64;
+  for (int64_t dh : {64, 128}) {
+    INFO("head dim " << dh);
+    const int64_t heads = d / dh;
+    const size_t nqkv = size_t(B * T * 3 * d), n = size_t(B * T * d);
+    auto bits = [](const Vec& x) {
+      std::vector<uint16_t> b(x.size());
+      for (size_t i = 0; i < x.size(); ++i) b[i] = to_bf16(float(x[i]));
+      return b;
+    };
+    const std::vector<uint16_t> qkv16 = bits(randn<double>(nqkv)), g16 = bits(randn<double>(n));
+    // The backend's: under bf16 its buffers hold bf16.
+    BackendArray<float> q(*gpu, nqkv, MemTag::activations), g(*gpu, n, MemTag::activations);
+    BackendArray<float> o(*gpu, n, MemTag::activations), dq(*gpu, nqkv, MemTag::activations);
+    BackendArray<float> saved(*gpu, size_t(gpu->attention_saved(B, T, heads, dh, AttentionImpl::flash)),
+                              MemTag::activations);
+    gpu->upload_bytes(q.data(), qkv16.data(), nqkv * 2);
+    gpu->upload_bytes(g.data(), g16.data(), n * 2);
+    gpu->attention_fwd(q.data(), o.data(), saved.data(), B, T, heads, dh, Precision::bf16,
+                       AttentionImpl::flash);
+    gpu->attention_bwd(q.data(), o.data(), saved.data(), g.data(), dq.data(), B, T, heads, dh,
+                       Precision::bf16, AttentionImpl::flash, 10000.0);
+    std::vector<uint16_t> fused(nqkv);
+    gpu->download_bytes(fused.data(), dq.data(), nqkv * 2);
+    // The two kernels, called directly on copies of the same inputs.
+    DeviceArray qkv(nqkv, true), dqkv(nqkv, true), out(n, true), dout(n, true);
+    DeviceArray lse(size_t(B * heads * T), false), rope(size_t(T * dh), false);
+    CUDA_CHECK(cudaMemcpy(qkv.p, qkv16.data(), nqkv * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dout.p, g16.data(), n * 2, cudaMemcpyHostToDevice));
+    const std::vector<float> table = cuda::rope_table(T, dh, 10000.0);
+    CUDA_CHECK(cudaMemcpy(rope.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+    cuda::FlashShape s{B, heads, T, dh, true, true, true, {T * 3 * d, 3 * d}, {T * d, d}, Bwd::split};
+    DeviceArray scratch(size_t(cuda::flash_bwd_scratch(s).floats()), false);
+    auto* base = static_cast<char*>(qkv.p);
+    auto* grad = static_cast<char*>(dqkv.p);
+    cuda::flash_fwd(s, base, base + 2 * d, base + 4 * d, out.p, static_cast<float*>(lse.p), nullptr);
+    cuda::flash_bwd(s, base, base + 2 * d, base + 4 * d, out.p, dout.p, static_cast<float*>(lse.p),
+                    static_cast<float*>(scratch.p), grad, grad + 2 * d, grad + 4 * d, rope.p,
+                    nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const Vec split = dqkv.get(nqkv, nqkv, nqkv, 0);
+    Vec mine(nqkv);
+    for (size_t i = 0; i < nqkv; ++i) mine[i] = double(from_bf16(fused[i]));
+    CHECK(rel_err(mine, split) < 1e-2);
+    CHECK(std::none_of(mine.begin(), mine.end(), [](double x) { return std::isnan(x); }));
   }
 }
 
