@@ -49,9 +49,10 @@ void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v,
                float* lse, cudaStream_t stream);
 // The backward's fp32 scratch for this problem on this GPU (flash_scratch.hpp).
 FlashBwdScratch flash_bwd_scratch(const FlashShape& s);
-// scratch: flash_bwd_scratch(s).floats() floats, 16-byte aligned. rope: null, or the table (cuda::rope_table) by which RoPE rotated
-// q and k after the projection: dq and dk are then the gradients of the unrotated q and k (the
-// inverse rotation applied as they are stored, in fp32 before rounding, not a pass of its own).
+// scratch: flash_bwd_scratch(s).floats() floats, 16-byte aligned. rope: null, or the table
+// (cuda::rope_table) by which RoPE rotated q and k after the projection: dq and dk are then the
+// gradients of the unrotated q and k (the inverse rotation applied as they are stored, in fp32
+// before rounding, not a pass of its own).
 void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v, const void* o,
                const void* dout, const float* lse, float* scratch, void* dq, void* dk, void* dv,
                const void* rope, cudaStream_t stream);

@@ -16,21 +16,26 @@ namespace lmt {
 // at 128; two orders faster than three or four (results/flash_tuning.md).
 inline constexpr int64_t kFlashFusedChains = 2, kFlashFusedMinT = 16384;
 constexpr int64_t flash_fused_tile(int64_t dh) { return 8192 / dh; }
+// The problems the fused kernel can take (on Hopper, under bf16), and those it takes by default.
+constexpr bool flash_fused_kernel(int64_t dh, bool causal) {
+  return causal && (dh == 64 || dh == 128);
+}
 constexpr bool flash_fused_bwd(int64_t T, int64_t dh, bool causal) {
-  return causal && (dh == 64 || dh == 128) && T >= kFlashFusedMinT;
+  return flash_fused_kernel(dh, causal) && T >= kFlashFusedMinT;
 }
 
 struct FlashBwdScratch {
-  int64_t d, sums, turns;  // floats of D (rounded up to 32: the sums start 128-byte aligned),
-                           // of the sums, and 32-bit turn counters (a ticket, one a unit and order)
-  int64_t floats() const { return d + sums + turns; }
+  int64_t d;      // floats of D (rounded up to 32: the sums start 128-byte aligned)
+  int64_t units;  // 64 x 64 units of dQ in each order's sums (0: not fused)
+  int64_t sums() const { return kFlashFusedChains * units * 4096; }  // floats
+  // 32-bit turn counters: a ticket, then one a unit and order.
+  int64_t turns() const { return units > 0 ? 1 + kFlashFusedChains * units : 0; }
+  int64_t floats() const { return d + sums() + turns(); }
 };
 constexpr FlashBwdScratch flash_bwd_scratch(int64_t B, int64_t H, int64_t T, int64_t dh,
                                             bool fused) {
-  const int64_t d = (B * H * T + 31) / 32 * 32;
-  if (!fused) return {d, 0, 0};
-  const int64_t tile = flash_fused_tile(dh), units = B * H * ((T + tile - 1) / tile) * 2;
-  return {d, kFlashFusedChains * units * 4096, 1 + kFlashFusedChains * units};
+  const int64_t tile = flash_fused_tile(dh);
+  return {(B * H * T + 31) / 32 * 32, fused ? B * H * ((T + tile - 1) / tile) * 2 : 0};
 }
 
 }  // namespace lmt

@@ -355,8 +355,8 @@ void bwd_fp32(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 // runs them (compute capability 9.0) and dh is one of theirs.
 using Sm90HeadDims = HeadDimList<64, 128>;
 void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
-// fused: one kernel for dK, dV and dQ's sums (causal, head dims 64 and 128; flash_scratch.hpp), then a
-// pass for dQ; else the dK/dV and dQ kernels side by side.
+// fused: one kernel for dK, dV and dQ's sums (causal, head dims 64 and 128; flash_scratch.hpp),
+// then a pass for dQ; else the dK/dV and dQ kernels side by side.
 void bwd_sm90(const Params& p, int64_t B, int64_t dh, bool fused, cudaStream_t s);
 bool sm90(int64_t dh);
 bool hopper();  // this process's GPU has compute capability 9.0 (the sm_90a kernels run)

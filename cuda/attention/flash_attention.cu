@@ -38,9 +38,9 @@ bool wgmma_kernels(const FlashShape& s) { return s.bf16 && s.wgmma && attn::sm90
 // The wgmma backward is the fused one (flash_sm90_bwd.cu).
 bool fused_backward(const FlashShape& s) {
   using B = FlashShape::Backward;
-  if (!wgmma_kernels(s) || !s.causal || (s.dh != 64 && s.dh != 128) || s.backward == B::split)
-    return false;
-  return s.backward == B::fused || flash_fused_bwd(s.T, s.dh, s.causal);
+  if (!wgmma_kernels(s) || s.backward == B::split) return false;
+  return s.backward == B::fused ? flash_fused_kernel(s.dh, s.causal)
+                                : flash_fused_bwd(s.T, s.dh, s.causal);
 }
 
 }  // namespace
@@ -81,8 +81,8 @@ void flash_bwd(const FlashShape& s, const void* q, const void* k, const void* v,
   const FlashBwdScratch parts = flash_bwd_scratch(s);
   p.q = q, p.k = k, p.v = v, p.o = o, p.dout = dout, p.lse = const_cast<float*>(lse), p.D = scratch;
   p.dq_sums = scratch + parts.d;
-  p.dq_turns = reinterpret_cast<uint32_t*>(p.dq_sums + parts.sums);
-  p.dq_units = parts.sums / kFlashFusedChains / 4096;
+  p.dq_turns = reinterpret_cast<uint32_t*>(p.dq_sums + parts.sums());
+  p.dq_units = parts.units;
   p.dq = dq, p.dk = dk, p.dv = dv, p.rope = static_cast<const float2*>(rope);
   if (!s.bf16) {
     attn::bwd_rowsum<float>(p, s.B, s.dh, stream);
