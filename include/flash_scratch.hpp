@@ -11,10 +11,11 @@ namespace lmt {
 // fixed orders (key block j of query tile i with diagonal block d in order (d - j) %
 // kFlashFusedChains), each order's sums [B, H, T rounded up to a query tile, dh] in fp32, added in
 // order by a last pass. A query tile holds two 64 x 64 units of dQ (flash_fused_tile rows). Chosen
-// by default from kFlashFusedMinT (flash_fused_bwd): on an H100 level with the two kernels at
-// T 8192, about 20 % slower at 4096, and at 16384 and 32768 12-14 % faster at head dim 64, 0-4 %
-// at 128; two orders faster than three or four (results/flash_tuning.md).
-inline constexpr int64_t kFlashFusedChains = 2, kFlashFusedMinT = 16384;
+// by default from kFlashFusedMinT (flash_fused_bwd): on an H200 the backward 3-9 % faster than the
+// two kernels at T 8192, 11 % slower at 4096 (head dim 64; level at 128), 12-14 % faster at
+// 16384 and 32768 (head dim 64), 2-7 % (128); two orders faster than three or four
+// (results/flash_tuning.md).
+inline constexpr int64_t kFlashFusedChains = 2, kFlashFusedMinT = 8192;
 constexpr int64_t flash_fused_tile(int64_t dh) { return 8192 / dh; }
 // The problems the fused kernel can take (on Hopper, under bf16), and those it takes by default.
 constexpr bool flash_fused_kernel(int64_t dh, bool causal) {

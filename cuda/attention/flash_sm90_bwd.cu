@@ -101,6 +101,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
     return rope_stage(F::Smem::kRest + F::Smem::kStatsFloats * sizeof(float));
   };
   __shared__ uint32_t ticket;  // fused: the block's place in the order blocks start in
+  if constexpr (Fused) allow_dependents();  // dQ's pass, on the SMs the last blocks leave idle
   init_barriers([&] {
     K.init(1), V.init(1), Q.init(4 * G), dO.init(4 * G);
     if constexpr (Fused) {
@@ -122,6 +123,13 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
     V.fill(0, v_map, k0, b, h);
     for (int64_t i = first; i < tiles; ++i)
       Q.fill(i - first, q_map, i * BR, b, h), dO.fill(i - first, do_map, i * BR, b, h);
+  };
+  // Fused: an add, complete, announced. Key blocks 0 .. kChains - 1 add their orders' last
+  // (every unit's), which dQ's pass reads with plain loads: their bulk writes are first made
+  // visible to those (a proxy fence).
+  auto announce = [&](uint32_t* counter) {
+    if (kb < kChains) fence_async_global();
+    add_release(counter, 1);
   };
   // Fused: consumer g's writer adds its units of query tiles first .. tiles - 1 in their turns
   // (query tile i's key blocks 0 .. diagonal(i), the diagonal's first).
@@ -147,12 +155,12 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
         mbar_arrive_if(unit.bars + G + g, true);
         if (last) {
           bulk_wait<1>();
-          add_release(last, 1);
+          announce(last);
         }
         last = counter;
       }
       bulk_wait<0>();
-      add_release(last, 1);
+      announce(last);
     }
   };
   auto consume = [&](int group) {
@@ -346,33 +354,56 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
 #endif
 }
 
-// dQ from the fused kernel's sums: a block a 64 x 64 unit (as its consumer staged it, thread by
+// dQ from the fused kernel's sums: a 64 x 64 unit at a time (as its consumer staged it, thread by
 // thread), its orders added in order, scaled, rotated back by RoPE where p.rope is given, rounded
-// to bf16. Query tile i has diagonal(i) + 1 key blocks, and so at most that many orders.
+// to bf16. Query tile i has diagonal(i) + 1 key blocks, and so at most that many orders. Launched
+// as the fused kernel's programmatic dependent: its blocks start once every fused block has, on
+// the SMs that the last fused blocks leave idle, and take units in order (a head's units are done
+// once its key blocks 0 and 1 are: heads end in the order their tickets were taken), a block
+// every gridDim.x-th, each unit once its orders' counters say every add to it has completed.
+// Before the blocks end they wait for the fused kernel to end, so that what follows in the
+// stream sees its dK and dV as well.
 template <int DH>
 __global__ void __launch_bounds__(128) dq_from_sums_kernel(const Params p) {
+#ifdef LMT_SM90_DEVICE_CODE
   using F = TmaDkdv<DH, false, true>;
-  const int64_t tiles = ceil_div(p.T, F::BR), u = blockIdx.x, bh = u / (tiles * F::kGroups);
-  const int64_t i = u / F::kGroups % tiles, g = u % F::kGroups;
-  const int64_t rm = g / (DH / 64), cn = g % (DH / 64);
+  const int64_t tiles = ceil_div(p.T, F::BR), blocks = ceil_div(p.T, F::BC);
   const int me = threadIdx.x, warp = me / 32, lane = me % 32;
-  const float4* from = reinterpret_cast<const float4*>(p.dq_sums) + u * 1024 + me;
-  const int64_t orders = min64(F::diagonal(i, ceil_div(p.T, F::BC)) + 1, kFlashFusedChains);
-  float acc[1][8][4];
-  for (int64_t c = 0; c < orders; ++c, from += p.dq_units * 1024)
+  for (int64_t u = blockIdx.x; u < p.dq_units; u += gridDim.x) {
+    const int64_t bh = u / (tiles * F::kGroups), i = u / F::kGroups % tiles, g = u % F::kGroups;
+    const int64_t rm = g / (DH / 64), cn = g % (DH / 64), last = F::diagonal(i, blocks);
+    const int64_t orders = min64(last + 1, kFlashFusedChains);
+    if (me == 0)
+      for (int64_t c = 0; c < orders; ++c) {
+        const uint32_t adds = uint32_t((last - c) / kFlashFusedChains + 1);
+        while (load_acquire(p.dq_turns + 1 + u * kFlashFusedChains + c) != adds) {
+        }
+      }
+    __syncthreads();
+    const float4* from = reinterpret_cast<const float4*>(p.dq_sums) + u * 1024 + me;
+    float acc[1][8][4];
+    for (int64_t c = 0; c < orders; ++c, from += p.dq_units * 1024)
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const float4 x = from[n * 128];
-      const float y[4] = {x.x, x.y, x.z, x.w};
+      for (int n = 0; n < 8; ++n) {
+        const float4 x = from[n * 128];
+        const float y[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[0][n][e] = c == 0 ? y[e] : acc[0][n][e] + y[e];
-    }
-  const int64_t row = i * F::BR + 64 * rm + 16 * warp + lane / 4;
-  bf16* out = head<bf16>(p.dq, bh / p.H, bh % p.H, DH, p.qkv_batch) + 64 * cn;
-  float scale[1][2];
-  fill(scale, p.scale);
-  if (!p.rope) return store_rows<1, 64>(p, out, p.qkv_row, row, acc, scale, lane);
-  store_rows<1, 64>(p, out, p.qkv_row, row, acc, scale, lane, GlobalRope{p.rope + 32 * cn, DH / 2});
+        for (int e = 0; e < 4; ++e) acc[0][n][e] = c == 0 ? y[e] : acc[0][n][e] + y[e];
+      }
+    const int64_t row = i * F::BR + 64 * rm + 16 * warp + lane / 4;
+    bf16* out = head<bf16>(p.dq, bh / p.H, bh % p.H, DH, p.qkv_batch) + 64 * cn;
+    float scale[1][2];
+    fill(scale, p.scale);
+    if (!p.rope)
+      store_rows<1, 64>(p, out, p.qkv_row, row, acc, scale, lane);
+    else
+      store_rows<1, 64>(p, out, p.qkv_row, row, acc, scale, lane,
+                        GlobalRope{p.rope + 32 * cn, DH / 2});
+  }
+  grid_dependency_wait();
+#else
+  __trap();  // launched only where sm90() holds
+#endif
 }
 
 // dQ for one consumer warpgroup's queries 64 group .. + 63 of the block's tile at q0 (sQ and sdO
@@ -591,8 +622,18 @@ template <int DH> void launch_fused(const Params& p, int64_t B, cudaStream_t str
       p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR), o_map(p, B, DH, p.dout, K::BR),
       qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC), qkv_map(p, B, DH, p.dk, 64),
       qkv_map(p, B, DH, p.dv, 64));
-  dq_from_sums_kernel<DH><<<unsigned(p.dq_units), 128, 0, stream>>>(p);
-  CUDA_LAUNCH_CHECK();
+  // dQ's pass: four blocks an SM (as many as its registers hold, 96 a thread, five) read the sums
+  // at full bandwidth once the fused kernel has ended.
+  cudaLaunchAttribute dependent{};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(min64(p.dq_units, 4 * int64_t(sm_count()))));
+  config.blockDim = dim3(128);
+  config.stream = stream;
+  config.attrs = &dependent;
+  config.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, dq_from_sums_kernel<DH>, p));
 }
 
 }  // namespace

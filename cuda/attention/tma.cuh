@@ -123,6 +123,17 @@ __device__ __forceinline__ void add_release(uint32_t* p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
+// Programmatic dependent launch (sm90): a kernel launched after this one with
+// cudaLaunchAttributeProgrammaticStreamSerialization starts once every block of this one has
+// called allow_dependents (or ended), rather than once this one has ended; grid_dependency_wait
+// returns once the kernel before has ended and its writes are visible.
+__device__ __forceinline__ void allow_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void grid_dependency_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
 // Named barriers: ids 0 .. kNamedBarriers - 1, 0 being __syncthreads'. `threads` arrivals complete
 // one; sync waits for it, arrive does not. The ids this code uses are NamedBarrier's.
 constexpr int kNamedBarriers = 16;
