@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Markdown table of attention, ours vs PyTorch, from the two attention CSVs (the latest row per
 implementation and shape), with the ratio of our flash to SDPA's flash and cuDNN backends. A column
-for each implementation with rows in the CSVs, in IMPLS's order.
+for each implementation with rows in the CSVs, in IMPLS's order; a section per GPU (a shape under
+the GPU of our latest row of it).
 
     scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md
 """
@@ -41,32 +42,41 @@ def main(ours_csv, torch_csv):
     ours, torch = latest(ours_csv, "lmtrain "), latest(torch_csv, "torch ")
     present = {i for rows in (*ours.values(), *torch.values()) for i in rows}
     impls = [i for i in IMPLS if i in present]
-    first = next(iter(next(iter(ours.values())).values()))
-    tfirst = next(iter(next(iter(torch.values())).values()))
 
     def span(rows, col):
-        ds = sorted({r[col][:10] for by_impl in rows.values() for r in by_impl.values()})
+        ds = sorted({r[col][:10] for r in rows})
         return ds[0] if len(ds) == 1 else f"{ds[0]} to {ds[-1]}"
 
-    print(f"Attention, ours vs PyTorch {tfirst['torch']} on one {first['device_name']} "
-          f"(lmtrain rows {span(ours, 'date_utc')}, torch rows {span(torch, 'date')}); medians of "
-          f"{first['attention.iters']} runs after {first['attention.warmup']} warm-up; "
-          "`scripts/attention_vs_torch.sh`.\n")
-    for col, title in (("fwd_bwd_ms", "forward + backward, ms"), ("fwd_ms", "forward, ms"),
-                       ("bwd_ms", "backward, ms")):
-        print(f"### {title}\n")
-        print("| dtype | mask | B×H | T | dh | " + " | ".join(impls) +
-              " | SDPA-flash / ours | cuDNN / ours |")
-        print("|" + "---|" * (5 + len(impls) + 2))
-        for key in sorted(set(ours) | set(torch)):
-            rows = {**ours.get(key, {}), **torch.get(key, {})}
-            dtype, mask, b, h, t, dh = key
-            cells = [cell(rows.get(i), col) for i in impls]
-            mine = rows.get("lmtrain flash")
-            print(f"| {dtype} | {mask} | {b}×{h} | {t} | {dh} | " + " | ".join(cells) +
-                  f" | {ratio(mine, rows.get('torch sdpa-flash'), col)}"
-                  f" | {ratio(mine, rows.get('torch sdpa-cudnn'), col)} |")
-        print()
+    # A section per GPU: a shape's rows (the latest of each implementation) under the GPU that
+    # our latest row of it ran on, in the order the GPUs first appear.
+    keys = sorted(set(ours) | set(torch))
+    gpu = {k: next(iter(ours[k].values()))["device_name"] if k in ours else "" for k in keys}
+    gpus = list(dict.fromkeys(gpu[k] for k in keys if k in ours))
+    for g in gpus:
+        mine = [k for k in keys if gpu[k] == g]
+        lm = [r for k in mine for r in ours[k].values()]
+        tr = [r for k in mine for r in torch.get(k, {}).values()]
+        first = lm[0]
+        print(f"## {g}\n")
+        print(f"Attention, ours vs PyTorch {tr[0]['torch'] if tr else '(none)'} on one {g} "
+              f"(lmtrain rows {span(lm, 'date_utc')}" + (f", torch rows {span(tr, 'date')}" if tr else "") +
+              f"); medians of {first['attention.iters']} runs after {first['attention.warmup']} warm-up; "
+              "`scripts/attention_vs_torch.sh`.\n")
+        for col, title in (("fwd_bwd_ms", "forward + backward, ms"), ("fwd_ms", "forward, ms"),
+                           ("bwd_ms", "backward, ms")):
+            print(f"### {title}\n")
+            print("| dtype | mask | B×H | T | dh | " + " | ".join(impls) +
+                  " | SDPA-flash / ours | cuDNN / ours |")
+            print("|" + "---|" * (5 + len(impls) + 2))
+            for key in mine:
+                rows = {**ours.get(key, {}), **torch.get(key, {})}
+                dtype, mask, b, h, t, dh = key
+                cells = [cell(rows.get(i), col) for i in impls]
+                flash = rows.get("lmtrain flash")
+                print(f"| {dtype} | {mask} | {b}×{h} | {t} | {dh} | " + " | ".join(cells) +
+                      f" | {ratio(flash, rows.get('torch sdpa-flash'), col)}"
+                      f" | {ratio(flash, rows.get('torch sdpa-cudnn'), col)} |")
+            print()
     print("A ratio above 1× means our flash is faster. TFLOP/s and peak memory per row are in the CSVs.")
 
 
