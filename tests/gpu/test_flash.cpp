@@ -272,10 +272,11 @@ TEST_CASE("flash attention matches the naive GPU path through the backend" *
 
 // At T 16384 the backend's flash backward (FlashShape::backward left automatic) takes the fused
 // kernel on a Hopper GPU, its sums of dQ in the backend's workspace; it must match the backward's
-// two kernels (forced, on the same bf16 inputs, with RoPE's table). Elsewhere both run the same
-// kernels.
-TEST_CASE("flash attention: the backend's backward at T 16384 matches the two kernels" *
-          doctest::skip(gpu_count() == 0)) {
+// two kernels (forced, on the same bf16 inputs, with RoPE's table), and give the same bits again
+// recorded as a CUDA graph (there dQ's last pass is the fused kernel's programmatic dependent)
+// and replayed into poisoned gradients. Elsewhere both run the same kernels.
+TEST_CASE("flash attention: the backend's backward at T 16384 matches the two kernels, and "
+          "replays as a CUDA graph bit for bit" * doctest::skip(gpu_count() == 0)) {
   auto gpu = make_cuda_backend();
   const int64_t B = 1, T = 16384, H = 2, d = H * 64;
   for (int64_t dh : {64, 128}) {
@@ -299,8 +300,18 @@ TEST_CASE("flash attention: the backend's backward at T 16384 matches the two ke
                        AttentionImpl::flash);
     gpu->attention_bwd(q.data(), o.data(), saved.data(), g.data(), dq.data(), B, T, heads, dh,
                        Precision::bf16, AttentionImpl::flash, 10000.0);
-    std::vector<uint16_t> fused(nqkv);
+    std::vector<uint16_t> fused(nqkv), replayed(nqkv);
     gpu->download_bytes(fused.data(), dq.data(), nqkv * 2);
+    const auto replay = gpu->capture([&] {
+      gpu->attention_bwd(q.data(), o.data(), saved.data(), g.data(), dq.data(), B, T, heads, dh,
+                         Precision::bf16, AttentionImpl::flash, 10000.0);
+    });
+    REQUIRE(replay);
+    const std::vector<uint16_t> poison(nqkv, 0xffff);  // bf16 NaN
+    gpu->upload_bytes(dq.data(), poison.data(), nqkv * 2);
+    replay->run();
+    gpu->download_bytes(replayed.data(), dq.data(), nqkv * 2);
+    CHECK(replayed == fused);
     // The two kernels, called directly on copies of the same inputs.
     DeviceArray qkv(nqkv, true), dqkv(nqkv, true), out(n, true), dout(n, true);
     DeviceArray lse(size_t(B * heads * T), false), rope(size_t(T * dh), false);
