@@ -2,7 +2,7 @@
 """Markdown table of attention, ours vs PyTorch, from the two attention CSVs (the latest row per
 implementation and shape), with the ratio of our flash to SDPA's flash and cuDNN backends. A column
 for each implementation with rows in the CSVs, in IMPLS's order; a section per GPU (a shape under
-the GPU of our latest row of it).
+the GPU of its latest row, ours where it has one).
 
     scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md
 """
@@ -48,19 +48,24 @@ def main(ours_csv, torch_csv):
         return ds[0] if len(ds) == 1 else f"{ds[0]} to {ds[-1]}"
 
     # A section per GPU: a shape's rows (the latest of each implementation) under the GPU that
-    # our latest row of it ran on, in the order the GPUs first appear.
+    # its latest row ran on (ours where it has one), in the order the GPUs first appear.
     keys = sorted(set(ours) | set(torch))
-    gpu = {k: next(iter(ours[k].values()))["device_name"] if k in ours else "" for k in keys}
-    gpus = list(dict.fromkeys(gpu[k] for k in keys if k in ours))
-    for g in gpus:
-        mine = [k for k in keys if gpu[k] == g]
-        lm = [r for k in mine for r in ours[k].values()]
+
+    def gpu(k):
+        if k in ours:
+            return max(ours[k].values(), key=lambda r: r["date_utc"])["device_name"]
+        return max(torch[k].values(), key=lambda r: r["date"])["gpu_name"]
+
+    where = {k: gpu(k) for k in keys}
+    for g in dict.fromkeys(where.values()):
+        mine = [k for k in keys if where[k] == g]
+        lm = [r for k in mine for r in ours.get(k, {}).values()]
         tr = [r for k in mine for r in torch.get(k, {}).values()]
-        first = lm[0]
+        runs = [(r["attention.iters"], r["attention.warmup"]) for r in lm] + [(r["iters"], r["warmup"]) for r in tr]
         print(f"## {g}\n")
-        print(f"Attention, ours vs PyTorch {tr[0]['torch'] if tr else '(none)'} on one {g} "
-              f"(lmtrain rows {span(lm, 'date_utc')}" + (f", torch rows {span(tr, 'date')}" if tr else "") +
-              f"); medians of {first['attention.iters']} runs after {first['attention.warmup']} warm-up; "
+        print(f"Attention, ours vs PyTorch {tr[0]['torch'] if tr else '(none)'} on one {g} ("
+              + ", ".join([f"lmtrain rows {span(lm, 'date_utc')}"] * bool(lm) + [f"torch rows {span(tr, 'date')}"] * bool(tr))
+              + f"); medians of {runs[0][0]} runs after {runs[0][1]} warm-up; "
               "`scripts/attention_vs_torch.sh`.\n")
         for col, title in (("fwd_bwd_ms", "forward + backward, ms"), ("fwd_ms", "forward, ms"),
                            ("bwd_ms", "backward, ms")):
