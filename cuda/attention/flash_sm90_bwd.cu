@@ -70,6 +70,13 @@ template <int DH, bool Short, bool Fused = false> struct TmaDkdv {
   static __host__ __device__ int64_t diagonal(int64_t i, int64_t blocks) {
     return min64(blocks - 1, ((i + 1) * BR - 1) / BC);
   }
+  // Fused: unit u's sums in order c and its turn counter there (flash_scratch.hpp's layout).
+  static __device__ float* sums(const Params& p, int64_t u, int64_t c) {
+    return p.dq_sums + (c * p.dq_units + u) * 4096;
+  }
+  static __device__ uint32_t* counter(const Params& p, int64_t u, int64_t c) {
+    return p.dq_turns + 1 + u * kFlashFusedChains + c;
+  }
 };
 
 template <int DH, bool Short, bool Fused>
@@ -140,8 +147,8 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
         const int64_t n = i - first, u = (bh * tiles + i) * G + g;
         const int64_t ahead = F::diagonal(i, blocks) - kb, chain = ahead % kChains;
         const uint32_t turn = uint32_t(ahead / kChains);
-        uint32_t* counter = p.dq_turns + 1 + u * kChains + chain;
-        float* sums = p.dq_sums + (chain * p.dq_units + u) * 4096;
+        uint32_t* counter = F::counter(p, u, chain);
+        float* sums = F::sums(p, u, chain);
         mbar_wait(unit.bars + g, uint32_t(n) & 1);
         if (turn > 0) {
           while (load_acquire(counter) != turn) {
@@ -376,13 +383,13 @@ __global__ void __launch_bounds__(128) dq_from_sums_kernel(const Params p) {
     if (me == 0)
       for (int64_t c = 0; c < orders; ++c) {
         const uint32_t adds = uint32_t((last - c) / kFlashFusedChains + 1);
-        while (load_acquire(p.dq_turns + 1 + u * kFlashFusedChains + c) != adds) {
+        while (load_acquire(F::counter(p, u, c)) != adds) {
         }
       }
     __syncthreads();
-    const float4* from = reinterpret_cast<const float4*>(p.dq_sums) + u * 1024 + me;
     float acc[1][8][4];
-    for (int64_t c = 0; c < orders; ++c, from += p.dq_units * 1024)
+    for (int64_t c = 0; c < orders; ++c) {
+      const float4* from = reinterpret_cast<const float4*>(F::sums(p, u, c)) + me;
 #pragma unroll
       for (int n = 0; n < 8; ++n) {
         const float4 x = from[n * 128];
@@ -390,6 +397,7 @@ __global__ void __launch_bounds__(128) dq_from_sums_kernel(const Params p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[0][n][e] = c == 0 ? y[e] : acc[0][n][e] + y[e];
       }
+    }
     const int64_t row = i * F::BR + 64 * rm + 16 * warp + lane / 4;
     bf16* out = head<bf16>(p.dq, bh / p.H, bh % p.H, DH, p.qkv_batch) + 64 * cn;
     float scale[1][2];
@@ -622,8 +630,8 @@ template <int DH> void launch_fused(const Params& p, int64_t B, cudaStream_t str
       p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR), o_map(p, B, DH, p.dout, K::BR),
       qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC), qkv_map(p, B, DH, p.dk, 64),
       qkv_map(p, B, DH, p.dv, 64));
-  // dQ's pass: four blocks an SM (as many as its registers hold, 96 a thread, five) read the sums
-  // at full bandwidth once the fused kernel has ended.
+  // dQ's pass: four blocks an SM (its registers, 94 a thread, would let five fit) read the sums at
+  // full bandwidth once the fused kernel has ended.
   cudaLaunchAttribute dependent{};
   dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   dependent.val.programmaticStreamSerializationAllowed = 1;
