@@ -248,13 +248,49 @@ template <auto Kernel> void allow_smem(size_t bytes) {
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// Launches Kernel(p, more...) on a grid of row tiles (`rows` of T each) x B * H heads.
-template <auto Kernel, typename... More>
+// Programmatic dependent launch (sm90; no-ops on earlier GPUs): a kernel launched after this one
+// as its dependent (launch_kernel, `dependent`) starts once every block of this one has called
+// allow_dependents (or ended), rather than once this one has ended; grid_dependency_wait returns
+// once the kernel before has ended and its writes are visible (at once where the kernel was not
+// launched as a dependent). A dependent reads nothing the kernel before writes, and writes nothing,
+// until it has waited.
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Launches kernel(args...) on s; `dependent`: as the programmatic dependent of the kernel before
+// it on s (above).
+template <typename... KernelArgs, typename... Args>
+void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, int threads, size_t smem,
+                   cudaStream_t s, bool dependent, const Args&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = dependent;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem;
+  config.stream = s;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args...));
+}
+
+// Launches Kernel(p, more...) on a grid of row tiles (`rows` of T each) x B * H heads; Dependent:
+// as the kernel before's dependent (launch_kernel).
+template <auto Kernel, bool Dependent = false, typename... More>
 void launch_tiles(const Params& p, int64_t B, int rows, int threads, size_t smem, cudaStream_t s,
                   const More&... more) {
   allow_smem<Kernel>(smem);
-  Kernel<<<dim3(unsigned(ceil_div(p.T, rows)), unsigned(B * p.H)), threads, smem, s>>>(p, more...);
-  CUDA_LAUNCH_CHECK();
+  launch_kernel(Kernel, dim3(unsigned(ceil_div(p.T, rows)), unsigned(B * p.H)), threads, smem, s,
+                Dependent, p, more...);
 }
 
 // Element (b, h, row 0, column 0) of a tensor with the given strides.

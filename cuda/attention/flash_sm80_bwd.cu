@@ -42,6 +42,7 @@ __device__ inline float dot16(uint4 x, uint4 y, float) {
 // one token's neighbouring heads, contiguous memory; 32-bit index maths (rows < 2^31).
 template <typename E, int G>
 __global__ void flash_bwd_rowsum_kernel(const Params p, int rows, int dh) {
+  allow_dependents();  // the Hopper dK/dV kernel's blocks may start (flash_sm90_bwd.cu)
   const int r = int((blockIdx.x * blockDim.x + threadIdx.x) / G), lane = int(threadIdx.x % G);
   const int H = int(p.H), T = int(p.T), h = r % H, t = r / H % T, b = r / H / T;
   float acc = 0;

@@ -171,6 +171,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
     }
   };
   auto consume = [&](int group) {
+    grid_dependency_wait();  // not fused: D, from the pass before (launch)
     const int me = threadIdx.x % 128, warp = me / 32, lane = threadIdx.x % 32;
     const bool signal = lane == 0;  // one arrival per warp frees a buffer
     const int64_t group_k0 = k0 + 64 * group, warp_k0 = group_k0 + 16 * warp,
@@ -597,12 +598,16 @@ const Beside& beside() {
   return b;
 }
 
+// The dK/dV kernel is D's pass's programmatic dependent (flash.cuh): its blocks start, and their
+// producers copy tiles, as the pass's last blocks run; its consumers wait for the pass to end
+// before they read D. Its producers read only what the kernels before the pass wrote, which
+// ended before the pass began (the pass is no one's dependent).
 template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   const Beside& b = beside();
   CUDA_CHECK(cudaEventRecord(b.fork, stream));
   CUDA_CHECK(cudaStreamWaitEvent(b.stream, b.fork, 0));
   using K = TmaDkdv<DH, Short>;
-  launch_specialized<dkdv_tma_kernel<DH, Short, false>, K>(
+  launch_specialized<dkdv_tma_kernel<DH, Short, false>, K, true>(
       p, B, K::BC, stream, qkv_map(p, B, DH, p.q, K::BR), o_map(p, B, DH, p.dout, K::BR),
       qkv_map(p, B, DH, p.k, K::BC), qkv_map(p, B, DH, p.v, K::BC), qkv_map(p, B, DH, p.dk, 64),
       qkv_map(p, B, DH, p.dv, 64));
@@ -632,16 +637,8 @@ template <int DH> void launch_fused(const Params& p, int64_t B, cudaStream_t str
       qkv_map(p, B, DH, p.dv, 64));
   // dQ's pass: four blocks an SM (its registers, 94 a thread, would let five fit) read the sums at
   // full bandwidth once the fused kernel has ended.
-  cudaLaunchAttribute dependent{};
-  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  dependent.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(min64(p.dq_units, 4 * int64_t(sm_count()))));
-  config.blockDim = dim3(128);
-  config.stream = stream;
-  config.attrs = &dependent;
-  config.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&config, dq_from_sums_kernel<DH>, p));
+  launch_kernel(dq_from_sums_kernel<DH>, dim3(unsigned(min64(p.dq_units, 4 * int64_t(sm_count())))),
+                128, 0, stream, true, p);
 }
 
 }  // namespace

@@ -123,17 +123,6 @@ __device__ __forceinline__ void add_release(uint32_t* p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
-// Programmatic dependent launch (sm90): a kernel launched after this one with
-// cudaLaunchAttributeProgrammaticStreamSerialization starts once every block of this one has
-// called allow_dependents (or ended), rather than once this one has ended; grid_dependency_wait
-// returns once the kernel before has ended and its writes are visible.
-__device__ __forceinline__ void allow_dependents() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-__device__ __forceinline__ void grid_dependency_wait() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-
 // Named barriers: ids 0 .. kNamedBarriers - 1, 0 being __syncthreads'. `threads` arrivals complete
 // one; sync waits for it, arrive does not. The ids this code uses are NamedBarrier's.
 constexpr int kNamedBarriers = 16;
@@ -365,10 +354,10 @@ inline CUtensorMap o_map(const Params& p, int64_t B, int64_t dh, const void* x, 
 }
 
 // Host: launches a warp-specialized Kernel(p, maps...) (F: its kGroups consumer warpgroups and
-// its SmemRings, Smem) on row tiles of `rows`.
-template <auto Kernel, typename F, typename... Maps>
+// its SmemRings, Smem) on row tiles of `rows`, as launch_tiles does (Dependent too).
+template <auto Kernel, typename F, bool Dependent = false, typename... Maps>
 void launch_specialized(const Params& p, int64_t B, int rows, cudaStream_t s, const Maps&... maps) {
-  launch_tiles<Kernel>(p, B, rows, 128 * (F::kGroups + 1), F::Smem::kBytes, s, maps...);
+  launch_tiles<Kernel, Dependent>(p, B, rows, 128 * (F::kGroups + 1), F::Smem::kBytes, s, maps...);
 }
 
 // A kernel's work by items: `tiles` row tiles of each of `heads` (B * H) heads. Persistent, a
