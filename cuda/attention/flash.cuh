@@ -313,12 +313,13 @@ __device__ __forceinline__ int64_t query_tile(const Params& p) {
 
 // A persistent kernel's (tma.cuh's Work) query tile of rank k among a head's `tiles`: causal,
 // the longest (the last) first.
-__device__ __forceinline__ int64_t query_tile(const Params& p, int64_t tiles, int64_t k) {
+__host__ __device__ __forceinline__ int64_t query_tile(const Params& p, int64_t tiles, int64_t k) {
   return p.causal ? tiles - 1 - k : k;
 }
 
 // Key tiles of `tile` rows that queries q0 .. q0 + rows - 1 see.
-__device__ __forceinline__ int64_t key_tiles(const Params& p, int64_t q0, int rows, int tile) {
+__host__ __device__ __forceinline__ int64_t key_tiles(const Params& p, int64_t q0, int rows,
+                                                     int tile) {
   const int64_t all = ceil_div(p.T, tile);
   if (!p.causal) return all;
   const int64_t last = (q0 + rows - 1) / tile + 1;

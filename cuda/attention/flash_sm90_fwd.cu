@@ -180,7 +180,11 @@ void launch(const Params& p, int64_t B, const Work& work, cudaStream_t stream) {
       qkv_map(p, B, DH, p.v, F::BC), o_map(p, B, DH, p.out, 64));
 }
 template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream_t stream) {
-  const Work work = make_work(int(B * p.H), int(ceil_div(p.T, TmaFwd<DH, Short>::BR)));
+  using F = TmaFwd<DH, Short>;
+  const int64_t tiles = ceil_div(p.T, F::BR);
+  const Work work = make_work(int(B * p.H), int(tiles), [&](int k) {
+    return key_tiles(p, query_tile(p, tiles, k) * F::BR, F::BR, F::BC);
+  });
   if constexpr (Short)
     if (work.pairs) return launch<DH, Short, true>(p, B, work, stream);
   launch<DH, Short, false>(p, B, work, stream);

@@ -378,16 +378,37 @@ void launch_specialized(const Params& p, int64_t B, int rows, cudaStream_t s, co
 //   two pairs a block (kPairsPerBlock), pairs leave many blocks with the largest total, all of
 //   them still at work at the end (at xl's B 4, H 25, T 512: 200 pairs, 132 blocks, pairs'
 //   forward 18 % longer in the model than longest first dealt in order; results/flash_tuning.md).
+//   Where the items do not divide evenly, `tail` blocks (the last) may instead take one item more
+//   than the others, all from the shortest end, round-robin, the others the snake's q rounds:
+//   at xl's 4 x 512, 132 blocks of 400 items left 4 blocks with four (8 key tiles) where the
+//   others had three (7 or 8), and each item costs about two key tiles' time (make_work).
 // Else a block an item, a head's items consecutive (they share its tiles in L2), as launch_tiles
 // orders them.
 struct Work {
   int heads, tiles;
-  bool pairs;  // persistent: the first order above (the kernel's instance for it)
+  bool pairs;    // persistent: the first order above (the kernel's instance for it)
+  int tail = 0;  // longest first: the blocks that take the shortest items (0: none)
   // A head's pairs (the middle item one of them where tiles is odd), and the units in all.
   __host__ __device__ int head_pairs() const { return (tiles + 1) / 2; }
   int64_t units() const { return int64_t(heads) * (pairs ? head_pairs() : tiles); }
 };
 constexpr int kPairsPerBlock = 2;
+// Longest first: block `block` of `blocks`' items, the n-th i = item(n) (i % heads its head,
+// i / heads its rank; -1 past its last): base + n stride, plus flip for odd n (the snake's reversed
+// rounds).
+struct LongestFirst {
+  int base, stride, flip, end;
+  __host__ __device__ int item(int n) const {
+    const int i = base + n * stride + (n & 1) * flip;
+    return i < end ? i : -1;
+  }
+};
+__host__ __device__ inline LongestFirst longest_first(const Work& w, int block, int blocks) {
+  const int items = w.heads * w.tiles, snake = blocks - w.tail;
+  const int snaked = w.tail ? items - w.tail * (items / blocks + 1) : items;  // the snake's items
+  if (block >= snake) return {snaked + block - snake, w.tail, 0, items};
+  return {block, snake, snake - 1 - 2 * block, snaked};
+}
 // f(bh, k) for this block's items in order (Pairs: work.pairs's order, a kernel of its own). f, a
 // consumer's whole item, is called from one place: each call site is a copy of its code, and
 // copies cost instruction-cache misses (a loop calling it twice a pair, and once more for the
@@ -405,21 +426,41 @@ __device__ __forceinline__ void for_each_item(const Work& w, F&& f) {
       f(u / pairs, k);
     }
   } else if constexpr (Persistent) {
-    const int items = w.heads * w.tiles, round = gridDim.x;
+    const LongestFirst mine = longest_first(w, int(blockIdx.x), int(gridDim.x));
 #pragma unroll 1
-    for (int r0 = 0; r0 < items; r0 += round) {
-      const int i = r0 + (r0 / round % 2 ? round - 1 - int(blockIdx.x) : int(blockIdx.x));
-      if (i < items) f(i % w.heads, i / w.heads);
+    for (int n = 0;; ++n) {
+      const int i = mine.item(n);
+      if (i < 0) break;
+      f(i % w.heads, i / w.heads);
     }
   } else {
     f(int(blockIdx.x) / w.tiles, int(blockIdx.x) % w.tiles);
   }
 }
-// Host: work's items, with the order that suits their number (persistent kernels).
-inline Work make_work(int heads, int tiles) {
+// Host: work's items, with the order that suits their number (persistent kernels). Longest
+// first, with the tail deal where it leaves the longest block shorter by the short-T forward's
+// fit (results/flash_tuning.md: on an H100 about 1.17 us an SM a key tile, 2.26 an item);
+// key_tiles(k): the key tiles of an item of rank k.
+template <typename KeyTiles> Work make_work(int heads, int tiles, KeyTiles&& key_tiles) {
+  constexpr double kKeyTileUs = 1.17, kItemUs = 2.26;
   Work w{heads, tiles, true};
   w.pairs = w.units() >= kPairsPerBlock * sm_count();
-  return w;
+  if (w.pairs) return w;
+  const int blocks = int(min64(w.units(), sm_count()));
+  auto longest = [&](const Work& d) {
+    double worst = 0;
+    for (int b = 0; b < blocks; ++b) {
+      const LongestFirst mine = longest_first(d, b, blocks);
+      double t = 0;
+      for (int n = 0, i; (i = mine.item(n)) >= 0; ++n)
+        t += kKeyTileUs * double(key_tiles(i / heads)) + kItemUs;
+      worst = t > worst ? t : worst;
+    }
+    return worst;
+  };
+  Work tail = w;
+  tail.tail = heads * tiles % blocks;
+  return tail.tail && longest(tail) < longest(w) ? tail : w;
 }
 // Host: launches Kernel(p, work, maps...) as launch_specialized does, on work's items: persistent,
 // a block per SM (one fits), fewer if there are fewer units; else a block per item.

@@ -346,7 +346,8 @@ TEST_CASE("flash attention: 150 heads, more tiles than SMs, match fp64" *
 
 // Fewer pairs of query tiles than two per SM, more tiles than SMs (on an H100: 400 tiles, 200
 // pairs, 132 SMs): the persistent forward deals the tiles longest first in rounds, every other
-// round reversed (tma.cuh's Work); two batches of 50 heads.
+// round reversed (tma.cuh's Work); causal, the 4 blocks that take a fourth tile take the 16
+// shortest (Work::tail); two batches of 50 heads.
 TEST_CASE("flash attention: 2 x 50 heads at T 511, items dealt longest first, match fp64" *
           doctest::skip(gpu_count() == 0)) {
   for (bool causal : {true, false}) check_problem(2, 511, 50, 64, causal, true, 10000.0);
