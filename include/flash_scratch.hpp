@@ -11,7 +11,7 @@ namespace lmt {
 // fixed orders (key block j of query tile i with diagonal block d in order (d - j) %
 // kFlashFusedChains), each order's sums [B, H, T rounded up to a query tile, dh] in fp32, added in
 // order by a last pass. A query tile holds two 64 x 64 units of dQ (flash_fused_tile rows). Chosen
-// by default from kFlashFusedMinT (flash_fused_bwd): on an H200 the backward 3-9 % faster than the
+// by default from kFlashFusedMinT (flash_fused_bwd): on an H200 the backward 2-9 % faster than the
 // two kernels at T 8192, 11 % slower at 4096 (head dim 64; level at 128), 12-14 % faster at
 // 16384 and 32768 (head dim 64), 2-7 % (128); two orders faster than three or four
 // (results/flash_tuning.md).

@@ -61,11 +61,13 @@ def main(ours_csv, torch_csv):
         mine = [k for k in keys if where[k] == g]
         lm = [r for k in mine for r in ours.get(k, {}).values()]
         tr = [r for k in mine for r in torch.get(k, {}).values()]
-        runs = [(r["attention.iters"], r["attention.warmup"]) for r in lm] + [(r["iters"], r["warmup"]) for r in tr]
+        iters, warmup = ((lm[0]["attention.iters"], lm[0]["attention.warmup"]) if lm
+                         else (tr[0]["iters"], tr[0]["warmup"]))
+        sources = ([f"lmtrain rows {span(lm, 'date_utc')}"] if lm else []) + \
+                  ([f"torch rows {span(tr, 'date')}"] if tr else [])
         print(f"## {g}\n")
-        print(f"Attention, ours vs PyTorch {tr[0]['torch'] if tr else '(none)'} on one {g} ("
-              + ", ".join([f"lmtrain rows {span(lm, 'date_utc')}"] * bool(lm) + [f"torch rows {span(tr, 'date')}"] * bool(tr))
-              + f"); medians of {runs[0][0]} runs after {runs[0][1]} warm-up; "
+        print(f"Attention, ours vs PyTorch {tr[0]['torch'] if tr else '(none)'} on one {g} "
+              f"({', '.join(sources)}); medians of {iters} runs after {warmup} warm-up; "
               "`scripts/attention_vs_torch.sh`.\n")
         for col, title in (("fwd_bwd_ms", "forward + backward, ms"), ("fwd_ms", "forward, ms"),
                            ("bwd_ms", "backward, ms")):

@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
     }
   };
   auto consume = [&](int group) {
-    grid_dependency_wait();  // not fused: D, from the pass before (launch)
+    grid_dependency_wait();  // D, from the pass before (launch); fused: returns at once
     const int me = threadIdx.x % 128, warp = me / 32, lane = threadIdx.x % 32;
     const bool signal = lane == 0;  // one arrival per warp frees a buffer
     const int64_t group_k0 = k0 + 64 * group, warp_k0 = group_k0 + 16 * warp,

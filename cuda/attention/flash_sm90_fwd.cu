@@ -181,13 +181,16 @@ void launch(const Params& p, int64_t B, const Work& work, cudaStream_t stream) {
 }
 template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream_t stream) {
   using F = TmaFwd<DH, Short>;
-  const int64_t tiles = ceil_div(p.T, F::BR);
-  const Work work = make_work(int(B * p.H), int(tiles), [&](int k) {
-    return key_tiles(p, query_tile(p, tiles, k) * F::BR, F::BR, F::BC);
-  });
-  if constexpr (Short)
-    if (work.pairs) return launch<DH, Short, true>(p, B, work, stream);
-  launch<DH, Short, false>(p, B, work, stream);
+  const int heads = int(B * p.H), tiles = int(ceil_div(p.T, F::BR));
+  if constexpr (!Short) {  // a block an item: no order to choose
+    launch<DH, false, false>(p, B, Work{heads, tiles, false}, stream);
+  } else {
+    const Work work = make_work(heads, tiles, [&](int k) {
+      return key_tiles(p, query_tile(p, tiles, k) * F::BR, F::BR, F::BC);
+    });
+    if (work.pairs) return launch<DH, true, true>(p, B, work, stream);
+    launch<DH, true, false>(p, B, work, stream);
+  }
 }
 
 }  // namespace
