@@ -4,24 +4,24 @@
 For each candidate of one kernel, a copy of build/ is rebuilt with that kernel's table entry
 replaced (EXTRA_NVCCFLAGS=-DLMT_FLASH_<KERNEL>_..., sm_90a only; only the kernel's own object is
 recompiled; candidates build in parallel) and its attention mode times flash on the grid. The
-mma.sync kernels (fwd, dkdv, dq: run by flash-mma) take (warps per block, row tiles of 16 per
-warp, streamed tile); the Hopper wgmma kernels (sm90_fwd, sm90_fwd_short, sm90_dkdv, sm90_dq: run
-by flash on an H100 or H200) take (warpgroups per block, streamed tile), written to the CSV as
-warps = 4 x warpgroups, row_tiles = 1 (the computing warpgroups: each has one more, the TMA
-producer), and the backward's short-T entries (sm90_dkdv_short, sm90_dq_short) a third value,
-the blocks an SM (the CSV's blocks; 1 for the other Hopper entries, empty for mma.sync).
-sm90_fwd_short is the persistent forward's entry, which runs at T up to sm90_short_t
-(flash.cuh) and only there, sm90_fwd the forward's entry past it, and likewise the backward's
+mma.sync kernels (fwd, dkdv, dq: run by flash-mma) take (warps per block, row tiles of 16 per warp,
+streamed tile); the Hopper wgmma kernels (sm90_fwd, sm90_fwd_short, sm90_fwd_shortest, sm90_dkdv,
+sm90_dq: run by flash on an H100 or H200) take (warpgroups per block, streamed tile), written to
+the CSV as warps = 4 x warpgroups, row_tiles = 1 (the computing warpgroups: each has one more, the
+TMA producer), and the short-T entries with blocks of their own (sm90_fwd_shortest,
+sm90_dkdv_short, sm90_dq_short) a third value, the blocks an SM (the CSV's blocks; 1 for the other
+Hopper entries, empty for mma.sync). sm90_fwd_shortest and sm90_fwd_short are the persistent
+forward's entries, which run at T up to sm90_fwd_shortest_t and past it up to sm90_short_t
+(flash.cuh) and only there, sm90_fwd the forward's entry past those, and likewise the backward's
 with sm90_bwd_short_t: time each at its lengths, the short ones with enough heads to fill the GPU
-(--batch, --heads). Rows go to
-results/flash_tuning.csv; the best candidate per kernel and head dim is printed (forward time
-for the forward kernels, backward time for the others: the backward runs both of its kernels,
-the other one fixed at its table entry). The tables themselves live in
+(--batch, --heads). Rows go to results/flash_tuning.csv; the best candidate per kernel and head dim
+is printed (forward time for the forward kernels, backward time for the others: the backward runs
+both of its kernels, the other one fixed at its table entry). The tables themselves live in
 cuda/attention/flash.cuh, the timings behind them in results/flash_tuning.md.
 
     make -j all && dev/tune_flash.py [--kernels sm90_dkdv sm90_dq] [--head-dims 64 128]
         [--seq-lens 8192 16384] [--batch 1] [--heads 16] [--jobs 8] [--test] [--timeout 120]
-    dev/tune_flash.py --kernels sm90_fwd_short --head-dims 64 --seq-lens 512 1024 \
+    dev/tune_flash.py --kernels sm90_fwd_short --head-dims 64 --seq-lens 1024 2048 \
         --batch 16 --heads 12
 """
 import argparse
@@ -39,6 +39,7 @@ CANDIDATES = {
     "dq": [(4, 2, 64), (4, 1, 64), (4, 2, 32), (8, 1, 64)],
     "sm90_fwd": [(2, 128), (2, 64), (3, 64), (3, 128)],
     "sm90_fwd_short": [(2, 128), (2, 64), (3, 64), (3, 128)],
+    "sm90_fwd_shortest": [(1, 128, 2), (2, 128, 1), (1, 64, 2)],
     "sm90_dkdv": [(2, 64), (1, 64), (2, 128), (3, 64)],
     "sm90_dq": [(2, 64), (1, 64), (3, 64)],
     "sm90_dkdv_short": [(1, 128, 2), (1, 64, 2), (2, 128, 1)],
@@ -47,6 +48,7 @@ CANDIDATES = {
 # The object each kernel's table entry is compiled into, and the impl that runs it.
 SOURCE = {"fwd": "flash_sm80_fwd", "dkdv": "flash_sm80_bwd", "dq": "flash_sm80_bwd",
           "sm90_fwd": "flash_sm90_fwd", "sm90_fwd_short": "flash_sm90_fwd",
+          "sm90_fwd_shortest": "flash_sm90_fwd",
           "sm90_dkdv": "flash_sm90_bwd", "sm90_dq": "flash_sm90_bwd",
           "sm90_dkdv_short": "flash_sm90_bwd", "sm90_dq_short": "flash_sm90_bwd"}
 

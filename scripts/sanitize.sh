@@ -4,9 +4,10 @@
 # synccheck (barriers misused) and initcheck (reads of device memory nothing wrote). Each runs
 #   - attention mode at odd sequence lengths, every FlashAttention head dim, flash and flash-mma
 #     (the mma.sync kernels) and naive, causal and not, bf16 and fp32: every attention kernel;
-#   - attention mode with more query tiles than the GPU has SMs (4 x 40 heads at T 255 and 511,
-#     head dim 64): the persistent forward's blocks taking several items in turn, longest first
-#     and in pairs, reusing their Q buffers;
+#   - attention mode with more query tiles than the GPU has SMs (4 x 40 heads at T 255, 511 and
+#     1023, head dim 64): the persistent forward's blocks (items of 64 queries, two blocks an SM,
+#     up to T 512; of 128 past it) taking several items in turn, longest first and in pairs,
+#     reusing their Q buffers;
 #   - attention mode's fused backward (flash-fused: causal, head dims 64 and 128, bf16) at odd
 #     lengths up to 16 query tiles a head: its blocks' ordered adds of dQ, their shared tiles of dS
 #     and dQ's pass;
@@ -48,7 +49,7 @@ attention=(--set run.mode=attention --set attention.batch=1 --set attention.head
 attention_racecheck=("${attention[@]}" --set "attention.seq_lens=[77]"
                     --set 'attention.impls=["flash", "flash-mma"]')
 persistent=(--set run.mode=attention --set attention.batch=4 --set attention.heads=40
-            --set "attention.seq_lens=[255, 511]" --set "attention.head_dims=[64]"
+            --set "attention.seq_lens=[255, 511, 1023]" --set "attention.head_dims=[64]"
             --set 'attention.impls=["flash"]' --set 'attention.masks=["causal", "none"]'
             --set 'attention.dtypes=["bf16"]' --set attention.warmup=0 --set attention.iters=1)
 fused_attention=(--set run.mode=attention --set attention.batch=2 --set attention.heads=3

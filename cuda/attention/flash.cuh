@@ -134,6 +134,25 @@ constexpr Sm90Tiles sm90_fwd_short_tiles([[maybe_unused]] int dh) {
   return {2, 128};  // (3, 128) spills once persistent: 25% longer; (2, 64): 3-18% longer
 #endif
 }
+// The shortest (T up to sm90_fwd_shortest_t) take the persistent forward with an entry of their
+// own: blocks of one consumer, two an SM, so that one block's items start and end (its Q and
+// first key tiles awaited, its last P V, its O stored) under the other's matmuls, where the two
+// consumers of sm90_fwd_short_tiles share each item and start and end it together.
+constexpr int64_t sm90_fwd_shortest_t([[maybe_unused]] int dh) {
+#ifdef LMT_FLASH_SM90_FWD_SHORTEST_T  // a tuning build
+  return LMT_FLASH_SM90_FWD_SHORTEST_T;
+#else
+  return dh >= 128 ? 0 : 512;  // 3-9% faster at T 512, 0.5-3.5% slower from 1024 to 4096
+#endif
+}
+constexpr Sm90Tiles sm90_fwd_shortest_tiles([[maybe_unused]] int dh) {
+#ifdef LMT_FLASH_SM90_FWD_SHORTEST_GROUPS  // a tuning build
+  return {LMT_FLASH_SM90_FWD_SHORTEST_GROUPS, LMT_FLASH_SM90_FWD_SHORTEST_TILE,
+          LMT_FLASH_SM90_FWD_SHORTEST_BLOCKS};
+#else
+  return {1, 128, 2};
+#endif
+}
 // The backward at short T (up to sm90_bwd_short_t) has tile entries of its own: blocks of one
 // consumer warpgroup, two an SM, so that one block's start and end (its barriers, first copies and
 // last stores) run under the other's matmuls; a block of two consumers takes all of an SM's

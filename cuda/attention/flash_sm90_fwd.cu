@@ -83,24 +83,33 @@ __device__ __forceinline__ void fwd_rows(const Params& p, const CUtensorMap& o_m
 }
 
 // Warpgroup 0 produces (TMA: each item's Q, then its K_t and V_t in order), warpgroups 1 ..
-// kGroups consume (tma.cuh). Short: a persistent block (sm90_short_t), its own tiles, and two Q
-// buffers, so that the next item's Q arrives under this one's last tiles; Pairs: its items in
-// pairs (tma.cuh's Work), else longest first.
-template <int DH, bool Short> struct TmaFwd {
-  static constexpr Sm90Tiles kTiles = Short ? sm90_fwd_short_tiles(DH) : sm90_fwd_tiles(DH);
+// kGroups consume (tma.cuh). Upto: the lengths the kernel takes, its entry in flash.cuh's tables;
+// up to sm90_short_t (or sm90_fwd_shortest_t) a persistent block (Short), kBlocks an SM, with
+// its own tiles and two Q buffers, so that the next item's Q arrives under this one's last tiles;
+// 0: past them, a block an item. Pairs: a persistent block's items in pairs (tma.cuh's Work),
+// else longest first.
+template <int DH, int Upto> struct TmaFwd {
+  static constexpr bool kShort = Upto > 0;
+  static constexpr Sm90Tiles kTiles = !kShort ? sm90_fwd_tiles(DH)
+                                      : Upto <= sm90_fwd_shortest_t(DH)
+                                          ? sm90_fwd_shortest_tiles(DH)
+                                          : sm90_fwd_short_tiles(DH);
   static constexpr int kGroups = kTiles.groups, BR = 64 * kGroups, BC = kTiles.tile;
-  using QRing = Ring<Short ? 2 : 1, BR, DH>;
+  static constexpr int kBlocks = kTiles.blocks;
+  using QRing = Ring<kShort ? 2 : 1, BR, DH>;
   using KVRing = Ring<Sm90FwdTraits<DH>::kStages, BC, DH>;
   using Smem = SmemRings<QRing, KVRing, KVRing>;
 };
 
-template <int DH, bool Short, bool Pairs>
-__global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
+template <int DH, int Upto, bool Pairs>
+__global__ void __launch_bounds__(128 * (TmaFwd<DH, Upto>::kGroups + 1),
+                                  TmaFwd<DH, Upto>::kBlocks)
     fwd_tma_kernel(const Params p, const Work work, const __grid_constant__ CUtensorMap q_map,
                    const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map,
                    const __grid_constant__ CUtensorMap o_map) {
 #ifdef LMT_SM90_DEVICE_CODE
-  using F = TmaFwd<DH, Short>;
+  using F = TmaFwd<DH, Upto>;
+  constexpr bool Short = F::kShort;
   constexpr int BR = F::BR, BC = F::BC, G = F::kGroups;
   typename F::Smem smem;
   const auto Q = smem.template next<typename F::QRing>();
@@ -166,30 +175,30 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Short>::kGroups + 1), 1)
     if (Short && storer) tma_store_wait_read();  // the last item's
     turns.end();
   };
-  specialize<G>(produce, consume);
+  specialize<G, F::kBlocks>(produce, consume);
 #else
   __trap();  // launched only where sm90() holds
 #endif
 }
 
-template <int DH, bool Short, bool Pairs>
+template <int DH, int Upto, bool Pairs>
 void launch(const Params& p, int64_t B, const Work& work, cudaStream_t stream) {
-  using F = TmaFwd<DH, Short>;
-  launch_items<fwd_tma_kernel<DH, Short, Pairs>, F, Short>(
+  using F = TmaFwd<DH, Upto>;
+  launch_items<fwd_tma_kernel<DH, Upto, Pairs>, F, F::kShort>(
       p, work, stream, qkv_map(p, B, DH, p.q, F::BR), qkv_map(p, B, DH, p.k, F::BC),
       qkv_map(p, B, DH, p.v, F::BC), o_map(p, B, DH, p.out, 64));
 }
-template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream_t stream) {
-  using F = TmaFwd<DH, Short>;
+template <int DH, int Upto> void launch(const Params& p, int64_t B, cudaStream_t stream) {
+  using F = TmaFwd<DH, Upto>;
   const int heads = int(B * p.H), tiles = int(ceil_div(p.T, F::BR));
-  if constexpr (!Short) {  // a block an item: no order to choose
-    launch<DH, false, false>(p, B, Work{heads, tiles, false}, stream);
+  if constexpr (!F::kShort) {  // a block an item: no order to choose
+    launch<DH, Upto, false>(p, B, Work{heads, tiles, false}, stream);
   } else {
-    const Work work = make_work(heads, tiles, [&](int k) {
+    const Work work = make_work(heads, tiles, F::kBlocks, [&](int k) {
       return key_tiles(p, query_tile(p, tiles, k) * F::BR, F::BR, F::BC);
     });
-    if (work.pairs) return launch<DH, true, true>(p, B, work, stream);
-    launch<DH, true, false>(p, B, work, stream);
+    if (work.pairs) return launch<DH, Upto, true>(p, B, work, stream);
+    launch<DH, Upto, false>(p, B, work, stream);
   }
 }
 
@@ -198,9 +207,12 @@ template <int DH, bool Short> void launch(const Params& p, int64_t B, cudaStream
 void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
   Sm90HeadDims::dispatch(dh, [&](auto d) {
     constexpr int D = decltype(d)::value;
-    if constexpr (sm90_short_t(D) > 0)
-      if (p.T <= sm90_short_t(D)) return launch<D, true>(p, B, s);
-    launch<D, false>(p, B, s);
+    constexpr int kShortest = int(sm90_fwd_shortest_t(D)), kShort = int(sm90_short_t(D));
+    if constexpr (kShortest > 0)
+      if (p.T <= kShortest) return launch<D, kShortest>(p, B, s);
+    if constexpr (kShort > 0)
+      if (p.T <= kShort) return launch<D, kShort>(p, B, s);
+    launch<D, 0>(p, B, s);
   });
 }
 

@@ -360,9 +360,9 @@ void launch_specialized(const Params& p, int64_t B, int rows, cudaStream_t s, co
   launch_tiles<Kernel, Dependent>(p, B, rows, 128 * (F::kGroups + 1), F::Smem::kBytes, s, maps...);
 }
 
-// A kernel's work by items: `tiles` row tiles of each of `heads` (B * H) heads. Persistent, a
-// block per SM takes units of one of two orders, and a block's next item's copies run under its
-// current one's last tiles:
+// A kernel's work by items: `tiles` row tiles of each of `heads` (B * H) heads. Persistent, the
+// blocks (one or two an SM, all at once) take units of one of two orders, and a block's next
+// item's copies run under its current one's last tiles:
 // - pairs: head after head, a unit being the items of rank k and tiles - 1 - k of one head (the
 //   k-th longest and the k-th shortest when causal masking makes them differ; the kernel decides
 //   which tiles those are; the middle item alone where tiles is odd), a block taking every
@@ -372,7 +372,8 @@ void launch_specialized(const Params& p, int64_t B, int rows, cudaStream_t s, co
 // - longest first: an item a unit, every head's item of rank k before any of rank k + 1, dealt
 //   to the blocks in rounds of gridDim.x, every other round in reverse (a snake), so that a block
 //   that took one of a round's longest takes one of the next round's shortest. At xl's B 4, H 25,
-//   T 512 (400 items of 1-4 key tiles, 132 blocks; the mean 7.6 key tiles a block) no block then
+//   T 512 in items of 128 queries (400 items of 1-4 key tiles, 132 blocks; the mean 7.6 key tiles
+//   a block; flash.cuh's sm90_fwd_short_tiles, which took that shape before) no block then
 //   takes more than 8, where every round dealt in order gave 4 blocks 10 and 32 blocks 9; at B 1,
 //   H 16, T 4096 the largest total is the mean, 64, where it was 80. Where there are fewer than
 //   two pairs a block (kPairsPerBlock), pairs leave many blocks with the largest total, all of
@@ -380,8 +381,9 @@ void launch_specialized(const Params& p, int64_t B, int rows, cudaStream_t s, co
 //   forward 18 % longer in the model than longest first dealt in order; results/flash_tuning.md).
 //   Where the items do not divide evenly, `tail` blocks (the last) may instead take one item more
 //   than the others, all from the shortest end, round-robin, the others the snake's q rounds:
-//   at xl's 4 x 512, 132 blocks of 400 items left 4 blocks with four (8 key tiles) where the
-//   others had three (7 or 8), and each item costs about two key tiles' time (make_work).
+//   at xl's 4 x 512 in items of 128 queries, 132 blocks of 400 items left 4 blocks with four (8
+//   key tiles) where the others had three (7 or 8), and each item costs about two key tiles'
+//   time (make_work).
 // Else a block an item, a head's items consecutive (they share its tiles in L2), as launch_tiles
 // orders them.
 struct Work {
@@ -439,14 +441,16 @@ __device__ __forceinline__ void for_each_item(const Work& w, F&& f) {
 }
 // Host: work's items, with the order that suits their number (persistent kernels). Longest
 // first, with the tail deal where it leaves the longest block shorter by the short-T forward's
-// fit (results/flash_tuning.md: on an H100 about 1.17 us an SM a key tile, 2.26 an item);
-// key_tiles(k): the key tiles of an item of rank k.
-template <typename KeyTiles> Work make_work(int heads, int tiles, KeyTiles&& key_tiles) {
+// fit (results/flash_tuning.md: on an H100 about 1.17 us an SM a key tile, 2.26 an item, fitted
+// to blocks of two consumers, one an SM, and taken for the shortest entry's too); per_sm: the
+// kernel's blocks an SM; key_tiles(k): the key tiles of an item of rank k.
+template <typename KeyTiles>
+Work make_work(int heads, int tiles, int per_sm, KeyTiles&& key_tiles) {
   constexpr double kKeyTileUs = 1.17, kItemUs = 2.26;
   Work w{heads, tiles, true};
-  w.pairs = w.units() >= kPairsPerBlock * sm_count();
+  w.pairs = w.units() >= kPairsPerBlock * per_sm * sm_count();
   if (w.pairs) return w;
-  const int blocks = int(min64(w.units(), sm_count()));
+  const int blocks = int(min64(w.units(), per_sm * sm_count()));
   auto longest = [&](const Work& d) {
     double worst = 0;
     for (int b = 0; b < blocks; ++b) {
@@ -463,12 +467,12 @@ template <typename KeyTiles> Work make_work(int heads, int tiles, KeyTiles&& key
   return tail.tail && longest(tail) < longest(w) ? tail : w;
 }
 // Host: launches Kernel(p, work, maps...) as launch_specialized does, on work's items: persistent,
-// a block per SM (one fits), fewer if there are fewer units; else a block per item.
+// F::kBlocks blocks an SM (as many fit), fewer if there are fewer units; else a block per item.
 template <auto Kernel, typename F, bool Persistent, typename... Maps>
 void launch_items(const Params& p, const Work& work, cudaStream_t s, const Maps&... maps) {
   allow_smem<Kernel>(F::Smem::kBytes);
-  const int64_t blocks =
-      Persistent ? min64(work.units(), sm_count()) : int64_t(work.heads) * work.tiles;
+  const int64_t blocks = Persistent ? min64(work.units(), F::kBlocks * int64_t(sm_count()))
+                                    : int64_t(work.heads) * work.tiles;
   Kernel<<<unsigned(blocks), 128 * (F::kGroups + 1), F::Smem::kBytes, s>>>(p, work, maps...);
   CUDA_LAUNCH_CHECK();
 }
