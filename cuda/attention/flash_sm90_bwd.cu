@@ -196,9 +196,20 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
       }
       bar_sync(barrier, 128);
     };
+    // Fused: this warp's shared stores made visible to the async proxy (wgmma, bulk copies) and
+    // announced on `bar`. Each tile's stores (dS^T rows, a staged unit) are published a while
+    // after they are issued, once matmuls are in flight: the fence waits for the stores to
+    // complete, which right after the unit's stores took 7 % of the warps' stall samples
+    // (publishing later: the backward 2-4 % faster; results/flash_tuning.md).
+    auto publish = [&](uint64_t* bar) {
+      fence_async_shared();
+      __syncwarp();
+      mbar_arrive_if(bar, signal);
+    };
     // Fused: tile n's dS^T rows (A fragments, keys x queries) into dS buffer n % 2 once the
     // buffer's dQ matmul of tile n - 2 (n = 1: the dummy's, below) is done: 16-byte chunks
     // swizzled as TMA's tiles (wgmma.cuh), a key row's chunks XOR its row % 8 (lane / 4 here).
+    // Published (ds_publish) once the tile's second-turn matmuls are issued.
     auto ds_put = [&](int64_t n, const uint32_t (&a)[BR / 16][4]) {
       if constexpr (Fused) {
         const int buf = int(n & 1);
@@ -214,10 +225,10 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
             *reinterpret_cast<uint32_t*>(at + r * 64) = a[ks][2 * hi];
             *reinterpret_cast<uint32_t*>(at + (r + 8) * 64) = a[ks][2 * hi + 1];
           }
-        fence_async_shared();
-        __syncwarp();
-        mbar_arrive_if(dS.bars + buf, signal);
       }
+    };
+    auto ds_publish = [&](int64_t n) {
+      if constexpr (Fused) publish(dS.bars + (n & 1));
     };
     // Fused: before tile n's second turn, tile n - 1's dS whole (every consumer's rows).
     auto dq_ready = [&](int64_t n) {
@@ -234,17 +245,17 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
       }
     };
     // Fused: the unit of dQ_m into this consumer's staging, thread by thread in float4s (8 a
-    // thread: the 8-column blocks of its C fragment), once the writer has read the last.
+    // thread: the 8-column blocks of its C fragment), once the writer has read the last (which
+    // needs it published). Published (unit_publish) once the next tile's first-turn matmuls are
+    // issued, or after the last tile.
     auto stage_dq = [&](int64_t m, const float (&acc)[8][4]) {
       if (m >= 1) mbar_wait(unit.bars + G + group, uint32_t(m - 1) & 1);
       float4* to = reinterpret_cast<float4*>(const_cast<bf16*>(unit.tile(group)));
 #pragma unroll
       for (int c = 0; c < 8; ++c)
         to[c * 128 + me] = make_float4(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
-      fence_async_shared();
-      __syncwarp();
-      mbar_arrive_if(unit.bars + group, signal);
     };
+    auto unit_publish = [&] { publish(unit.bars + group); };
     auto dq_done = [&](int64_t n, float (&acc)[8][4]) {
       if constexpr (Fused) {
         fence_regs(acc);
@@ -293,6 +304,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
         wgmma_abt<BR, DH, BC>(ds[0], sV, 64 * group, g_t);
         wgmma_commit();
         turns.pass();
+        if (Fused && n >= 2) unit_publish();  // dQ_{n-2}'s, staged in tile n - 1
         wgmma_wait<1>();
         fence_regs(s[0]);
         if constexpr (decltype(mask)::value)
@@ -313,6 +325,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
         dq_issue(n, dq);                    // fused: dQ_{n-1}'s unit
         wgmma_commit();
         turns.pass();
+        ds_publish(n);
         wgmma_wait<0>();
         fence_regs(dv[0]);
         fence_regs(dk[0]);
@@ -331,6 +344,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
     if constexpr (Fused) {  // the last tile's unit; then no consumer reads K again
       const int64_t n = tiles - first;
       float dq[8][4];
+      if (n >= 2) unit_publish();  // dQ_{n-2}'s, staged in the last tile
       dq_ready(n);
       wgmma_fence();
       dq_issue(n, dq);
@@ -338,6 +352,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
       wgmma_wait<0>();
       fence_regs(dq);
       stage_dq(n - 1, dq);
+      unit_publish();
       bar_sync(kConsumersBarrier, 128 * G);
     }
     // dK and dV leave as dq_rows's dQ does: through the warpgroup's rows of the K and V tiles
