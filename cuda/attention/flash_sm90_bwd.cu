@@ -255,7 +255,9 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
       for (int c = 0; c < 8; ++c)
         to[c * 128 + me] = make_float4(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);
     };
-    auto unit_publish = [&] { publish(unit.bars + group); };
+    auto unit_publish = [&] {
+      if constexpr (Fused) publish(unit.bars + group);
+    };
     auto dq_done = [&](int64_t n, float (&acc)[8][4]) {
       if constexpr (Fused) {
         fence_regs(acc);
@@ -304,7 +306,7 @@ __global__ void __launch_bounds__(128 * (TmaDkdv<DH, Short, Fused>::kGroups + 1)
         wgmma_abt<BR, DH, BC>(ds[0], sV, 64 * group, g_t);
         wgmma_commit();
         turns.pass();
-        if (Fused && n >= 2) unit_publish();  // dQ_{n-2}'s, staged in tile n - 1
+        if (n >= 2) unit_publish();  // fused: dQ_{n-2}'s, staged in tile n - 1
         wgmma_wait<1>();
         fence_regs(s[0]);
         if constexpr (decltype(mask)::value)
