@@ -177,10 +177,14 @@ job=${job%%;*}
 has_loss() { grep -q '| loss' "$out2"; }
 wait_for "$timeout_s" "job $job training" has_loss
 scancel --batch --signal=USR1 "$job" || fail "scancel --signal=USR1 $job"
-# Slurm holds a requeued job for a few minutes (Reason=BeginTime): release it now.
+# Slurm holds a requeued job for a few minutes (Reason=BeginTime): release it, but not within the
+# second of the requeue. slurmd revokes the first run's credential as it ends it, in whole seconds,
+# and a credential made in that same second counts as revoked: the relaunch is refused ("Job
+# credential revoked") and the job ends (seen once here, the release 30 ms after the requeue).
 requeued() { grep -q "restart 1" "$out2"; }
 held() { requeued || scontrol show job "$job" | grep -q "JobState=PENDING.*Reason=BeginTime"; }
 wait_for "$timeout_s" "job $job requeued" held
+sleep 2
 requeued || scontrol update JobId="$job" StartTime=now || fail "scontrol update JobId=$job StartTime=now"
 wait_for "$timeout_s" "job $job requeued and restarted" requeued
 wait_done "$job"
