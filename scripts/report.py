@@ -911,7 +911,8 @@ def b_mpi_vs_nccl(data):
 
 # ---- DDP ---------------------------------------------------------------------------------------------
 
-DDP_CMD = "scripts/sweep_ddp.sh"
+DDP_CMD = ('MPIRUN="mpirun -q --bind-to none -x NCCL_NVLS_ENABLE=0" TIMEOUT=120 '
+           'scripts/sweep_ddp.sh')
 
 
 DDP_X4_CMD = ('NP=4 BUCKETS_MB="10 100 1000" CSV=results/ddp_x4.csv '
@@ -1142,16 +1143,22 @@ def b_xxl_min(data):
             f"and {rows[0]['min_fsdp']} counting also one gathered block")
 
 
-# ---- the DDP timeline (CPU) ---------------------------------------------------------------------------
+# ---- the DDP timelines (CPU, GPUs) ---------------------------------------------------------------------
+
+def timeline_source(data, suffix, command):
+    """The timelines' device and date (the naive run's), the command, and their files."""
+    d, t, _ = data.provenance(f"timeline_naive{suffix}.json")
+    return source(d, t, command, [f"timeline_{s}{suffix}.{e}" for s in ("naive", "overlap")
+                                  for e in ("json", "png")]).strip()
+
 
 def b_timeline_source(data):
-    parts = []
-    for s in ("naive", "overlap"):
-        d, t, c = data.provenance(f"timeline_{s}.json")
-        parts.append((d, t, c))
-    d, t, _ = parts[0]
-    return source(d, t, "scripts/ddp_timeline.sh", ["timeline_naive.json", "timeline_naive.png",
-                                                    "timeline_overlap.json", "timeline_overlap.png"]).strip()
+    return timeline_source(data, "", "scripts/ddp_timeline.sh")
+
+
+def b_timeline_source_cuda(data):
+    return timeline_source(data, "_cuda", 'DEVICE=cuda SIZE=xl MPIRUN="mpirun -q --bind-to none '
+                           '-x NCCL_NVLS_ENABLE=0" scripts/ddp_timeline.sh')
 
 
 # ---- a real vocabulary: gpt2-small beside PyTorch ------------------------------------------------------
