@@ -19,7 +19,7 @@ layers=${LAYERS:-}
 suffix=$([ "$device" = cpu ] || echo "_$device")
 for s in ${STRATEGIES:-naive overlap}; do
   out=results/timeline_${s}${suffix}
-  cmd="$mpirun -np $np build/lmtrain --config $cfg ${layers:+--set model.num_layers=$layers} \
+  cmd="$mpirun -np $np build/lmtrain --config $cfg${layers:+ --set model.num_layers=$layers} \
 --set run.mode=bench --set run.device=$device --set ddp.strategy=$s --set bench.warmup=2 \
 --set bench.steps=3 --set bench.kernels=0 --trace $out.json"
   log=$($cmd)
