@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -68,12 +69,17 @@ Tokens npy_tokens(const std::string& what, const char* p, size_t size) {
   // (N,): one dimension.
   unsigned long long n = 0;
   int used = 0;
-  if (std::sscanf(shape.c_str(), "(%llu ,%n", &n, &used) != 1 || used == 0 ||
+  // N: digits alone (sscanf's %llu would take "-5" as 2^64 - 5).
+  const size_t digits = shape.find_first_not_of(" (");
+  if (digits == std::string::npos || !std::isdigit(static_cast<unsigned char>(shape[digits])) ||
+      std::sscanf(shape.c_str(), "(%llu ,%n", &n, &used) != 1 || used == 0 ||
       shape.find_first_not_of(" )", size_t(used)) != std::string::npos)
     throw bad("its shape is " + shape + ": expected one dimension, (N,)");
+  // Compared as counts of tokens, so that no product overflows.
+  const size_t room = (size - t.offset) / t.bytes;
+  if (n > room)
+    throw bad(strf("truncated: %zu bytes of data for %llu tokens", size - t.offset, n));
   t.count = size_t(n);
-  if (t.offset + t.count * t.bytes > size)
-    throw bad(strf("truncated: %zu bytes of data for %zu tokens", size - t.offset, t.count));
   return t;
 }
 

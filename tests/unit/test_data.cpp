@@ -123,6 +123,12 @@ TEST_CASE("token file: bad .npy files are refused with the reason") {
             .find("Fortran order") != std::string::npos);
   CHECK(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (7,), }", ok)
             .find("truncated: 24 bytes of data for 7 tokens") != std::string::npos);
+  // Counts whose byte size overflows 64 bits, and negative ones, are refused, never read.
+  CHECK(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (4611686018427387910,), }", ok)
+            .find("truncated: 24 bytes of data for 4611686018427387910 tokens") !=
+        std::string::npos);
+  CHECK(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (-5,), }", ok)
+            .find("its shape is (-5,): expected one dimension") != std::string::npos);
   CHECK(npy("{'descr': '<i4', 'fortran_order': False, 'shape': (6,), }",
             bytes_of(std::vector<int32_t>{1, 2, -5, 4, 5, 6}))
             .find("token -5 at index 2 is not in [0, model.vocab_size = 100)") != std::string::npos);
