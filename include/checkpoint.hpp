@@ -40,6 +40,7 @@ struct Resumed {
   std::string seed, data;    // run.seed and data_identity() of the run that wrote it
   int64_t batch_size = 0;    // its train.batch_size (0: not recorded) and train.grad_accum
   int64_t grad_accum = 1;
+  std::string config;        // its resolved config (config_to_toml; empty: not recorded)
 };
 
 // Loads the parameters into model and the optimizer state into opt; fills this world's Rng
@@ -52,9 +53,19 @@ template <typename T>
 Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
                         bool master_weights, int world, std::vector<RngState>& rngs);
 
-// The run a checkpoint belongs to (its header's run_id; empty for a file of another format).
-// Reads the header only. UsageError for a file that is not a safetensors file.
-std::string checkpoint_run_id(const std::string& path);
+// The run a checkpoint belongs to (its header's run_id; empty for a file of another format) and
+// its step (-1 where it has none). Reads the header only. UsageError for a file that is not a
+// safetensors file.
+struct CheckpointId {
+  std::string run_id;
+  int64_t step = -1;
+};
+CheckpointId checkpoint_id(const std::string& path);
+
+// train.resume's header, read before anything is allocated: refuses (UsageError) a file that is
+// not an lmtrain checkpoint, one written by another number of ranks, or one of another model
+// (model.* keys that change the parameters or what they compute: kResumeModelKeys).
+void check_resume_header(const Config& c, int world);
 
 // A fresh run's id: 16 hex digits from the system's entropy source.
 std::string new_run_id();
@@ -62,8 +73,9 @@ std::string new_run_id();
 // Where c's tokens come from: "synthetic (N successors)", or "file PATH (N bytes)".
 std::string data_identity(const Config& c);
 
-// One line when resuming under another run.seed or data than the checkpoint's run used (the run
-// continues: its data streams are then not those it was on); empty when they are the same.
+// One line when resuming under another run.seed, data, batch or model numerics (model.precision,
+// residual_dtype, attention, context_length) than the checkpoint's run used (the run continues,
+// but not as the interrupted run would have); empty when they are the same.
 std::string resume_mismatch(const Config& c, const Resumed& r);
 
 // Resuming under another train.grad_accum is refused (UsageError) unless batch_size x grad_accum,

@@ -11,11 +11,12 @@
 
 namespace lmt {
 
-// Rank 0: creates train.checkpoint_dir (and its parents), proves it writable with a probe file,
-// checks its free space against one checkpoint, removes partial checkpoints (".tmp.PID") whose
-// writer is no longer alive, saying so, and (unless train.overwrite = 1) refuses a directory
-// holding a checkpoint of another run than the one train.resume continues. UsageError naming the
-// directory (and the file) otherwise.
+// Rank 0: (unless train.overwrite = 1) refuses a directory holding a checkpoint of another run
+// than the one train.resume continues, or one of that run past the resumed step; then creates
+// train.checkpoint_dir (and its parents), proves it writable with a probe file, checks its free
+// space against one checkpoint, and removes partial checkpoints ("step_N.safetensors.tmp.PID")
+// whose writer is no longer alive, saying so. UsageError naming the directory (and the file)
+// otherwise. The caller runs it after every other check that can refuse the run.
 void prepare_checkpoint_dir(const Config& c);
 
 // Host memory of this node: its ranks' share of the plan (on the CPU backend, the whole model;

@@ -85,6 +85,48 @@ std::vector<std::string> checkpoint_files(const std::string& dir) {
 
 namespace {
 
+// The model.* keys a resume must keep: they change the parameters or what they compute.
+constexpr const char* kResumeModelKeys[] = {"d_model", "d_ff", "num_layers", "num_heads",
+                                            "vocab_size", "tie_embeddings", "rope_theta",
+                                            "norm_eps"};
+// Those it may change, with a warning: the numerics and the windows (resume_mismatch).
+constexpr const char* kResumeNumericsKeys[] = {"precision", "residual_dtype", "attention",
+                                               "context_length"};
+
+// Key `key` of section [model] in a config_to_toml text, as written there ("" where absent).
+std::string model_key(const std::string& toml, const std::string& key) {
+  std::string section;
+  size_t at = 0;
+  while (at < toml.size()) {
+    size_t end = toml.find('\n', at);
+    if (end == std::string::npos) end = toml.size();
+    const std::string line = toml.substr(at, end - at);
+    at = end + 1;
+    if (!line.empty() && line[0] == '[') section = line;
+    else if (section == "[model]" && line.rfind(key + " = ", 0) == 0) return line.substr(key.size() + 3);
+  }
+  return "";
+}
+
+std::string meta(const Safetensors& st, const std::string& path, const std::string& key) {
+  auto it = st.metadata.find(key);
+  if (it == st.metadata.end())
+    throw UsageError(strf("%s: not an lmtrain checkpoint (no metadata '%s')", path.c_str(),
+                          key.c_str()));
+  return it->second;
+}
+
+// What the header alone refuses: another format, another world size.
+void check_header(const Safetensors& st, const std::string& path, int world) {
+  if (meta(st, path, "format") != kFormat)
+    throw UsageError(strf("%s: format '%s', expected '%s'", path.c_str(),
+                          meta(st, path, "format").c_str(), kFormat));
+  if (std::stoi(meta(st, path, "world_size")) != world)
+    throw UsageError(strf("%s: written by %s ranks, this run has %d (each rank's data stream "
+                          "is in the checkpoint)", path.c_str(), meta(st, path, "world_size").c_str(),
+                          world));
+}
+
 // A folder given as the checkpoint to resume is named, with the newest checkpoint in it.
 void refuse_folder(const std::string& path) {
   if (!is_directory(path)) return;
@@ -144,24 +186,13 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
                         bool master_weights, int world, std::vector<RngState>& rngs) {
   refuse_folder(path);
   Safetensors st = Safetensors::read(path);
-  auto meta = [&](const std::string& key) {
-    auto it = st.metadata.find(key);
-    if (it == st.metadata.end())
-      throw UsageError(strf("%s: not an lmtrain checkpoint (no metadata '%s')", path.c_str(),
-                            key.c_str()));
-    return it->second;
-  };
-  if (meta("format") != kFormat)
-    throw UsageError(strf("%s: format '%s', expected '%s'", path.c_str(), meta("format").c_str(),
-                          kFormat));
+  auto meta = [&](const std::string& key) { return lmt::meta(st, path, key); };
+  check_header(st, path, world);
   const std::string sum = seal(st.metadata, st.tensors, st.data);
   if (meta("checksum") != sum)
     throw UsageError(strf("%s: corrupted: checksum of header and data %s, expected %s (the "
                           "file was changed after it was written)", path.c_str(), sum.c_str(),
                           meta("checksum").c_str()));
-  if (std::stoi(meta("world_size")) != world)
-    throw UsageError(strf("%s: written by %s ranks, this run has %d (each rank's data stream "
-                          "is in the checkpoint)", path.c_str(), meta("world_size").c_str(), world));
   const Stored stored = checkpoint_state_dtype(st);
   if (stored != opt.stored)
     throw UsageError(strf("%s: AdamW's moments are stored in %s, this run has optim.state_dtype "
@@ -183,17 +214,15 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
                             "model (%s)", path.c_str(), name.c_str(), dt));
     return st.data.data() + it->second.begin;
   };
-  // A tensor this model lacks (an LM head in a checkpoint of untied embeddings, resumed tied) is
-  // refused, not dropped.
+  // A tensor this model lacks is refused, not dropped (check_resume_header has compared the
+  // model.* keys; these are the bytes themselves).
   for (const auto& [name, info] : st.tensors) {
     std::string param = name;
     for (const char* prefix : {kMomentM, kMomentV})
       if (param.rfind(prefix, 0) == 0) param = param.substr(std::strlen(prefix));
     if (!model.layout.index.count(param))
-      throw UsageError(strf("%s: tensor %s is not a parameter of this model (%s)", path.c_str(),
-                            name.c_str(), param == "lm_head.weight"
-                                              ? "it ties its embeddings: model.tie_embeddings"
-                                              : "another model.* shape"));
+      throw UsageError(strf("%s: tensor %s is not a parameter of this model", path.c_str(),
+                            name.c_str()));
   }
   for (auto& p : model.layout.params) {
     const bool b16 = stored_bf16(p, masters);
@@ -227,15 +256,35 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
     auto it = st.metadata.find(key);
     return it == st.metadata.end() ? absent : std::stoll(it->second);
   };
+  auto config = st.metadata.find("config");
   return {std::stoll(meta("step")), meta("run_id"), meta("seed"), meta("data"),
-          meta_or("batch_size", 0), meta_or("grad_accum", 1)};
+          meta_or("batch_size", 0), meta_or("grad_accum", 1),
+          config == st.metadata.end() ? "" : config->second};
 }
 
-std::string checkpoint_run_id(const std::string& path) {
+CheckpointId checkpoint_id(const std::string& path) {
   refuse_folder(path);
   Safetensors st = Safetensors::read_header(path);
-  auto it = st.metadata.find("run_id");
-  return it == st.metadata.end() ? "" : it->second;
+  auto run = st.metadata.find("run_id"), step = st.metadata.find("step");
+  return {run == st.metadata.end() ? "" : run->second,
+          step == st.metadata.end() ? -1 : std::stoll(step->second)};
+}
+
+void check_resume_header(const Config& c, int world) {
+  const std::string& path = c.train.resume;
+  refuse_folder(path);
+  const Safetensors st = Safetensors::read_header(path);
+  check_header(st, path, world);
+  auto config = st.metadata.find("config");
+  if (config == st.metadata.end()) return;  // not recorded: the tensors' shapes are checked
+  const std::string mine = config_to_toml(c);
+  for (const char* key : kResumeModelKeys) {
+    const std::string theirs = model_key(config->second, key), now = model_key(mine, key);
+    if (theirs != now)
+      throw UsageError(strf("%s: written for model.%s = %s, this run has %s (another model: "
+                            "resume with the checkpoint's)", path.c_str(), key, theirs.c_str(),
+                            now.c_str()));
+  }
 }
 
 std::string new_run_id() {
@@ -265,9 +314,14 @@ std::string resume_mismatch(const Config& c, const Resumed& r) {
   // refuses).
   if (r.batch_size && r.batch_size * r.grad_accum != c.train.batch_size * c.train.grad_accum)
     differ("train.batch_size", std::to_string(c.train.batch_size), std::to_string(r.batch_size));
+  if (!r.config.empty()) {
+    const std::string mine = config_to_toml(c);
+    for (const char* key : kResumeNumericsKeys)
+      differ(("model." + std::string(key)).c_str(), model_key(mine, key), model_key(r.config, key));
+  }
   if (now.empty()) return "";
-  return strf("resuming %s with %s; its run had %s: continuing, on other data streams than the "
-              "interrupted run's", c.train.resume.c_str(), now.c_str(), then.c_str());
+  return strf("resuming %s with %s; its run had %s: continuing, not as the interrupted run "
+              "would have", c.train.resume.c_str(), now.c_str(), then.c_str());
 }
 
 void check_resume_batch(const Config& c, const Resumed& r) {

@@ -77,16 +77,19 @@ void probe_writable(const Config& c) {
   if (!ok) throw UsageError(dir_error(c, strf("cannot write a file in it: %s", strerror(err))));
 }
 
-// "name.tmp.PID" files whose PID is not a live process: a writer killed mid-write left them.
+// Partial checkpoints ("step_N.safetensors.tmp.PID") whose PID is not a live process: a writer
+// killed mid-write left them. Nothing else in the directory is touched.
 void remove_stale_partials(const Config& c) {
   DIR* d = opendir(c.train.checkpoint_dir.c_str());
   if (!d) return;
+  const std::string suffix = ".safetensors.tmp.";
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    const size_t at = name.rfind(".tmp.");
-    if (at == std::string::npos || at + 5 == name.size()) continue;
+    const size_t at = name.rfind(suffix);
+    if (name.rfind("step_", 0) != 0 || at == std::string::npos || at + suffix.size() == name.size())
+      continue;
     char* end = nullptr;
-    const long pid = std::strtol(name.c_str() + at + 5, &end, 10);
+    const long pid = std::strtol(name.c_str() + at + suffix.size(), &end, 10);
     if (*end != '\0' || pid <= 0 || kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
     const std::string path = c.train.checkpoint_dir + "/" + name;
     if (::unlink(path.c_str()) == 0)
@@ -97,19 +100,25 @@ void remove_stale_partials(const Config& c) {
 }
 
 // A checkpoint of another run (another run_id than the resumed file's; any, for a fresh run)
-// would be overwritten, or mixed with this run's.
+// would be overwritten, or mixed with this run's; so would one of the resumed run past the step
+// it resumes from (a resume from an older checkpoint would write over the later ones).
 void refuse_others_checkpoints(const Config& c) {
-  const std::string mine = c.train.resume.empty() ? "" : checkpoint_run_id(c.train.resume);
+  const CheckpointId mine = c.train.resume.empty() ? CheckpointId{} : checkpoint_id(c.train.resume);
   for (const std::string& path : checkpoint_files(c.train.checkpoint_dir)) {
-    std::string theirs;
+    CheckpointId theirs;
     try {
-      theirs = checkpoint_run_id(path);
+      theirs = checkpoint_id(path);
     } catch (const UsageError&) {  // unreadable: not this run's
     }
-    if (mine.empty() || theirs != mine)
+    if (mine.run_id.empty() || theirs.run_id != mine.run_id)
       throw UsageError(dir_error(c, strf("holds %s of another run%s; set train.overwrite = 1 to "
                                          "write there anyway, or use another directory",
-                                         path.c_str(), mine.empty() ? "" : " than the resumed one")));
+                                         path.c_str(), mine.run_id.empty() ? "" : " than the resumed one")));
+    if (theirs.step > mine.step)
+      throw UsageError(dir_error(c, strf("holds %s, later than the resumed step %lld: this run "
+                                         "would write over it; resume from it, set "
+                                         "train.overwrite = 1, or use another directory",
+                                         path.c_str(), (long long)mine.step)));
   }
 }
 
@@ -137,10 +146,9 @@ uint64_t cgroup_room() {
 }  // namespace
 
 void prepare_checkpoint_dir(const Config& c) {
+  if (!c.train.overwrite) refuse_others_checkpoints(c);  // before anything is created or removed
   make_dir(c);
   probe_writable(c);
-  remove_stale_partials(c);
-  if (!c.train.overwrite) refuse_others_checkpoints(c);
   struct statvfs vfs {};
   if (statvfs(c.train.checkpoint_dir.c_str(), &vfs) == 0) {
     const double room = double(vfs.f_bavail) * double(vfs.f_frsize), need = double(checkpoint_bytes(c));
@@ -148,6 +156,7 @@ void prepare_checkpoint_dir(const Config& c) {
       throw UsageError(dir_error(c, strf("a checkpoint of this model takes %s, the disk has %s free",
                                          human_bytes(need).c_str(), human_bytes(room).c_str())));
   }
+  remove_stale_partials(c);
 }
 
 void check_host_memory(const Config& c, const Runtime& rt, const std::string& device) {

@@ -104,9 +104,21 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
       T_(c_.model.context_length), accum_(c_.train.grad_accum), steps_(c_.train.steps),
       rng_(data_rng(uint64_t(c_.run.seed), rt.rank)), last_checkpoint_(c_.train.resume),
       row_(config_columns(c_)) {
-  // What would fail late fails now, before anything is allocated (preflight.hpp).
+  for (auto name : {"date_utc", "world_size", "device_used", "device_name", "parameters",
+                    "steps_run", "final_loss", "loss_floor", "ms_per_step",
+                    "ms_per_step_after_first", "tokens_per_s", "wall_s", "compute_ms_per_step",
+                    "comm_ms_per_step", "exposed_ms_per_step", "optimizer_bytes_rank0"})
+    row_.add(name, "");
+  row_.add("val_loss", "");  // empty: no validation
+  // What would fail late fails now, before anything is allocated (preflight.hpp); the checkpoint
+  // directory is made ready after every other check, so that a refused run creates or removes
+  // nothing there.
   agree(rt_, [&] {
-    if (!c_.train.checkpoint_dir.empty() && rt_.is_root()) prepare_checkpoint_dir(c_);
+    source_ = make_token_source(c_);
+    if (!c_.data.val_path.empty())
+      val_file_ = open_token_file(c_.data.val_path, c_.model.vocab_size, T_, "data.val_path");
+    if (!cl_.csv_path.empty() && rt_.is_root()) check_csv(cl_.csv_path, row_.header);
+    if (!c_.train.resume.empty()) check_resume_header(c_, rt_.world);
     check_host_memory(c_, rt_, device_);
   });
   host_ = make_mpi_communicator(MPI_COMM_WORLD);
@@ -116,18 +128,8 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
   training_ = set_up_training(c_, rt_, *backend_);  // as bench's
   model_ = training_.model.get(), optimizer_ = training_.optimizer.get();
   sync_ = optimizer_->sync();
-  for (auto name : {"date_utc", "world_size", "device_used", "device_name", "parameters",
-                    "steps_run", "final_loss", "loss_floor", "ms_per_step",
-                    "ms_per_step_after_first", "tokens_per_s", "wall_s", "compute_ms_per_step",
-                    "comm_ms_per_step", "exposed_ms_per_step", "optimizer_bytes_rank0"})
-    row_.add(name, "");
-  row_.add("val_loss", "");  // empty: no validation
   std::vector<RngState> rngs;
   agree(rt_, [&] {
-    source_ = make_token_source(c_);
-    if (!c_.data.val_path.empty())
-      val_file_ = open_token_file(c_.data.val_path, c_.model.vocab_size, T_, "data.val_path");
-    if (!cl_.csv_path.empty() && rt_.is_root()) check_csv(cl_.csv_path, row_.header);
     if (!c_.train.resume.empty()) {
       OptimizerState<T> state;
       state.stored = moments_stored(c_.optim.state_dtype);  // what the file must hold
@@ -141,6 +143,7 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
         throw UsageError(strf("train.resume = \"%s\" is at step %lld, past train.steps = %lld",
                               c_.train.resume.c_str(), (long long)first_step_, (long long)steps_));
     }
+    if (!c_.train.checkpoint_dir.empty() && rt_.is_root()) prepare_checkpoint_dir(c_);
   });
   if (c_.train.eval_batches > 0)
     held_out_ = c_.data.source == "synthetic" ? source_.get() : val_file_.get();
@@ -369,7 +372,9 @@ template <typename T> int Trainer<T>::run() {
 
 template <typename T> void Trainer<T>::report() {
   const double wall = seconds_since(t0_), run_steps = double(steps_ - first_step_);
-  const double ms_per_step = run_steps > 0 ? 1e3 * wall / run_steps : NAN;
+  // Per step: undefined (NaN) where no step ran (train.steps at the resumed step, or 0).
+  const double per = run_steps > 0 ? 1.0 / run_steps : NAN;
+  const double ms_per_step = 1e3 * wall * per;
   const double after_first = run_steps > 1 ? 1e3 * seconds_since(t_first_) / (run_steps - 1) : NAN;
   if (!rt_.is_root()) return;
   const double floor = source_->loss_floor().value_or(NAN);
@@ -378,44 +383,50 @@ template <typename T> void Trainer<T>::report() {
   printf("  batch         %s tokens per step (%d rank(s) x %lld micro-batch(es) x %lld x %lld)\n",
          human_count(tokens_per_step_).c_str(), rt_.world, (long long)accum_, (long long)B_,
          (long long)T_);
-  printf("  final loss    %.4f (mean of the last interval, all ranks)\n", last_loss_);
+  if (run_steps > 0) printf("  final loss    %.4f (mean of the last interval, all ranks)\n", last_loss_);
   if (!std::isnan(floor)) printf("  loss floor    %.4f (entropy rate of the source)\n", floor);
   if (val_step_ >= 0)
     printf("  val loss      %.4f (after step %lld: %lld held-out windows, all ranks; %.1f s, not "
            "in the time below)\n", val_loss_, (long long)val_step_,
            (long long)(c_.train.eval_batches * B_), eval_s_);
-  printf("  time          %.1f s, %.1f ms/step%s\n", wall, ms_per_step,
-         run_steps > 1 ? strf(" (%.1f after the first)", after_first).c_str() : "");
-  printf("  throughput    %s tokens/s\n",
-         human_count(tokens_per_step_ * 1e3 / ms_per_step).c_str());
+  if (run_steps == 0) printf("  time          %.1f s: no step ran\n", wall);
+  if (run_steps > 0) {
+    printf("  time          %.1f s, %.1f ms/step%s\n", wall, ms_per_step,
+           run_steps > 1 ? strf(" (%.1f after the first)", after_first).c_str() : "");
+    printf("  throughput    %s tokens/s\n",
+           human_count(tokens_per_step_ * 1e3 / ms_per_step).c_str());
+  }
   if (sync_ && run_steps > 0) {
     printf("  compute       %.2f ms/step (step time less exposed communication)\n",
-           ms_per_step - exposed_ms_ / run_steps);
-    printf("  comm          %.2f ms/step (%s: %s, rank 0)\n", comm_ms_ / run_steps,
+           ms_per_step - exposed_ms_ * per);
+    printf("  comm          %.2f ms/step (%s: %s, rank 0)\n", comm_ms_ * per,
            name_of(c_.ddp.strategy), device_ == "cuda" ? "the NCCL stream's time in collectives"
                                                       : "host time in MPI calls");
     printf("  exposed comm  %.2f ms/step (%s: %s waited for gradient sync%s, rank 0)\n",
-           exposed_ms_ / run_steps, name_of(c_.ddp.strategy),
+           exposed_ms_ * per, name_of(c_.ddp.strategy),
            device_ == "cuda" ? "the compute stream" : "the host",
            c_.ddp.strategy == Strategy::zero1 ? " and the parameter all-gather" : "");
   }
   if (cl_.csv_path.empty()) return;
+  // A number, or an empty cell where it is undefined (NaN: no step ran, one step has no time
+  // after the first, a token file no loss floor), as val_loss without validation.
+  auto cell = [](const char* fmt, double v) { return std::isnan(v) ? std::string() : strf(fmt, v); };
   row_.set("date_utc", utc_now());
   row_.set("world_size", std::to_string(rt_.world));
   row_.set("device_used", device_);
   row_.set("device_name", backend_->device_name());
   row_.set("parameters", std::to_string(model_->layout.total));
   row_.set("steps_run", std::to_string(steps_ - first_step_));
-  row_.set("final_loss", strf("%.6f", last_loss_));
-  row_.set("loss_floor", strf("%.6f", floor));
-  row_.set("ms_per_step", strf("%.3f", ms_per_step));
-  row_.set("ms_per_step_after_first", strf("%.3f", after_first));
-  row_.set("tokens_per_s", strf("%.1f", tokens_per_step_ * 1e3 / ms_per_step));
+  row_.set("final_loss", cell("%.6f", last_loss_));
+  row_.set("loss_floor", cell("%.6f", floor));
+  row_.set("ms_per_step", cell("%.3f", ms_per_step));
+  row_.set("ms_per_step_after_first", cell("%.3f", after_first));
+  row_.set("tokens_per_s", cell("%.1f", tokens_per_step_ * 1e3 / ms_per_step));
   row_.set("wall_s", strf("%.3f", wall));
   // No synchronisation (one rank): all compute, no communication.
-  row_.set("compute_ms_per_step", strf("%.3f", ms_per_step - exposed_ms_ / run_steps));
-  row_.set("comm_ms_per_step", strf("%.3f", comm_ms_ / run_steps));
-  row_.set("exposed_ms_per_step", strf("%.3f", exposed_ms_ / run_steps));
+  row_.set("compute_ms_per_step", cell("%.3f", ms_per_step - exposed_ms_ * per));
+  row_.set("comm_ms_per_step", cell("%.3f", comm_ms_ * per));
+  row_.set("exposed_ms_per_step", cell("%.3f", exposed_ms_ * per));
   row_.set("optimizer_bytes_rank0",
            std::to_string(backend_->memory().current[size_t(MemTag::optimizer)]));
   if (val_step_ >= 0) row_.set("val_loss", strf("%.17g", val_loss_));  // exact

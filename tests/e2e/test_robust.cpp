@@ -135,12 +135,25 @@ TEST_CASE("robust: a model of 100k layers is laid out and takes a step in second
   CHECK(r.output.find("== done ==") != std::string::npos);
 }
 
-TEST_CASE("robust: partial checkpoints of dead writers are removed, a live writer's kept") {
+TEST_CASE("robust: partial checkpoints of dead writers are removed, a live writer's and other files kept; a refused run touches nothing") {
   TempDir dir;
   // A process that has exited: its pid names no live writer.
   const std::string dead = lmt::test::run("sh -c 'echo $$'").output;
   const std::string stale = dir.file("step_00000004.safetensors.tmp." + dead.substr(0, dead.size() - 1), "x");
   const std::string live = dir.file("step_00000004.safetensors.tmp." + std::to_string(getpid()), "x");
+  // Not a checkpoint's partial: kept, whatever its pid.
+  const std::string other = dir.file("notes.tmp." + dead.substr(0, dead.size() - 1), "x");
+  // A refused run (no such token file) removes nothing and creates no directory.
+  auto refused = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=1"
+                     " --set data.source=file --set data.path=" + dir.file("missing.bin") +
+                     " --set train.checkpoint_dir=" + dir.path);
+  CHECK(refused.code == kExitUsage);
+  CHECK(std::filesystem::exists(stale));
+  auto elsewhere = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=1"
+                       " --set data.source=file --set data.path=" + dir.file("missing.bin") +
+                       " --set train.checkpoint_dir=" + dir.path + "/new/sub");
+  CHECK(elsewhere.code == kExitUsage);
+  CHECK(!std::filesystem::exists(dir.path + "/new"));
   auto r = run(std::string(lmt::test::lmtrain()) + kTiny +
                " --set train.steps=1 --set train.checkpoint_dir=" + dir.path);
   INFO(r.output);
@@ -148,6 +161,7 @@ TEST_CASE("robust: partial checkpoints of dead writers are removed, a live write
   CHECK(r.output.find("removed " + stale + ": a partial checkpoint whose writer") != std::string::npos);
   CHECK(!std::filesystem::exists(stale));
   CHECK(std::filesystem::exists(live));
+  CHECK(std::filesystem::exists(other));
 }
 
 TEST_CASE("robust: SIGTERM to one rank stops both after the same step, checkpointed; the resume "
@@ -273,7 +287,14 @@ TEST_CASE("robust: another run's checkpoint directory is refused unless train.ov
   CHECK(again.code == kExitUsage);
   CHECK(again.output.find("holds " + checkpoint_path(dir.path, 2) + " of another run; set "
                           "train.overwrite = 1") != std::string::npos);
-  // The run that wrote them continues there; another run's resume does not.
+  // The run that wrote them continues there; another run's resume does not, nor does its own
+  // from a checkpoint older than the last (it would write over the later ones).
+  auto older = run(base + " --set train.steps=6 --set train.checkpoint_dir=" + dir.path +
+                   " --set train.resume=" + checkpoint_path(dir.path, 2));
+  INFO(older.output);
+  CHECK(older.code == kExitUsage);
+  CHECK(older.output.find("holds " + checkpoint_path(dir.path, 4) + ", later than the resumed "
+                          "step 2: this run would write over it") != std::string::npos);
   CHECK(run(base + " --set train.steps=6 --set train.checkpoint_dir=" + dir.path +
             " --set train.resume=" + checkpoint_path(dir.path, 4)).code == 0);
   TempDir other;
@@ -287,7 +308,7 @@ TEST_CASE("robust: another run's checkpoint directory is refused unless train.ov
   CHECK(forced.code == 0);
 }
 
-TEST_CASE("robust: resuming under another seed, data source or batch size warns in one line and continues") {
+TEST_CASE("robust: resuming under another seed, data source, batch size or context length warns in one line and continues") {
   TempDir dir;
   const std::string base = std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=4";
   REQUIRE(run(base + " --set train.steps=2 --set train.checkpoint_dir=" + dir.path).code == 0);
@@ -311,6 +332,14 @@ TEST_CASE("robust: resuming under another seed, data source or batch size warns 
   auto split = run(base + " --set train.batch_size=1 --set train.grad_accum=2 --set train.resume=" + ckpt);
   CHECK(split.code == 0);
   CHECK(split.output.find("warning") == std::string::npos);
+  // Another context length or precision: the same parameters, other numerics.
+  auto numerics = run(base + " --set model.context_length=8 --set train.resume=" + ckpt);
+  INFO(numerics.output);
+  CHECK(numerics.code == 0);
+  CHECK(count(numerics.output, "warning") == 1);
+  CHECK(numerics.output.find("lmtrain: warning: resuming " + ckpt + " with model.context_length "
+                             "8; its run had model.context_length 16: continuing, not as the "
+                             "interrupted run would have") != std::string::npos);
   auto smaller = run(base + " --set train.batch_size=1 --set train.resume=" + ckpt);
   INFO(smaller.output);
   CHECK(smaller.code == 0);
@@ -383,4 +412,18 @@ TEST_CASE("robust: under mpirun -q, a rank that dies leaves a line saying why th
   CHECK(r.output.find("exit code 0") == std::string::npos);
   CHECK(r.output.find("lmtrain: rank 0: SIGTERM while waiting ") != std::string::npos);
   CHECK(r.output.find("because a rank died") != std::string::npos);
+}
+
+TEST_CASE("robust: a run of no steps reports no step times and leaves their CSV cells empty") {
+  TempDir dir;
+  const std::string csv = dir.file("runs.csv");
+  auto r = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=0 --csv " + csv);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("no step ran") != std::string::npos);
+  CHECK(r.output.find("nan") == std::string::npos);
+  std::ifstream f(csv);
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  CHECK(count(text, "\n") == 2);
+  CHECK(text.find("nan") == std::string::npos);
 }
