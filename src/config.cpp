@@ -524,8 +524,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     const std::string& a = args[i];
     if (a == "--config") load_config_file(cl.config, next(i));
     else if (a == "--set") overrides.push_back(next(i));
-    else if (a == "--csv") cl.csv_path = next(i);
-    else if (a == "--trace") cl.trace_path = next(i);
+    else if (a == "--csv" || a == "--trace") {
+      std::string& path = a == "--csv" ? cl.csv_path : cl.trace_path;  // one file each
+      const std::string& value = next(i);
+      if (!path.empty())
+        throw UsageError(strf("%s %s: given twice (first %s)", a.c_str(), value.c_str(), path.c_str()));
+      path = value;
+    }
     else if (a == "--print-config") cl.print_config = true;
     else if (a == "--help" || a == "-h") cl.help = true;
     else throw UsageError(strf("unknown argument '%s' (see --help)", a.c_str()));

@@ -125,6 +125,7 @@ const BadInput kBadInputs[] = {
     {"unknown argument", "", "--verbose", 0, "unknown argument '--verbose'"},
     {"a directory as the config", "", "--config /tmp", 0, "config file '/tmp' is not a regular file"},
     {"no value after --config", "", "--config", 0, "--config: expected a value after it"},
+    {"--csv twice", "", "--csv a.csv --csv b.csv", 0, "--csv b.csv: given twice (first a.csv)"},
     {"a flag where --set's value goes", "", "--set --csv x.csv", 0,
      "--set: expected a value after it"},
     {"empty list", "[attention]\nseq_lens = []\n", "", 2,
