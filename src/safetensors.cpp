@@ -117,9 +117,16 @@ size_t open_and_parse(const std::string& path, std::ifstream& f, Safetensors& st
   size_t size = size_t(f.tellg());
   f.seekg(0);
   uint64_t n = 0;
-  if (size < 8 || !f.read(reinterpret_cast<char*>(&n), 8) || n > size - 8)
+  char open = 0;  // the header's first byte: '{' in a safetensors file
+  if (size < 8 || !f.read(reinterpret_cast<char*>(&n), 8))
+    throw UsageError(strf("%s: truncated (%zu bytes)", path.c_str(), size));
+  if (size > 8 && (!f.read(&open, 1) || open != '{'))
+    throw UsageError(strf("%s: not a safetensors file (no JSON header after its first 8 bytes)",
+                          path.c_str()));
+  if (n > size - 8)
     throw UsageError(strf("%s: truncated (%zu bytes, header length %llu)", path.c_str(), size,
                           (unsigned long long)n));
+  f.seekg(8);
   std::string header(n, '\0');
   f.read(header.data(), std::streamsize(n));
   HeaderParser(header, path).parse(st);

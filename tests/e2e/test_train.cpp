@@ -298,6 +298,7 @@ TEST_CASE("train: torn, truncated, corrupted or mismatched checkpoints are refus
       {"corrupted", bytes.substr(0, bytes.size() - 7) + "X" + bytes.substr(bytes.size() - 6),
        "corrupted"},
       {"not safetensors", std::string("\x10\0\0\0\0\0\0\0{\"a\": [1, 2}   ", 24), "not a safetensors file"},
+      {"a token file", std::string(200, '\x05'), "not a safetensors file (no JSON header"},
   };
   for (auto& c : cases) {
     INFO(std::string(c.name));
