@@ -16,8 +16,9 @@ struct CsvRow {
   void set(const std::string& name, const std::string& value);  // an existing column
 };
 
-// Every config field as a column ("section.key"), in the documented order; a list is its
-// elements separated by spaces (no commas, so cells need no quoting).
+// Every config field as a column ("section.key"), in the documented order; a string is its raw
+// value (CSV quoting, not TOML escapes, keeps its commas and quotes), a list its elements
+// separated by spaces.
 CsvRow config_columns(const Config& c);
 
 // Throws UsageError if `path` exists with another header (checked before a run starts, so a long
@@ -26,8 +27,9 @@ void check_csv(const std::string& path, const std::vector<std::string>& header);
 // Throws UsageError, naming the flag, if an output file's path is a folder or its folder cannot
 // be written.
 void check_output_dir(const char* flag, const std::string& path);
-// Appends the row (writing the header first into a new file); the file is rewritten to a
-// temporary name and renamed, so a killed run leaves the old file whole.
+// Appends the row (after the header into an empty file, after a newline if the last row lacks
+// one) in one write under an exclusive flock, so runs sharing a file all keep their rows; bytes
+// already there are never rewritten, and a link or the file's mode stays as it was.
 void append_csv(const std::string& path, const CsvRow& row);
 
 // Summary of repeated timings.

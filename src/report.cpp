@@ -1,5 +1,8 @@
 #include "report.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +21,7 @@ namespace {
 std::string join(const std::vector<std::string>& v) {
   std::string out;
   for (auto& s : v) {
-    bool quote = s.find_first_of(",\"\n") != std::string::npos;
+    bool quote = s.find_first_of(",\"\n\r") != std::string::npos;
     std::string cell = s;
     for (size_t i = 0; quote && (i = cell.find('"', i)) != std::string::npos; i += 2)
       cell.insert(i, "\"");
@@ -48,15 +51,14 @@ CsvRow config_columns(const Config& c) {
   Config copy = c;
   CsvRow row;
   for (auto& f : config_fields(copy)) {
-    std::string v = f.to_string();
-    if (v.size() >= 2 && v.front() == '[') {  // a list: its elements, space-separated
-      std::string items;
-      for (char ch : v.substr(1, v.size() - 2))
-        if (ch != ',' && ch != '"') items += ch;
-      v = items;
-    } else if (v.size() >= 2 && v.front() == '"') {
-      v = v.substr(1, v.size() - 2);
-    }
+    std::string v;
+    if (auto* p = std::get_if<std::string*>(&f.value)) v = **p;
+    else if (auto* p = std::get_if<ChoiceRef>(&f.value)) v = f.choices[p->get()];
+    else if (auto* p = std::get_if<std::vector<std::string>*>(&f.value))
+      for (auto& s : **p) v += (v.empty() ? "" : " ") + s;
+    else if (auto* p = std::get_if<std::vector<int64_t>*>(&f.value))
+      for (int64_t x : **p) v += (v.empty() ? "" : " ") + std::to_string(x);
+    else v = f.to_string();  // a number or a bool, as TOML writes it
     row.add(f.name(), v);
   }
   return row;
@@ -84,17 +86,26 @@ void check_output_dir(const char* flag, const std::string& path) {
 }
 
 void append_csv(const std::string& path, const CsvRow& row) {
-  std::string text;
-  if (!read_file(path, text) || text.empty()) text = join(row.header) + "\n";
+  auto fail = [&](const char* what) {
+    LMT_FATAL(strf("cannot %s %s: %s", what, path.c_str(), strerror(errno)));
+  };
+  // O_APPEND: bytes already there are never rewritten, and the file stays what it is (a link's
+  // target, its mode). Opened for reading too, to see its last byte. The lock makes "is it empty,
+  // does it end in a newline" and the write one step for runs sharing the file.
+  const int fd = open(path.c_str(), O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail("open");
+  if (flock(fd, LOCK_EX) != 0) fail("lock");
+  struct stat st;
+  if (fstat(fd, &st) != 0) fail("stat");
+  char last = '\n';
+  if (st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) != 1) fail("read");
+  std::string text = st.st_size == 0 ? join(row.header) + "\n" : last != '\n' ? "\n" : "";
   text += join(row.values) + "\n";
-  std::string tmp = path + strf(".tmp.%d", int(getpid()));
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << text;
-    if (!f.flush()) LMT_FATAL(strf("cannot write %s: %s", tmp.c_str(), strerror(errno)));
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0)
-    LMT_FATAL(strf("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), strerror(errno)));
+  const ssize_t n = write(fd, text.data(), text.size());
+  if (n < 0) fail("write");
+  if (size_t(n) != text.size())
+    LMT_FATAL(strf("cannot write %s: %zd of %zu bytes written", path.c_str(), n, text.size()));
+  if (close(fd) != 0) fail("close");  // also releases the lock
 }
 
 Stats summarize(std::vector<double> v) {

@@ -125,11 +125,18 @@ inline std::vector<double> progress_losses(const std::string& out) {
   return v;
 }
 
-// The cells of one line of an lmtrain CSV (no quoting: list cells are space-separated).
+// The cells of one line of a CSV, by its rules: a cell in quotes may hold commas, and a quote
+// there is doubled.
 inline std::vector<std::string> csv_cells(const std::string& line) {
-  std::vector<std::string> cells;
-  std::stringstream ss(line);
-  for (std::string cell; std::getline(ss, cell, ',');) cells.push_back(cell);
+  std::vector<std::string> cells(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') cells.back() += line[++i];
+    else if (c == '"') quoted = !quoted;
+    else if (c == ',' && !quoted) cells.emplace_back();
+    else cells.back() += c;
+  }
   return cells;
 }
 
