@@ -71,6 +71,8 @@ void check_csv(const std::string& path, const std::vector<std::string>& header) 
     if (!text.empty() && first != join(header))
       throw UsageError(strf("--csv %s: the file has another header than this run's rows (%s...); "
                             "use a new file", path.c_str(), first.substr(0, 60).c_str()));
+    if (access(path.c_str(), R_OK | W_OK) != 0)  // append_csv reads its last byte, then writes
+      throw UsageError(strf("--csv %s: cannot append to it: %s", path.c_str(), strerror(errno)));
   }
   check_output_dir("--csv", path);
 }
