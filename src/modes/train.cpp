@@ -51,6 +51,8 @@ template <typename T> class Trainer {
   StepVerdict step(int64_t step, double lr, double& gnorm);
   void log(int64_t step, double lr, double gnorm);  // the progress line (collective)
   void evaluate(int64_t done);  // validation after `done` steps (collective; held_out_ set)
+  // Keeps the time since `since` out of the steps' clocks; returns it in seconds.
+  double leave_out(Clock::time_point since);
   void checkpoint(int64_t done);                   // every rank's state, written by rank 0
   void report();                                   // closing table and CSV row, rank 0
   // One line on rank 0: every rank's bytes under `tag` (what it holds: `what`) at this point.
@@ -74,6 +76,9 @@ template <typename T> class Trainer {
   std::unique_ptr<TokenSource> val_file_;
   const TokenSource* held_out_ = nullptr;
   double val_loss_ = NAN, eval_s_ = 0;
+  // The checkpoints written and the time they took, kept out of the steps' time as validation's.
+  int64_t checkpoints_ = 0;
+  double checkpoint_s_ = 0;
   int64_t val_step_ = -1;
   bool fresh_val_ = false;
   Rng rng_;
@@ -313,13 +318,20 @@ template <typename T> void Trainer<T>::evaluate(int64_t done) {
     val_loss_ = validation_loss(*model_, *held_out_, c_.train.eval_batches, *host_);
   }
   val_step_ = done, fresh_val_ = true;
-  const Clock::duration took = Clock::now() - t;
-  eval_s_ += std::chrono::duration<double>(took).count();
-  t0_ += took, t_interval_ += took, t_first_ += took;
+  eval_s_ += leave_out(t);
 }
 
-// Every rank's data Rng and the exact masters and moments, written by rank 0. Collective.
+template <typename T> double Trainer<T>::leave_out(Clock::time_point since) {
+  const Clock::duration took = Clock::now() - since;
+  t0_ += took, t_interval_ += took, t_first_ += took;
+  return std::chrono::duration<double>(took).count();
+}
+
+// Every rank's data Rng and the exact masters and moments, written by rank 0. Collective. Its
+// time is kept out of the steps' clocks (rank 0's holds the write; the others wait for it at the
+// next step's first collective).
 template <typename T> void Trainer<T>::checkpoint(int64_t done) {
+  const Clock::time_point t = Clock::now();
   RngState mine = drawn_ ? drawn_from_ : rng_.state();  // before the batch not yet trained on
   std::vector<RngState> all(static_cast<size_t>(rt_.world));
   MPI_Request req;
@@ -334,6 +346,7 @@ template <typename T> void Trainer<T>::checkpoint(int64_t done) {
     printf("checkpoint %s\n", last_checkpoint_.c_str());
     fflush(stdout);
   }
+  ++checkpoints_, checkpoint_s_ += leave_out(t);
 }
 
 template <typename T> int Trainer<T>::run() {
@@ -389,6 +402,9 @@ template <typename T> void Trainer<T>::report() {
     printf("  val loss      %.4f (after step %lld: %lld held-out windows, all ranks; %.1f s, not "
            "in the time below)\n", val_loss_, (long long)val_step_,
            (long long)(c_.train.eval_batches * B_), eval_s_);
+  if (checkpoints_ > 0)
+    printf("  checkpoints   %lld written, %.1f s (not in the time below)\n",
+           (long long)checkpoints_, checkpoint_s_);
   if (run_steps == 0) printf("  time          %.1f s: no step ran\n", wall);
   if (run_steps > 0) {
     printf("  time          %.1f s, %.1f ms/step%s\n", wall, ms_per_step,

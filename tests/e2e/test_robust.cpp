@@ -427,3 +427,14 @@ TEST_CASE("robust: a run of no steps reports no step times and leaves their CSV 
   CHECK(count(text, "\n") == 2);
   CHECK(text.find("nan") == std::string::npos);
 }
+
+TEST_CASE("robust: the checkpoints' time is shown apart from the steps' in the closing table") {
+  TempDir dir;
+  auto r = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=4 "
+               "--set train.checkpoint_every=2 --set train.checkpoint_dir=" + dir.path);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(count(r.output, "\ncheckpoint ") == 2);
+  CHECK(r.output.find("  checkpoints   2 written, ") != std::string::npos);
+  CHECK(r.output.find("s (not in the time below)\n  time ") != std::string::npos);
+}
