@@ -85,6 +85,8 @@ std::string resume_mismatch(const Config& c, const Resumed& r);
 void check_resume_batch(const Config& c, const Resumed& r);
 
 std::string checkpoint_path(const std::string& dir, int64_t step);
+// Whether a file name is a checkpoint's, as checkpoint_path names them (step_*.safetensors).
+bool is_checkpoint_name(const std::string& name);
 // The checkpoints in folder `dir`: its step_*.safetensors files as paths, oldest step first; none
 // if it cannot be read.
 std::vector<std::string> checkpoint_files(const std::string& dir);

@@ -65,15 +65,18 @@ std::string checkpoint_path(const std::string& dir, int64_t step) {
   return strf("%s/step_%08lld.safetensors", dir.c_str(), (long long)step);
 }
 
+bool is_checkpoint_name(const std::string& name) {
+  return name.rfind("step_", 0) == 0 && name.size() > 12 &&
+         name.compare(name.size() - 12, 12, ".safetensors") == 0;
+}
+
 std::vector<std::string> checkpoint_files(const std::string& dir) {
   std::vector<std::string> paths;
   DIR* d = opendir(dir.c_str());
   if (!d) return paths;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name.rfind("step_", 0) == 0 && name.size() > 12 &&
-        name.compare(name.size() - 12, 12, ".safetensors") == 0)
-      paths.push_back(dir + "/" + name);
+    if (is_checkpoint_name(name)) paths.push_back(dir + "/" + name);
   }
   closedir(d);
   // By step: step_%08lld names sort as text up to 10^8 steps, longer ones after.

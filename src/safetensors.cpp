@@ -117,10 +117,10 @@ size_t open_and_parse(const std::string& path, std::ifstream& f, Safetensors& st
   size_t size = size_t(f.tellg());
   f.seekg(0);
   uint64_t n = 0;
-  char open = 0;  // the header's first byte: '{' in a safetensors file
+  char first = 0;  // the header's first byte: '{' in a safetensors file
   if (size < 8 || !f.read(reinterpret_cast<char*>(&n), 8))
     throw UsageError(strf("%s: truncated (%zu bytes)", path.c_str(), size));
-  if (size > 8 && (!f.read(&open, 1) || open != '{'))
+  if (size > 8 && (!f.read(&first, 1) || first != '{'))
     throw UsageError(strf("%s: not a safetensors file (no JSON header after its first 8 bytes)",
                           path.c_str()));
   if (n > size - 8)

@@ -405,8 +405,9 @@ template <typename T> void Trainer<T>::report() {
   if (checkpoints_ > 0)
     printf("  checkpoints   %lld written, %.1f s (not in the time below)\n",
            (long long)checkpoints_, checkpoint_s_);
-  if (run_steps == 0) printf("  time          %.1f s: no step ran\n", wall);
-  if (run_steps > 0) {
+  if (run_steps == 0) {
+    printf("  time          %.1f s: no step ran\n", wall);
+  } else {
     printf("  time          %.1f s, %.1f ms/step%s\n", wall, ms_per_step,
            run_steps > 1 ? strf(" (%.1f after the first)", after_first).c_str() : "");
     printf("  throughput    %s tokens/s\n",
