@@ -49,6 +49,14 @@ template <typename Out> __device__ inline Out stored(float v) {
   else return __float2bfloat16_rn(v);
 }
 
+// RoPE's rotation of the pair (x0, x1) by the angle whose (cos, sin) is cs, times sign (-1: the
+// inverse). The products are rounded apart (no contraction into other FMAs), so that every kernel
+// that rotates (rope.cu's pass, the Hopper forward's rotation of Q) gives the same bits.
+__device__ __forceinline__ float2 rope_rotate(float x0, float x1, float2 cs, float sign) {
+  const float fs = sign * cs.y, fc = cs.x;
+  return {__fmaf_rn(x0, fc, -__fmul_rn(x1, fs)), __fmaf_rn(x0, fs, __fmul_rn(x1, fc))};
+}
+
 // Four consecutive values: one 16-byte (fp32) or 8-byte (bf16) load or store.
 // The pointers must be aligned to that many bytes (aligned_for checks it on the host).
 __device__ inline float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }

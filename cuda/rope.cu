@@ -13,12 +13,6 @@
 namespace lmt::cuda {
 namespace {
 
-// (x0, x1) rotated by the angle whose (cos, sin) is cs, times sign.
-__device__ inline float2 rotate(float x0, float x1, float2 cs, float sign) {
-  const float fs = sign * cs.y, fc = cs.x;
-  return {x0 * fc - x1 * fs, x0 * fs + x1 * fc};
-}
-
 // One block per row (b*T + t), its threads over the row's H * dh/2 pairs, two at a time with
 // Pair2 (one load4/store4 of four values: dh a multiple of 4 and the rows so aligned), else one:
 // 32-bit index maths (64-bit division per element made the kernel compute-bound). At gpt2-small's
@@ -40,11 +34,11 @@ __global__ void rope_kernel(E* x, const float2* table, int T, int H, int dh, int
     E* p = xr + h * dh + 2 * i;
     if constexpr (Pair2) {
       const float4 v = load4(p), cs = *reinterpret_cast<const float4*>(cs_row + i);
-      const float2 r0 = rotate(v.x, v.y, {cs.x, cs.y}, sign);
-      const float2 r1 = rotate(v.z, v.w, {cs.z, cs.w}, sign);
+      const float2 r0 = rope_rotate(v.x, v.y, {cs.x, cs.y}, sign);
+      const float2 r1 = rope_rotate(v.z, v.w, {cs.z, cs.w}, sign);
       store4(p, make_float4(r0.x, r0.y, r1.x, r1.y));
     } else {
-      const float2 r = rotate(float(p[0]), float(p[1]), cs_row[i], sign);
+      const float2 r = rope_rotate(float(p[0]), float(p[1]), cs_row[i], sign);
       p[0] = stored<E>(r.x), p[1] = stored<E>(r.y);
     }
   }

@@ -173,23 +173,25 @@ template <typename T> class Backend {
   virtual void rmsnorm_bwd(View<const T> x, const T* g, const T* rstd, View<const T> dy,
                            View<T> dx, T* dg, int64_t rows, int64_t d, T* dx_bf16,
                            GradWrite gw = GradWrite::set) = 0;
-  // RoPE's rotation, forward only: its inverse rides on attention_bwd.
+  // RoPE's rotation (attention_fwd applies it to q and k; its inverse rides on attention_bwd).
   virtual void rope(View<T> x, int64_t B, int64_t T_, int64_t H, int64_t dh, int64_t row_stride,
                     double theta) = 0;
   // Attention saves `saved` for backward: the probabilities [B, H, T, T] (naive, where only the
   // causal part, key <= query, need be written; the CPU reference always), or the rows'
   // logsumexp [B, H, T] (flash), in fp32; attention_saved() says how many elements. Backward
   // reads qkv, the forward's out and saved. Under p = bf16, qkv, out, dout and dqkv are bf16
-  // activations (above). rope_theta: 0, or the theta by which rope rotated q and k (in place,
-  // after the projection): dq and dk are then the gradients of the unrotated q and k, rotated
-  // back before they are stored (on the GPU, flash's kernels do so as they write them).
+  // activations (above). rope_theta: 0, or RoPE's theta: the forward first rotates q and k in
+  // qkv by it, in place (on the GPU, flash's Hopper kernels rotate q as they load it at short T;
+  // rope's pass does the rest), and the backward's dq and dk are then the gradients of the
+  // unrotated q and k, rotated back before they are stored (on the GPU, flash's kernels do so as
+  // they write them).
   virtual int64_t attention_saved(int64_t B, int64_t T_, int64_t H, int64_t dh,
                                   AttentionImpl a) const {
     (void)dh, (void)a;
     return B * H * T_ * T_;
   }
-  virtual void attention_fwd(const T* qkv, T* out, T* saved, int64_t B, int64_t T_, int64_t H,
-                             int64_t dh, Precision p, AttentionImpl a) = 0;
+  virtual void attention_fwd(T* qkv, T* out, T* saved, int64_t B, int64_t T_, int64_t H,
+                             int64_t dh, Precision p, AttentionImpl a, double rope_theta) = 0;
   virtual void attention_bwd(const T* qkv, const T* out, const T* saved, const T* dout, T* dqkv,
                              int64_t B, int64_t T_, int64_t H, int64_t dh, Precision p,
                              AttentionImpl a, double rope_theta) = 0;

@@ -45,8 +45,11 @@ struct FlashShape {
 
 bool flash_supports(int64_t head_dim);
 
-void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
-               float* lse, cudaStream_t stream);
+// rope: null, or RoPE's table (cuda::rope_table): q arrives unrotated (k already rotated) and
+// leaves rotated in place, as the backward reads it; on Hopper at short T the forward kernel
+// rotates it as it loads it (flash_sm90_fwd.cu), else rope.cu's pass does first.
+void flash_fwd(const FlashShape& s, void* q, const void* k, const void* v, void* o, float* lse,
+               const void* rope, cudaStream_t stream);
 // The backward's fp32 scratch for this problem on this GPU (flash_scratch.hpp).
 FlashBwdScratch flash_bwd_scratch(const FlashShape& s);
 // scratch: flash_bwd_scratch(s).floats() floats, 16-byte aligned. rope: null, or the table

@@ -18,7 +18,11 @@
 #     stream in bf16 (model.residual_dtype): RMSNorm reading bf16 rows, the embedding and the
 #     residual adds writing them, and their gradient in bf16 (RMSNorm's backward, the
 #     embedding's); and with 8192 rows a micro-batch under bf16 (128 sequences of 64): W2's
-#     backward fused into SwiGLU's (swiglu_sm90.cu), which the GPU takes from that many rows.
+#     backward fused into SwiGLU's (swiglu_sm90.cu), which the GPU takes from that many rows;
+#   - a few steps of the tiny model with one head of 64 under bf16, at T 300 (64 sequences) and
+#     T 1000 (32): the Hopper forward's persistent kernels (two blocks an SM of one consumer, and
+#     a block an SM of two) rotating each item's q by RoPE in shared memory and storing it back,
+#     blocks taking several items.
 # cuBLASLt's own nvjet_* kernels report shared-memory WAR hazards under racecheck that are the
 # library's (its kernels order those accesses by means racecheck does not follow): racecheck
 # checks them, but only hazards reported in kernels other than nvjet_* count, and the line says
@@ -34,8 +38,8 @@
 #   scripts/sanitize.sh
 #   RUNS="fused_swiglu train" scripts/sanitize.sh     (the runs that reach a kernel just changed)
 # Env: LMTRAIN (build/lmtrain), LOGS (a new temporary folder), SANITIZER (compute-sanitizer),
-#      RUNS (all eight: attention persistent fused_attention train bf16_moments no_masters
-#      bf16_residual fused_swiglu).
+#      RUNS (all ten: attention persistent fused_attention train bf16_moments no_masters
+#      bf16_residual fused_swiglu rope_shortest rope_short).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${LMTRAIN:-build/lmtrain} san=${SANITIZER:-compute-sanitizer}
@@ -62,7 +66,11 @@ bf16_moments=("${train[@]}" --set model.precision=bf16 --set optim.state_dtype=b
 no_masters=("${bf16_moments[@]}" --set optim.master_weights=false)
 bf16_residual=("${bf16_moments[@]}" --set model.residual_dtype=bf16)
 fused_swiglu=("${train[@]}" --set model.precision=bf16 --set train.batch_size=128)
-all_runs="attention persistent fused_attention train bf16_moments no_masters bf16_residual fused_swiglu"
+rope_shortest=("${train[@]}" --set model.precision=bf16 --set model.num_heads=1
+               --set model.context_length=300 --set train.batch_size=64)
+rope_short=("${rope_shortest[@]}" --set model.context_length=1000 --set train.batch_size=32)
+all_runs="attention persistent fused_attention train bf16_moments no_masters bf16_residual"
+all_runs+=" fused_swiglu rope_shortest rope_short"
 runs=${RUNS:-$all_runs}
 for run in $runs; do
   [[ " $all_runs " == *" $run "* ]] || { echo "sanitize.sh: no run '$run' (RUNS: $all_runs)" >&2; exit 2; }

@@ -235,8 +235,8 @@ template <typename T> void Model<T>::forward_ops(bool grad, double grad_divisor)
     const LayerActs& a = acts_[l];
     be.rmsnorm_fwd(res(x_[l]), P + w.ln1, act(a.h1), a.rstd1, n, d, cfg.norm_eps);
     be.linear_fwd(act(a.h1), P + w.qkv, act(a.qkv), n, 3 * d, d, precision, nullptr);
-    be.rope(act(a.qkv), B, T_, 2 * H, dh, 3 * d, cfg.rope_theta);  // q and k: 2H heads
-    be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention);
+    be.attention_fwd(a.qkv, a.att, a.att_saved, B, T_, H, dh, precision, attention,
+                     cfg.rope_theta);
     be.linear_fwd(act(a.att), P + w.wo, res(a.x_mid), n, d, d, precision, x_[l]);  // + residual
     be.rmsnorm_fwd(res(a.x_mid), P + w.ln2, act(a.h2), a.rstd2, n, d, cfg.norm_eps);
     be.linear_fwd(act(a.h2), P + w.w31, act(a.u), n, 2 * f, d, precision, nullptr);

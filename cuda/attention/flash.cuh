@@ -25,9 +25,10 @@ struct Params {
   float* dq_sums;
   uint32_t* dq_turns;
   int64_t dq_units;
-  // Backward: where given, the (cos, sin) of each position and pair [T][dh / 2] by which RoPE
-  // rotated q and k; dQ and dK are then stored rotated back (unrotate), the gradients of the
-  // unrotated q and k.
+  // The (cos, sin) of each position and pair [T][dh / 2] by which RoPE rotates q and k, or null.
+  // Backward: q and k were rotated; dQ and dK are stored rotated back (unrotate), the gradients
+  // of the unrotated q and k. Forward (the persistent Hopper kernels, fwd_sm90_rotates): q
+  // arrives unrotated (k rotated), and is rotated and stored back rotated.
   const float2* rope;
   int64_t H, T;
   int64_t qkv_batch, qkv_row, o_batch, o_row;
@@ -411,6 +412,8 @@ void bwd_fp32(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
 // runs them (compute capability 9.0) and dh is one of theirs.
 using Sm90HeadDims = HeadDimList<64, 128>;
 void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s);
+// fwd_sm90 rotates q by p.rope at this head dim (one of Sm90HeadDims) and T.
+bool fwd_sm90_rotates(int64_t dh, int64_t T);
 // fused: one kernel for dK, dV and dQ's sums (causal, head dims 64 and 128; flash_scratch.hpp),
 // then a pass for dQ; else the dK/dV and dQ kernels side by side.
 void bwd_sm90(const Params& p, int64_t B, int64_t dh, bool fused, cudaStream_t s);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "../common.cuh"
+#include "cuda_kernels.hpp"
 #include "flash.cuh"
 #include "flash_attention.hpp"
 #include "tma.cuh"
@@ -59,11 +60,17 @@ bool attn::hopper() {
 }
 bool attn::sm90(int64_t dh) { return hopper() && attn::Sm90HeadDims::has(dh); }
 
-void flash_fwd(const FlashShape& s, const void* q, const void* k, const void* v, void* o,
-               float* lse, cudaStream_t stream) {
+void flash_fwd(const FlashShape& s, void* q, const void* k, const void* v, void* o, float* lse,
+               const void* rope, cudaStream_t stream) {
   attn::Params p = params(s);
   check_aligned16({q, k, v, o}, kUnaligned);
   p.q = q, p.k = k, p.v = v, p.out = o, p.lse = lse;
+  if (rope && wgmma_kernels(s) && attn::fwd_sm90_rotates(s.dh, s.T)) {
+    p.rope = static_cast<const float2*>(rope);
+  } else if (rope) {  // rope.cu's pass over q's rows first
+    LMT_ASSERT(s.qkv.batch == s.T * s.qkv.row, "flash attention: RoPE needs q's batches back to back");
+    cuda::rope(q, s.bf16, rope, s.B, s.T, s.H, s.dh, s.qkv.row, false, stream);
+  }
   if (!s.bf16) attn::fwd_fp32(p, s.B, s.dh, stream);
   else if (wgmma_kernels(s)) attn::fwd_sm90(p, s.B, s.dh, stream);
   else attn::fwd_tc(p, s.B, s.dh, stream);

@@ -13,6 +13,19 @@
 // value tile j: K runs one tile ahead of V. The kernel is warp-specialized (tma.cuh): a producer
 // warpgroup copies Q and the K and V tiles with TMA into kStages buffers each; no barrier spans
 // the block, and the consumer warpgroups take turns at the tensor cores (ping-pong, kPingPong).
+//
+// RoPE (p.rope given; the persistent kernels only, fwd_sm90_rotates): q arrives unrotated (k
+// rotated by rope.cu's pass). The producer warpgroup's three idle warps (helpers) take each item's
+// Q tile in turn: they copy it with its rows of RoPE's table into a buffer of their own
+// (RopeRows), rotate it there, store it back to q (the backward reads it rotated), and once the
+// store has landed copy it from there into the consumers' Q buffer, as the producer thread copies
+// Q where there is no rotation. No thread but theirs writes their buffer and they never touch the
+// consumers' (which the consumers write O into), so racecheck, which does not follow mbarriers,
+// sees no hazard (rotated in place in the consumers' buffer, the consumers' writes of O after the
+// helpers' writes were reported as hazards). With a third Q buffer where a block has its SM
+// alone, the next items' Q tiles are rotated under this one's.
+#include <algorithm>
+
 #include "../common.cuh"
 #include "flash.cuh"
 #include "softmax.cuh"
@@ -82,6 +95,64 @@ __device__ __forceinline__ void fwd_rows(const Params& p, const CUtensorMap& o_m
   store_staged<DH, Wait>(kFirstGroupBarrier + group, BR * 64, group_q0, b, h, Staged{o_map, tile});
 }
 
+// The helpers' buffers: an item's Q tile of ROWS x DH (DH / 64 swizzled panels of 64 columns, as
+// a Ring's tiles) and its ROWS rows of RoPE's table (p.rope, [T][DH / 2] (cos, sin)), both copied
+// in on one mbarrier.
+template <int ROWS, int DH> struct RopeRows {
+  static constexpr size_t kQBytes = size_t(ROWS) * DH * sizeof(bf16);
+  static constexpr size_t kTileBytes = kQBytes + size_t(ROWS) * DH / 2 * sizeof(float2);
+  static constexpr size_t kBarriers = 1;
+  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0,
+                "the tile and the rings after it 1024-byte aligned (swizzled), the rows 16");
+  bf16* tiles;  // the Q tile, then the table's rows
+  uint64_t* bars;
+  __device__ bf16* q() const { return tiles; }
+  __device__ const float2* rows() const {
+    return reinterpret_cast<const float2*>(reinterpret_cast<const char*>(tiles) + kQBytes);
+  }
+  __device__ void init() const {
+    for (int i = 0; i < int(kBarriers); ++i) mbar_init(bars + i, 1);
+  }
+  // The item's Q tile (rows q0 .. of head (b, h)) and its table rows (those before T).
+  __device__ void fill(const Params& p, const CUtensorMap& q_map, int64_t q0, int64_t b,
+                       int64_t h) const {
+    const uint32_t bytes = uint32_t(min64(p.T - q0, ROWS) * DH / 2 * sizeof(float2));
+    mbar_expect(bars, uint32_t(kQBytes) + bytes);
+#pragma unroll
+    for (int c = 0; c < DH / 64; ++c)
+      tma_load_4d(tiles + c * ROWS * 64, &q_map, 64 * c, int(q0), int(h), int(b), bars);
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+        ::"r"(smem_addr(rows())), "l"(p.rope + q0 * DH / 2), "r"(bytes), "r"(smem_addr(bars))
+        : "memory");
+  }
+  __device__ void wait(int n) const { mbar_wait(bars, uint32_t(n) & 1); }
+};
+
+// Helper i (of 96) rotates its share of the q tile `tile` (ROWS rows in DH / 64 swizzled panels),
+// the first `rows` of them at positions whose table rows are `cs`: two pairs (8 bytes) at a time
+// read, rotated as rope.cu's pass does (common.cuh's rope_rotate, rounded to bf16), written back
+// (the helpers have 24 registers). A thread takes the same elements of every item's tile.
+template <int ROWS, int DH>
+__device__ __forceinline__ void rotate_q(bf16* tile, const float2* cs, int rows, int i) {
+  constexpr int kUnits = DH / 4;  // of a row
+  auto rotate = [](uint32_t w, float c, float s) {
+    const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+    const float2 r = rope_rotate(x.x, x.y, {c, s}, 1.0f);
+    const __nv_bfloat162 v = __floats2bfloat162_rn(r.x, r.y);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  };
+#pragma unroll 1
+  for (int u = i; u < rows * kUnits; u += 96) {
+    const int r = u / kUnits, j = u % kUnits;  // pairs 2 j, 2 j + 1
+    uint2* at = reinterpret_cast<uint2*>(tile + j / 16 * ROWS * 64 + swizzled(r, j / 2 % 8, j % 2 * 4));
+    const float4 c = *reinterpret_cast<const float4*>(cs + r * DH / 2 + 2 * j);
+    uint2 x = *at;
+    x.x = rotate(x.x, c.x, c.y), x.y = rotate(x.y, c.z, c.w);
+    *at = x;
+  }
+}
+
 // Warpgroup 0 produces (TMA: each item's Q, then its K_t and V_t in order), warpgroups 1 ..
 // kGroups consume (tma.cuh). Upto: the lengths the kernel takes, its entry in flash.cuh's tables;
 // up to sm90_short_t (or sm90_fwd_shortest_t) a persistent block (Short), kBlocks an SM, with
@@ -96,9 +167,14 @@ template <int DH, int Upto> struct TmaFwd {
                                           : sm90_fwd_short_tiles(DH);
   static constexpr int kGroups = kTiles.groups, BR = 64 * kGroups, BC = kTiles.tile;
   static constexpr int kBlocks = kTiles.blocks;
-  using QRing = Ring<kShort ? 2 : 1, BR, DH>;
+  // Q buffers: a persistent block's next items' Q tiles arrive (and are rotated) under this one;
+  // three where a block has its SM alone, two where two share one (shared memory).
+  static constexpr int kQStages = !kShort ? 1 : kBlocks > 1 ? 2 : 3;
+  using QRing = Ring<kQStages, BR, DH>;
   using KVRing = Ring<Sm90FwdTraits<DH>::kStages, BC, DH>;
-  using Smem = SmemRings<QRing, KVRing, KVRing>;
+  using Rope = RopeRows<BR, DH>;  // persistent kernels only
+  using Smem = std::conditional_t<kShort, SmemRings<QRing, KVRing, KVRing, Rope>,
+                                  SmemRings<QRing, KVRing, KVRing>>;
 };
 
 template <int DH, int Upto, bool Pairs>
@@ -114,7 +190,13 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Upto>::kGroups + 1),
   typename F::Smem smem;
   const auto Q = smem.template next<typename F::QRing>();
   const auto K = smem.template next<typename F::KVRing>(), V = smem.template next<typename F::KVRing>();
-  init_barriers([&] { Q.init(4 * G), K.init(4 * G), V.init(4 * G); });
+  typename F::Rope rope{};
+  if constexpr (Short) rope = smem.template next<typename F::Rope>();
+  const bool rotate = Short && p.rope;
+  init_barriers([&] {
+    Q.init(4 * G), K.init(4 * G), V.init(4 * G);
+    if (rotate) rope.init();
+  });
   // An item: the query tile at q0 of head bh, and the key tiles it sees. Q numbers the block's
   // items (n), K and V the key tiles of all of them (kv: the item's first).
   struct Item {
@@ -129,7 +211,8 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Upto>::kGroups + 1),
     int n = 0, kv = 0;
     for_each_item<Short, Pairs>(work, [&](int bh, int k) {
       const Item it = item(bh, k);
-      Q.fill(n++, q_map, it.q0, it.b, it.h);
+      if (!rotate) Q.fill(n, q_map, it.q0, it.b, it.h);  // else the helpers copy Q
+      ++n;
       for (int t = 0; t < it.tiles; ++t)
         K.fill(kv + t, k_map, t * BC, it.b, it.h), V.fill(kv + t, v_map, t * BC, it.b, it.h);
       kv += it.tiles;
@@ -175,7 +258,29 @@ __global__ void __launch_bounds__(128 * (TmaFwd<DH, Upto>::kGroups + 1),
     if (Short && storer) tma_store_wait_read();  // the last item's
     turns.end();
   };
-  specialize<G, F::kBlocks>(produce, consume);
+  auto helpers = [&](int i) {  // each item's Q: copied, rotated, stored to q, copied to Q
+    if (!rotate) return;
+    int n = 0;
+    for_each_item<Short, Pairs>(work, [&](int bh, int k) {
+      const Item it = item(bh, k);
+      if (i == 0) rope.fill(p, q_map, it.q0, it.b, it.h);  // the last item's store has read it
+      rope.wait(n);
+      rotate_q<BR, DH>(rope.q(), rope.rows(), int(min64(p.T - it.q0, BR)), i);
+      fence_async_shared();
+      bar_sync(kHelpersBarrier, 96);
+      if (i == 0) {
+#pragma unroll
+        for (int c = 0; c < DH / 64; ++c)
+          tma_store_4d(&q_map, rope.q() + c * BR * 64, 64 * c, it.q0, it.h, it.b);
+        tma_store_commit();
+        bulk_wait<0>();  // landed in q: the copy below reads it
+        fence_async_global();
+        Q.fill(n, q_map, it.q0, it.b, it.h);
+      }
+      ++n;
+    });
+  };
+  specialize_warps<G, F::kBlocks>(produce, consume, helpers);
 #else
   __trap();  // launched only where sm90() holds
 #endif
@@ -203,6 +308,15 @@ template <int DH, int Upto> void launch(const Params& p, int64_t B, cudaStream_t
 }
 
 }  // namespace
+
+bool fwd_sm90_rotates(int64_t dh, int64_t T) {
+  bool yes = false;
+  Sm90HeadDims::dispatch(dh, [&](auto d) {
+    constexpr int D = decltype(d)::value;
+    yes = T <= std::max(sm90_short_t(D), sm90_fwd_shortest_t(D));
+  });
+  return yes;
+}
 
 void fwd_sm90(const Params& p, int64_t B, int64_t dh, cudaStream_t s) {
   Sm90HeadDims::dispatch(dh, [&](auto d) {

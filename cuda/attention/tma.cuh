@@ -131,8 +131,9 @@ enum NamedBarrier : int {
   kFirstTurnBarrier = 1,  // Turns: consumer c's turn is kFirstTurnBarrier + c
   kFirstGroupBarrier = kFirstTurnBarrier + kMaxConsumers,  // consumer c's own 128 threads
   kConsumersBarrier = kFirstGroupBarrier + kMaxConsumers,   // every consumer's threads
+  kHelpersBarrier,  // specialize_warps' helpers (the producer warpgroup's warps 1 .. 3)
 };
-static_assert(kConsumersBarrier < kNamedBarriers);
+static_assert(kHelpersBarrier < kNamedBarriers);
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -268,18 +269,16 @@ template <int GROUPS, bool ON> struct Turns {
 };
 
 // A block of 128 (GROUPS + 1) threads after its barriers are initialized: thread 0 runs produce(),
-// the other producer threads leave; consumer c runs consume(c). A thread starts with the registers
-// that BLOCKS blocks an SM leave it (__launch_bounds__, in 8s); the producer keeps 24, the
-// consumers share the rest of the block's (at most 240 each), never more: setmaxnreg.inc would
+// every thread of the producer warpgroup's warps 1 .. 3 runs helpers(threadIdx.x - 32) (0 .. 95),
+// the rest of warp 0 leaves; consumer c runs consume(c). A thread starts with the registers
+// that BLOCKS blocks an SM leave it (__launch_bounds__, in 8s); the producer warpgroup keeps 24,
+// the consumers share the rest of the block's (at most 240 each), never more: setmaxnreg.inc would
 // wait for them forever. c is read from lane 0 (a shuffle), so that the compiler knows it is one
 // value a warp and keeps what derives from it, the consumer's operand descriptors, in uniform
 // registers: the forward 3-12 % faster at T 8192 and 16384 (results/flash_tuning.md).
-// store(s), where given, runs on thread 32 (s + 1) of the producer warpgroup for s < STORES (warps
-// other than produce's), for a kernel whose stores wait on its consumers apart from its loads.
-template <int GROUPS, int BLOCKS = 1, int STORES = 1, typename Produce, typename Consume,
-          typename Store>
-__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume, Store&& store) {
-  static_assert(STORES <= 3, "a store thread in each of the producer warpgroup's other warps");
+template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume, typename Helpers>
+__device__ __forceinline__ void specialize_warps(Produce&& produce, Consume&& consume,
+                                                 Helpers&& helpers) {
   constexpr int kThreads = 128 * (GROUPS + 1), kProducerRegs = 24;
   constexpr int kStart = 65536 / BLOCKS / kThreads / 8 * 8;
   constexpr int kShare = (kStart * (GROUPS + 1) - kProducerRegs) / GROUPS / 8 * 8;
@@ -287,11 +286,22 @@ __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume,
   if (threadIdx.x < 128) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     if (threadIdx.x == 0) produce();
-    else if (threadIdx.x % 32 == 0 && threadIdx.x / 32 <= STORES) store(int(threadIdx.x / 32) - 1);
+    else if (threadIdx.x >= 32) helpers(int(threadIdx.x) - 32);
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     consume(__shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0) - 1);
   }
+}
+// specialize_warps with store(s) on thread 32 (s + 1) of the producer warpgroup for s < STORES
+// (lane 0 of warps other than produce's), for a kernel whose stores wait on its consumers apart
+// from its loads.
+template <int GROUPS, int BLOCKS = 1, int STORES = 1, typename Produce, typename Consume,
+          typename Store>
+__device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume, Store&& store) {
+  static_assert(STORES <= 3, "a store thread in each of the producer warpgroup's other warps");
+  specialize_warps<GROUPS, BLOCKS>(produce, consume, [&](int i) {
+    if (i % 32 == 0 && i / 32 < STORES) store(i / 32);
+  });
 }
 template <int GROUPS, int BLOCKS = 1, typename Produce, typename Consume>
 __device__ __forceinline__ void specialize(Produce&& produce, Consume&& consume) {

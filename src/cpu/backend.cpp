@@ -87,8 +87,11 @@ template <typename T> class CpuBackend : public Backend<T> {
       for (int64_t r = 0; r < B * T_; ++r) round_bf16(x.data + r * stride, H * dh);
   }
   // Under bf16, qkv and dout hold bf16 values already; out and dqkv are stored so.
-  void attention_fwd(const T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_t H,
-                     int64_t dh, Precision p, AttentionImpl) override {
+  void attention_fwd(T* qkv, T* out, T* probs, int64_t B, int64_t T_, int64_t H, int64_t dh,
+                     Precision p, AttentionImpl, double rope_theta) override {
+    if (rope_theta != 0)  // q and k: 2H heads
+      rope({qkv, p == Precision::bf16 ? Stored::bf16 : Stored::full}, B, T_, 2 * H, dh, 3 * H * dh,
+           rope_theta);
     cpu::attention_fwd(qkv, out, probs, B, T_, H, dh, p);
     if (p == Precision::bf16) round_bf16(out, B * T_ * H * dh);
   }

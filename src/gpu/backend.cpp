@@ -214,18 +214,22 @@ class CudaBackend : public Backend<float> {
     return B * H * T;
   }
   // Under bf16, qkv, out, dout and dqkv are packed bf16 (Backend::attention_fwd).
-  void attention_fwd(const float* qkv, float* out, float* saved, int64_t B, int64_t T, int64_t H,
-                     int64_t dh, Precision p, AttentionImpl a) override {
+  void attention_fwd(float* qkv, float* out, float* saved, int64_t B, int64_t T, int64_t H,
+                     int64_t dh, Precision p, AttentionImpl a, double rope_theta) override {
     const int64_t d = H * dh, ld = 3 * d;
+    const bool b16 = p == Precision::bf16;
+    const void* rope = rope_theta != 0 ? rope_table(T, dh, rope_theta) : nullptr;
     if (a == AttentionImpl::flash) {
       NvtxRange r("flash attention forward");
+      // k by rope's pass; q by flash_fwd (on Hopper at short T, as its kernel loads it)
+      if (rope) cuda::rope(at(qkv, d, p), b16, rope, B, T, H, dh, ld, false, stream_);
       cuda::flash_fwd(flash_shape(B, T, H, dh, p), qkv, at(qkv, d, p), at(qkv, 2 * d, p), out,
-                      saved, stream_);
+                      saved, rope, stream_);
       return;
     }
+    if (rope) cuda::rope(qkv, b16, rope, B, T, 2 * H, dh, ld, false, stream_);  // q and k
     // The scores (in bf16 under bf16) are scratch: the softmax turns them into P in place, the
     // next matmul's operand, and saves P in fp32 at key <= query for the backward.
-    const bool b16 = p == Precision::bf16;
     void* S = b16 ? bf16_scratch(1, B * H * T * T) : workspace(size_t(B * H * T * T));
     const float scale = float(1.0 / std::sqrt(double(dh)));
     {

@@ -91,7 +91,7 @@ Measured measure(const Config::Attention& a, const Point& pt) {
                          : pt.impl == "flash-fused" ? Bwd::fused
                                                     : Bwd::automatic};
       auto* scratch = reinterpret_cast<float*>(alloc(cuda::flash_bwd_scratch(s).floats(), 4));
-      fwd = [=] { cuda::flash_fwd(s, q, k, v, o, lse, stream); };
+      fwd = [=] { cuda::flash_fwd(s, q, k, v, o, lse, nullptr, stream); };
       bwd = [=] { cuda::flash_bwd(s, q, k, v, o, g, lse, scratch, dq, dk, dv, nullptr, stream); };
     } else {
       // The backend's: under bf16, qkv, out and their gradients in bf16 (Backend::attention_fwd).
@@ -105,7 +105,7 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       randomize(reinterpret_cast<char*>(g), n);
       const Precision p = bf16 ? Precision::bf16 : Precision::fp32;
       Backend<float>* b = be.get();
-      fwd = [=] { b->attention_fwd(qkv, o, probs, B, T, H, dh, p, AttentionImpl::naive); };
+      fwd = [=] { b->attention_fwd(qkv, o, probs, B, T, H, dh, p, AttentionImpl::naive, 0.0); };
       bwd = [=] {
         b->attention_bwd(qkv, o, probs, g, dqkv, B, T, H, dh, p, AttentionImpl::naive, 0.0);
       };

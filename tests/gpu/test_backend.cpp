@@ -471,8 +471,8 @@ TEST_CASE("gpu classifier: the loss and the in-place gradient match the fp64 ref
   }
 }
 
-TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per precision, dq and "
-          "dk also rotated back by RoPE" * doctest::skip(gpu_count() == 0)) {
+TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per precision, q and k "
+          "also rotated by RoPE first, dq and dk rotated back" * doctest::skip(gpu_count() == 0)) {
   auto gpu = make_cuda_backend();
   const int64_t B = 2, T = 37, H = 3, dh = 8, d = H * dh;
   for (Precision p : kPolicies)
@@ -484,6 +484,7 @@ TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per pr
       Vec out(B * T * d), probs(B * H * T * T), dqkv(qkv.size());
       // Reference in float with the same policy (operands rounded), against double inputs.
       std::vector<float> outf(out.size()), pf(probs.size()), dqf(qkv.size());
+      if (theta != 0) cpu::rope(qf.data(), B, T, 2 * H, dh, 3 * d, theta, false);  // q and k
       cpu::attention_fwd(qf.data(), outf.data(), pf.data(), B, T, H, dh, p);
       cpu::attention_bwd(qf.data(), pf.data(), df.data(), dqf.data(), B, T, H, dh, p);
       if (theta != 0) cpu::rope(dqf.data(), B, T, 2 * H, dh, 3 * d, theta, true);  // dq and dk
@@ -497,7 +498,7 @@ TEST_CASE("gpu attention (naive): out, dq, dk, dv match the CPU reference per pr
       auto down = [&](const float* x, size_t n) { return b16 ? g.down16(x, n) : g.down(x, n); };
       float *gq = up(qkv), *go = poisoned(out.size()), *gp = g.poisoned(B * H * tri);
       float* gdq = poisoned(qkv.size());
-      gpu->attention_fwd(gq, go, gp, B, T, H, dh, p, AttentionImpl::naive);
+      gpu->attention_fwd(gq, go, gp, B, T, H, dh, p, AttentionImpl::naive, theta);
       gpu->attention_bwd(gq, go, gp, up(dout), gdq, B, T, H, dh, p, AttentionImpl::naive, theta);
       double t = p == Precision::fp32 ? 1e-5 : 2e-2;
       CHECK(rel_err(down(go, out.size()), outf) < t);

@@ -174,7 +174,7 @@ void check_problem(int64_t B, int64_t T, int64_t H, int64_t dh, bool causal, boo
     const size_t es = m.bf16 ? 2 : 4;
     auto ptr = [&](DeviceArray& a, size_t offset) { return static_cast<char*>(a.p) + offset * es; };
     cuda::flash_fwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p,
-                    static_cast<float*>(lse.p), nullptr);
+                    static_cast<float*>(lse.p), nullptr, nullptr);
     cuda::flash_bwd(s, ptr(qkv, off[0]), ptr(qkv, off[1]), ptr(qkv, off[2]), o.p, dout.p,
                     static_cast<float*>(lse.p), static_cast<float*>(scratch.p), ptr(dqkv, off[0]),
                     ptr(dqkv, off[1]), ptr(dqkv, off[2]), rope_table, nullptr);
@@ -229,9 +229,11 @@ TEST_CASE("flash attention: O, L, dQ, dK, dV match fp64 for odd lengths, every h
 TEST_CASE("flash attention matches the naive GPU path through the backend" *
           doctest::skip(gpu_count() == 0)) {
   auto gpu = make_cuda_backend();
-  const int64_t B = 2, T = 77, H = 3, dh = 32, d = H * dh;
+  const int64_t B = 2, T = 77, H = 3;
+  for (int64_t dh : {32, 64})  // at 64 on Hopper, flash's kernel rotates q (rope's pass elsewhere)
   for (Precision p : {Precision::fp32, Precision::bf16}) {
-    INFO("precision " << int(p));
+    INFO("precision " << int(p) << " head dim " << dh);
+    const int64_t d = H * dh;
     // Under bf16 the backend's qkv, out, dout and dqkv are stored in bf16.
     const bool b16 = p == Precision::bf16;
     auto upload = [&](BackendArray<float>& dst, const std::vector<float>& v) {
@@ -256,7 +258,7 @@ TEST_CASE("flash attention matches the naive GPU path through the backend" *
       BackendArray<float> saved(*gpu, size_t(gpu->attention_saved(B, T, H, dh, a)), MemTag::activations);
       upload(q, qkv);
       upload(g, dout);
-      gpu->attention_fwd(q.data(), o.data(), saved.data(), B, T, H, dh, p, a);
+      gpu->attention_fwd(q.data(), o.data(), saved.data(), B, T, H, dh, p, a, 500.0);
       gpu->attention_bwd(q.data(), o.data(), saved.data(), g.data(), dq.data(), B, T, H, dh, p, a,
                          500.0);
       const int i = a == AttentionImpl::flash;
@@ -297,7 +299,7 @@ TEST_CASE("flash attention: the backend's backward at T 16384 matches the two ke
     gpu->upload_bytes(q.data(), qkv16.data(), nqkv * 2);
     gpu->upload_bytes(g.data(), g16.data(), n * 2);
     gpu->attention_fwd(q.data(), o.data(), saved.data(), B, T, heads, dh, Precision::bf16,
-                       AttentionImpl::flash);
+                       AttentionImpl::flash, 0.0);
     gpu->attention_bwd(q.data(), o.data(), saved.data(), g.data(), dq.data(), B, T, heads, dh,
                        Precision::bf16, AttentionImpl::flash, 10000.0);
     std::vector<uint16_t> fused(nqkv), replayed(nqkv);
@@ -323,7 +325,8 @@ TEST_CASE("flash attention: the backend's backward at T 16384 matches the two ke
     DeviceArray scratch(size_t(cuda::flash_bwd_scratch(s).floats()), false);
     auto* base = static_cast<char*>(qkv.p);
     auto* grad = static_cast<char*>(dqkv.p);
-    cuda::flash_fwd(s, base, base + 2 * d, base + 4 * d, out.p, static_cast<float*>(lse.p), nullptr);
+    cuda::flash_fwd(s, base, base + 2 * d, base + 4 * d, out.p, static_cast<float*>(lse.p), nullptr,
+                    nullptr);
     cuda::flash_bwd(s, base, base + 2 * d, base + 4 * d, out.p, dout.p, static_cast<float*>(lse.p),
                     static_cast<float*>(scratch.p), grad, grad + 2 * d, grad + 4 * d, rope.p,
                     nullptr);
@@ -333,6 +336,50 @@ TEST_CASE("flash attention: the backend's backward at T 16384 matches the two ke
     for (size_t i = 0; i < nqkv; ++i) mine[i] = double(from_bf16(fused[i]));
     CHECK(rel_err(mine, split) < 1e-2);
     CHECK(std::none_of(mine.begin(), mine.end(), [](double x) { return std::isnan(x); }));
+  }
+}
+
+// Given RoPE's table, the forward rotates q in place before attending (on Hopper at short T its
+// kernel does, as it loads each query tile; elsewhere rope's pass): O, L and the rotated q must
+// have the bits of rope's pass over q and k followed by the forward without the table, at odd T
+// and where a persistent block takes several items (the table's buffer reused). k is rotated by
+// the pass in both.
+TEST_CASE("flash attention: the forward's rotation of q by RoPE gives the bits of rope's pass" *
+          doctest::skip(gpu_count() == 0)) {
+  struct Problem {
+    int64_t B, T, H, dh;
+  };
+  for (const Problem& pr : {Problem{2, 1, 3, 64}, Problem{2, 65, 3, 64}, Problem{3, 511, 5, 64},
+                            Problem{4, 512, 25, 64}, Problem{4, 1000, 12, 64},
+                            Problem{1, 4097, 2, 64}, Problem{2, 300, 3, 128}}) {
+    const auto [B, T, H, dh] = pr;
+    INFO("B " << B << " T " << T << " H " << H << " dh " << dh);
+    const int64_t d = H * dh, nqkv = B * T * 3 * d, n = B * T * d;
+    const Vec x = randn<double>(size_t(nqkv));
+    std::vector<uint16_t> qkv16(x.size());
+    for (size_t i = 0; i < x.size(); ++i) qkv16[i] = to_bf16(float(x[i]));
+    const std::vector<float> table = cuda::rope_table(T, dh, 10000.0);
+    DeviceArray rope(table.size(), false);
+    CUDA_CHECK(cudaMemcpy(rope.p, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+    cuda::FlashShape s{B, H, T, dh, true, true, true, {T * 3 * d, 3 * d}, {T * d, d}};
+    // [0]: the pass over q and k, the forward without the table; [1]: the pass over k, the
+    // forward given the table.
+    std::vector<char> qkv_bits[2], o_bits[2], lse_bits[2];
+    for (int given = 0; given < 2; ++given) {
+      DeviceArray qkv(size_t(nqkv), true), o(size_t(n), true), lse(size_t(B * H * T), false);
+      o.poison(), lse.poison();
+      CUDA_CHECK(cudaMemcpy(qkv.p, qkv16.data(), size_t(nqkv) * 2, cudaMemcpyHostToDevice));
+      auto* base = static_cast<char*>(qkv.p);
+      if (given) cuda::rope(base + 2 * d, true, rope.p, B, T, H, dh, 3 * d, false, nullptr);
+      else cuda::rope(base, true, rope.p, B, T, 2 * H, dh, 3 * d, false, nullptr);
+      cuda::flash_fwd(s, base, base + 2 * d, base + 4 * d, o.p, static_cast<float*>(lse.p),
+                      given ? rope.p : nullptr, nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+      qkv_bits[given] = qkv.raw(), o_bits[given] = o.raw(), lse_bits[given] = lse.raw();
+    }
+    CHECK(qkv_bits[1] == qkv_bits[0]);
+    CHECK(o_bits[1] == o_bits[0]);
+    CHECK(lse_bits[1] == lse_bits[0]);
   }
 }
 
