@@ -506,8 +506,13 @@ std::string usage_text() {
       "  --trace FILE    bench mode: write a Chrome-trace JSON (Perfetto) of the timed steps: each\n"
       "                  rank's phases, memory, collectives and waits for them (one file)\n"
       "  --print-config  print the resolved config and exit\n\nkeys (default, meaning):\n";
-  for (auto& f : config_fields(c))
-    out += strf("  %-28s %-12s %s\n", f.name().c_str(), f.to_string().c_str(), f.doc.c_str());
+  for (auto& f : config_fields(c)) {
+    std::string values;  // what a key of a few words accepts, from the table the parser checks
+    for (auto& ch : f.choices) values += (values.empty() ? " (values: " : " | ") + ch;
+    if (!values.empty()) values += ")";
+    out += strf("  %-28s %-12s %s%s\n", f.name().c_str(), f.to_string().c_str(), f.doc.c_str(),
+                values.c_str());
+  }
   return out;
 }
 

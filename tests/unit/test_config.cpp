@@ -265,3 +265,20 @@ TEST_CASE("config: --print-config of a valid file exits 0 and prints the overrid
   Config expected = parse_command_line({"--config", file, "--set", "train.steps=7"}).config;
   CHECK(config_hash(loaded(dir.file("printed.toml", r.output))) == config_hash(expected));
 }
+
+TEST_CASE("config: --help names every value a key of a few words accepts, on that key's line") {
+  Config c;
+  const std::string help = usage_text();
+  int keys = 0;
+  for (auto& f : config_fields(c)) {
+    if (f.choices.empty()) continue;
+    ++keys;
+    const size_t at = help.find("\n  " + f.name() + " ");
+    REQUIRE_MESSAGE(at != std::string::npos, f.name());
+    const std::string line = help.substr(at + 1, help.find('\n', at + 1) - at - 1);
+    std::string values;
+    for (auto& ch : f.choices) values += (values.empty() ? "(values: " : " | ") + ch;
+    CHECK_MESSAGE(line.find(values + ")") != std::string::npos, line);
+  }
+  CHECK(keys >= 5);  // run.mode, model.precision, optim.schedule, ddp.strategy, ... have choices
+}
