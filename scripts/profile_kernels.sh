@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CS336 §1.1.4 without Nsight Systems: bench mode's CUPTI kernel summary (the top kernels by GPU
 # time in one forward, one backward and one AdamW step, with call counts) for one model size,
-# saved as results/kernels_<size>_<precision>.txt.
+# saved as results/kernels_<size>_<precision>_<attention>.txt.
 #   scripts/profile_kernels.sh [size]        (default: xl)
 # Env: PRECISION (bf16), ATTENTION (flash), KERNELS (14: rows per phase), GRAPHS (1: forward and
 #      backward replayed as CUDA graphs, as a run takes them, so that each phase's idle time is the
