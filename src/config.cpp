@@ -204,7 +204,8 @@ std::vector<ConfigField> config_fields(Config& c) {
       real_field("model", "rope_theta", &m.rope_theta, 0, true, kBig, "RoPE base"),
       real_field("model", "norm_eps", &m.norm_eps, 0, true, 1, "RMSNorm epsilon"),
       enum_field("model", "precision", &m.precision,
-                "matmul input rounding; master weights, grads and optimizer stay fp32 (fp64: all)"),
+                "matmul input rounding; master weights, grads and optimizer stay fp32 (fp64: all; "
+                "optim.state_dtype and optim.master_weights may store less)"),
       enum_field("model", "residual_dtype", &m.residual_dtype,
                 "the residual stream (what each block adds to) and its gradient: fp32 (fp64 "
                 "under precision fp64), or bf16 (precision bf16 only; rounded at each add, as "
@@ -294,7 +295,8 @@ std::vector<ConfigField> config_fields(Config& c) {
       int_field("attention", "iters", &c.attention.iters, 1, "attention mode: timed runs (median)"),
       int_field("plan", "dp", &c.plan.dp, 1, "data-parallel ranks (replicas, or ZeRO-1 shards)"),
       int_field("plan", "zero", &c.plan.zero, 0,
-                "1: ZeRO-1, AdamW moments sharded over the dp ranks; 0: replicated", 1),
+                "1: ZeRO-1, AdamW moments (under bf16 the fp32 master weights too) sharded over "
+                "the dp ranks; 0: replicated", 1),
       int_field("plan", "fsdp", &c.plan.fsdp, 1,
                 "FSDP degree: params, grads and AdamW moments sharded (ZeRO-3)"),
       int_field("plan", "tp", &c.plan.tp, 1,
