@@ -82,13 +82,15 @@ void probe_writable(const Config& c) {
 void remove_stale_partials(const Config& c) {
   DIR* d = opendir(c.train.checkpoint_dir.c_str());
   if (!d) return;
+  const std::string tmp = ".tmp.";  // step_N.safetensors.tmp.PID
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    const size_t at = name.rfind(".tmp.");
-    if (at == std::string::npos || at + 5 == name.size() || !is_checkpoint_name(name.substr(0, at)))
+    const size_t at = name.rfind(tmp);
+    if (at == std::string::npos || at + tmp.size() == name.size() ||
+        !is_checkpoint_name(name.substr(0, at)))
       continue;
     char* end = nullptr;
-    const long pid = std::strtol(name.c_str() + at + 5, &end, 10);
+    const long pid = std::strtol(name.c_str() + at + tmp.size(), &end, 10);
     if (*end != '\0' || pid <= 0 || kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
     const std::string path = c.train.checkpoint_dir + "/" + name;
     if (::unlink(path.c_str()) == 0)

@@ -119,7 +119,7 @@ constexpr Sm90Tiles sm90_dq_tiles([[maybe_unused]] int dh) {
 }
 // Short sequences (T up to sm90_short_t) run a persistent forward (tma.cuh's Work): blocks of a
 // few key tiles each, whose start and end would leave the tensor cores idle, follow one another
-// in a block per SM, with their own tile entry and one buffer more for Q (the next block's).
+// in a block per SM, with their own tile entry and more buffers for Q (the next blocks').
 constexpr int64_t sm90_short_t([[maybe_unused]] int dh) {
 #ifdef LMT_FLASH_SM90_SHORT_T  // a tuning build
   return LMT_FLASH_SM90_SHORT_T;

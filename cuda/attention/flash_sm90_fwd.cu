@@ -116,15 +116,12 @@ template <int ROWS, int DH> struct RopeRows {
   // The item's Q tile (rows q0 .. of head (b, h)) and its table rows (those before T).
   __device__ void fill(const Params& p, const CUtensorMap& q_map, int64_t q0, int64_t b,
                        int64_t h) const {
-    const uint32_t bytes = uint32_t(min64(p.T - q0, ROWS) * DH / 2 * sizeof(float2));
+    const uint32_t bytes = rope_rows_bytes<DH, ROWS>(p, q0);
     mbar_expect(bars, uint32_t(kQBytes) + bytes);
 #pragma unroll
     for (int c = 0; c < DH / 64; ++c)
       tma_load_4d(tiles + c * ROWS * 64, &q_map, 64 * c, int(q0), int(h), int(b), bars);
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-        ::"r"(smem_addr(rows())), "l"(p.rope + q0 * DH / 2), "r"(bytes), "r"(smem_addr(bars))
-        : "memory");
+    copy_rope_rows<DH>(rows(), p, q0, bytes, bars);
   }
   __device__ void wait(int n) const { mbar_wait(bars, uint32_t(n) & 1); }
 };
@@ -153,10 +150,11 @@ __device__ __forceinline__ void rotate_q(bf16* tile, const float2* cs, int rows,
   }
 }
 
-// Warpgroup 0 produces (TMA: each item's Q, then its K_t and V_t in order), warpgroups 1 ..
-// kGroups consume (tma.cuh). Upto: the lengths the kernel takes, its entry in flash.cuh's tables;
-// up to sm90_short_t (or sm90_fwd_shortest_t) a persistent block (Short), kBlocks an SM, with
-// its own tiles and two Q buffers, so that the next item's Q arrives under this one's last tiles;
+// Warpgroup 0 produces (TMA: each item's Q, then its K_t and V_t in order; with RoPE its helper
+// warps copy Q), warpgroups 1 .. kGroups consume (tma.cuh). Upto: the lengths the kernel takes,
+// its entry in flash.cuh's tables; up to sm90_short_t (or sm90_fwd_shortest_t) a persistent
+// block (Short), kBlocks an SM, with its own tiles and kQStages Q buffers, so that the next
+// items' Q tiles arrive under this one's last tiles;
 // 0: past them, a block an item. Pairs: a persistent block's items in pairs (tma.cuh's Work),
 // else longest first.
 template <int DH, int Upto> struct TmaFwd {

@@ -325,14 +325,25 @@ __device__ __forceinline__ RopeStage rope_stage(size_t offset) {
   char* at = reinterpret_cast<char*>(smem_1024()) + (offset + 15) / 16 * 16;
   return {reinterpret_cast<uint64_t*>(at), reinterpret_cast<float2*>(at + 16)};
 }
+// The bytes of p.rope's rows r0 .. r0 + ROWS - 1 (those before T), and their copy into `rows` in
+// shared memory with one bulk copy whose bytes count down `bar` (announced by the caller).
 template <int DH, int ROWS>
-__device__ __forceinline__ void stage_rope(const Params& p, int64_t r0, const RopeStage& s) {
-  const uint32_t bytes = uint32_t(min64(p.T - r0, ROWS) * DH / 2 * sizeof(float2));
-  mbar_expect(s.bar, bytes);
+__device__ __forceinline__ uint32_t rope_rows_bytes(const Params& p, int64_t r0) {
+  return uint32_t(min64(p.T - r0, ROWS) * DH / 2 * sizeof(float2));
+}
+template <int DH>
+__device__ __forceinline__ void copy_rope_rows(const void* rows, const Params& p, int64_t r0,
+                                               uint32_t bytes, uint64_t* bar) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      ::"r"(smem_addr(s.rows)), "l"(p.rope + r0 * DH / 2), "r"(bytes), "r"(smem_addr(s.bar))
+      ::"r"(smem_addr(rows)), "l"(p.rope + r0 * DH / 2), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
+}
+template <int DH, int ROWS>
+__device__ __forceinline__ void stage_rope(const Params& p, int64_t r0, const RopeStage& s) {
+  const uint32_t bytes = rope_rows_bytes<DH, ROWS>(p, r0);
+  mbar_expect(s.bar, bytes);
+  copy_rope_rows<DH>(s.rows, p, r0, bytes, s.bar);
 }
 
 // Consumer warp `warp` of warpgroup `group`'s rows of the staging (the block's rows 64 group +
