@@ -40,6 +40,14 @@ CUDA_SRCS  := $(if $(wildcard $(NVCC)),$(wildcard cuda/*.cu cuda/*/*.cu))
 LIB_OBJS   := $(LIB_SRCS:%.cpp=$(BUILD)/obj/%.o) $(CUDA_SRCS:%.cu=$(BUILD)/obj/%.o)
 tier_objs   = $(patsubst %.cpp,$(BUILD)/obj/%.o,$(wildcard tests/$(1)/*.cpp))
 TEST_MAIN  := $(BUILD)/obj/tests/main.o
+# The host compiler's flags and the libraries, as this build last used them: when they change (a
+# toolkit found or gone, CUDA_HOME, EXTRA_CXXFLAGS) every object is rebuilt, rather than objects of
+# a CPU-only build linked with a CUDA one's. nvcc's own flags are left out: dev/tune_flash.py
+# rebuilds one kernel's object under other EXTRA_NVCCFLAGS and CUDA_ARCHS.
+FLAGS      := $(BUILD)/flags
+FLAGS_NOW  := $(CXX) $(CXXFLAGS) $(LDLIBS)
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(FLAGS) 2>/dev/null)" = '$(FLAGS_NOW)' ] || \
+        echo '$(FLAGS_NOW)' > $(FLAGS))
 
 # Debian packages: to build, to test (PyTorch is the independent reference; matplotlib draws
 # the sweeps' PNGs). tests/slurm/run.sh installs munge and Slurm itself.
@@ -67,11 +75,11 @@ $(BUILD)/tests_e2e: $(TEST_MAIN) $(call tier_objs,e2e) $(BUILD)/liblmtrain.a
 $(BUILD)/tests_mpi: $(call tier_objs,mpi) $(BUILD)/liblmtrain.a
 	$(CXX) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/obj/%.o: %.cpp | $(BUILD)/.deps-ok
+$(BUILD)/obj/%.o: %.cpp $(FLAGS) | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu | $(BUILD)/.deps-ok
+$(BUILD)/obj/%.o: %.cu $(FLAGS) | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
