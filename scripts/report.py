@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Fills the generated blocks of results/REPORT.md from the data files under results/.
+"""Fills the generated blocks of results/REPORT.md, and the README's, from the data files under
+results/.
 
-    scripts/report.py                  # rewrite the blocks in results/REPORT.md
-    scripts/report.py --check          # exit 1 with a diff if REPORT.md differs from the data
-    scripts/report.py --results DIR    # REPORT.md and the data files in DIR instead
+    scripts/report.py                  # rewrite the blocks in results/REPORT.md and README.md
+    scripts/report.py --check          # exit 1 with a diff if either differs from the data
+    scripts/report.py --results DIR    # DIR's REPORT.md and data files instead (and the README
+                                       # beside DIR, where there is one)
     scripts/report.py --record FILE --device NAME --command CMD
                                        # note who made a results file that has no date or device
                                        # column (results/provenance.csv, dated now)
@@ -1324,6 +1326,24 @@ def b_optimizer_state(data):
             + source(device, date, cmd, ["optimizer_state.md", "optimizer_state.csv", "optimizer_state.png"]))
 
 
+
+# ---- the README's sample of the default job --------------------------------------------------------
+
+def b_make_run(data):
+    """make run's output as the README shows it: the run's summary lines, its first and last
+    progress lines and the closing table's loss and time lines (the config echo left out)."""
+    lines = data.text("make_run.log").splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("data: ")) - 1  # after "device"
+    steps = [l for l in lines if l.startswith("step ")]
+    done = lines.index("== done ==")
+    closing = [l for l in lines[done + 1:]
+               if l.strip().startswith(("final loss", "loss floor", "val loss", "time "))]
+    out = lines[start:start + 3] + [steps[0], "...", steps[-1], "", "== done =="] + closing
+    device, date, cmd = data.provenance("make_run.log")
+    return ("\n".join(("    " + l).rstrip() for l in out) +
+            f"\n\n*{device}; {date}; `{cmd}` → [results/make_run.log](results/make_run.log).*")
+
+
 # ---------------------------------------------------------------------------------------------------------
 
 BLOCKS = {name[2:]: fn for name, fn in globals().items() if name.startswith("b_") and callable(fn)}
@@ -1333,7 +1353,7 @@ def fill(text, data):
     def one(m):
         name = m.group(1)
         if name not in BLOCKS:
-            raise Missing(f"REPORT.md: unknown block '{name}'")
+            raise Missing(f"unknown block '{name}'")
         out = BLOCKS[name](data)
         if "\n" in out:
             out = "\n" + out + "\n"
@@ -1379,31 +1399,39 @@ def main(argv):
             return 2
         record(a.results, name, a.device, a.command)
         return 0
-    report = os.path.join(a.results, "REPORT.md")
-    try:
-        with open(report) as f:
-            old = f.read()
-        new = fill(old, Data(a.results))
-    except (Missing, OSError) as e:
-        print(f"report.py: {e}", file=sys.stderr)
-        return 2
-    except (KeyError, ValueError, AttributeError, StopIteration) as e:
-        print(f"report.py: the data do not have the expected form: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    if a.check:
-        if new == old:
-            print(f"report.py: {report} matches its data")
-            return 0
-        sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                                   report, report + " (from the data)"))
-        print(f"report.py: {report} differs from what its data give: run scripts/report.py", file=sys.stderr)
-        return 1
-    if new != old:
-        with open(report, "w") as f:
-            f.write(new)
-    print(f"report.py: {report}: {len(BLOCK.findall(new))} blocks")
-    return 0
-
+    # REPORT.md, and the README where --results is a repository's results/ (its make_run block).
+    docs = [os.path.join(a.results, "REPORT.md")]
+    readme = os.path.join(os.path.dirname(os.path.abspath(a.results)), "README.md")
+    if os.path.exists(readme):
+        docs.append(readme)
+    data, status = Data(a.results), 0
+    for doc in docs:
+        try:
+            with open(doc) as f:
+                old = f.read()
+            new = fill(old, data)
+        except (Missing, OSError) as e:
+            print(f"report.py: {os.path.basename(doc)}: {e}", file=sys.stderr)
+            return 2
+        except (KeyError, ValueError, AttributeError, StopIteration) as e:
+            print(f"report.py: {os.path.basename(doc)}: the data do not have the expected form: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        if a.check:
+            if new == old:
+                print(f"report.py: {doc} matches its data")
+                continue
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
+                                                       doc, doc + " (from the data)"))
+            print(f"report.py: {doc} differs from what its data give: run scripts/report.py",
+                  file=sys.stderr)
+            status = 1
+            continue
+        if new != old:
+            with open(doc, "w") as f:
+                f.write(new)
+        print(f"report.py: {doc}: {len(BLOCK.findall(new))} blocks")
+    return status
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

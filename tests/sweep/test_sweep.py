@@ -637,6 +637,24 @@ class Report(unittest.TestCase):
             self.assertIn("/ 12345.68 |", f.read())
         self.assertEqual(self.report("--check", results=self.results).returncode, 0)
 
+    def test_the_readme_beside_the_results_follows_make_runs_log(self):
+        # A README beside --results has its make_run block checked too: a loss changed in the log
+        # is a diff in the README's sample, not REPORT.md's.
+        shutil.copy(os.path.join(REPO, "README.md"), self.dir)
+        self.assertEqual(self.report("--check", results=self.results).returncode, 0)
+        log = os.path.join(self.results, "make_run.log")
+        with open(log) as f:
+            text = f.read()
+        last = [l for l in text.splitlines() if l.startswith("step ")][-1]
+        changed = last.replace("| loss ", "| loss 9", 1)
+        with open(log, "w") as f:
+            f.write(text.replace(last, changed))
+        r = self.report("--check", results=self.results)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("README.md differs from what its data give", r.stderr)
+        self.assertIn("+    " + changed, r.stdout)
+        self.assertIn("REPORT.md matches its data", r.stdout)
+
     def test_ours_against_compiled_only_when_measured_in_one_call(self):
         # The newest compiled rows moved a day later: the newest lmtrain rows were not measured
         # beside them, so the ratio column says so instead of pairing the two.
