@@ -29,22 +29,35 @@ struct Safetensors {
   template <typename T> std::vector<T> get(const std::string& name, const char* dtype) const;
 };
 
+// A piece of a data section: the writer's tensors lie where their owners keep them.
+struct Bytes {
+  const char* data;
+  size_t size;
+};
+
+// Holds no copy of the tensors it is given: their bytes are written from where they lie, so they
+// must outlive write(). A tensor made only for the file (converted, say) is handed over instead.
 class SafetensorsWriter {
  public:
   void add(const std::string& name, const char* dtype, std::vector<int64_t> shape,
            const void* data, size_t bytes);
+  void add(const std::string& name, const char* dtype, std::vector<int64_t> shape,
+           std::vector<char> owned);
   void set(const std::string& key, const std::string& value) { metadata_[key] = value; }
   // Written to a temporary name in the same folder, flushed, then renamed over `path`: a reader
   // sees the old file or the whole new one, never a torn one.
   void write(const std::string& path) const;
-  const std::vector<char>& data() const { return data_; }
+  // The data section: the tensors' bytes in the order they were added.
+  const std::vector<Bytes>& data() const { return pieces_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const std::vector<std::pair<std::string, TensorInfo>>& tensors() const { return tensors_; }
 
  private:
   std::vector<std::pair<std::string, TensorInfo>> tensors_;
   std::map<std::string, std::string> metadata_;
-  std::vector<char> data_;
+  std::vector<Bytes> pieces_;
+  size_t size_ = 0;
+  std::vector<std::vector<char>> owned_;  // moved in: their buffers stay where they are
 };
 
 }  // namespace lmt

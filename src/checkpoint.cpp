@@ -43,7 +43,7 @@ bool stored_bf16(const ParamView& p, bool master_weights) { return !master_weigh
 // FNV-1a over each piece's length and bytes (so that no two headers hash the same text): every
 // metadata entry but the checksum, every tensor's entry, then the data.
 std::string seal(const std::map<std::string, std::string>& meta,
-                 const std::map<std::string, TensorInfo>& tensors, const std::vector<char>& data) {
+                 const std::map<std::string, TensorInfo>& tensors, const std::vector<Bytes>& data) {
   uint64_t h = hash64(nullptr, 0);
   auto add = [&](const std::string& s) {
     const uint64_t n = s.size();
@@ -56,7 +56,8 @@ std::string seal(const std::map<std::string, std::string>& meta,
     for (int64_t d : t.shape) shape += std::to_string(d) + ",";
     add(name), add(t.dtype), add(shape), add(strf("%zu,%zu", t.begin, t.end));
   }
-  return strf("%016llx", (unsigned long long)hash64(data.data(), data.size(), h));
+  for (const Bytes& b : data) h = hash64(b.data, b.size, h);  // as over the pieces joined
+  return strf("%016llx", (unsigned long long)h);
 }
 
 }  // namespace
@@ -154,9 +155,12 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
       w.add(p.name, dtype_name<T>(), p.shape, x, p.numel * sizeof(T));
       continue;
     }
-    std::vector<uint16_t> b(p.numel);
-    for (size_t i = 0; i < p.numel; ++i) b[i] = to_bf16(float(x[i]));  // exact: bf16 values
-    w.add(p.name, "BF16", p.shape, b.data(), p.numel * 2);
+    std::vector<char> b(p.numel * 2);
+    for (size_t i = 0; i < p.numel; ++i) {  // exact: bf16 values
+      const uint16_t v = to_bf16(float(x[i]));
+      std::memcpy(b.data() + 2 * i, &v, 2);
+    }
+    w.add(p.name, "BF16", p.shape, std::move(b));
   }
   const size_t eb = state_elem_bytes<T>(opt.stored);
   for (auto [prefix, buf] : {std::pair{kMomentM, &opt.m}, {kMomentV, &opt.v}})
@@ -191,7 +195,7 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
   Safetensors st = Safetensors::read(path);
   auto meta = [&](const std::string& key) { return lmt::meta(st, path, key); };
   check_header(st, path, world);
-  const std::string sum = seal(st.metadata, st.tensors, st.data);
+  const std::string sum = seal(st.metadata, st.tensors, {{st.data.data(), st.data.size()}});
   if (meta("checksum") != sum)
     throw UsageError(strf("%s: corrupted: checksum of header and data %s, expected %s (the "
                           "file was changed after it was written)", path.c_str(), sum.c_str(),

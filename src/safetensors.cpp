@@ -180,9 +180,15 @@ template std::vector<int32_t> Safetensors::get(const std::string&, const char*) 
 
 void SafetensorsWriter::add(const std::string& name, const char* dtype, std::vector<int64_t> shape,
                             const void* data, size_t bytes) {
-  TensorInfo t{dtype, std::move(shape), data_.size(), data_.size() + bytes};
-  data_.insert(data_.end(), static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
-  tensors_.push_back({name, std::move(t)});
+  tensors_.push_back({name, TensorInfo{dtype, std::move(shape), size_, size_ + bytes}});
+  pieces_.push_back({static_cast<const char*>(data), bytes});
+  size_ += bytes;
+}
+
+void SafetensorsWriter::add(const std::string& name, const char* dtype, std::vector<int64_t> shape,
+                            std::vector<char> owned) {
+  owned_.push_back(std::move(owned));
+  add(name, dtype, std::move(shape), owned_.back().data(), owned_.back().size());
 }
 
 void SafetensorsWriter::write(const std::string& path) const {
@@ -205,9 +211,9 @@ void SafetensorsWriter::write(const std::string& path) const {
   FILE* f = fopen(tmp.c_str(), "wb");
   if (!f) LMT_FATAL(strf("cannot write %s: %s", tmp.c_str(), strerror(errno)));
   uint64_t n = h.size();
-  bool ok = fwrite(&n, 8, 1, f) == 1 && fwrite(h.data(), 1, h.size(), f) == h.size() &&
-            fwrite(data_.data(), 1, data_.size(), f) == data_.size() && fflush(f) == 0 &&
-            fsync(fileno(f)) == 0;
+  bool ok = fwrite(&n, 8, 1, f) == 1 && fwrite(h.data(), 1, h.size(), f) == h.size();
+  for (const Bytes& b : pieces_) ok = ok && fwrite(b.data, 1, b.size, f) == b.size;
+  ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok = (fclose(f) == 0) && ok;
   if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
