@@ -14,7 +14,10 @@
 namespace lmt {
 namespace {
 
-constexpr const char* kFormat = "lmtrain-checkpoint-2";
+constexpr const char* kFormat = "lmtrain-checkpoint-3";
+// Format 2 is format 3 with the data's checksum taken by hash64 over the data section, a byte at
+// a time: its files still load.
+constexpr const char* kFormat2 = "lmtrain-checkpoint-2";
 // AdamW's moments are stored as these prefixes + each parameter's name.
 constexpr const char* kMomentM = "optim.m.";
 constexpr const char* kMomentV = "optim.v.";
@@ -41,9 +44,12 @@ bool checkpoint_master_weights(const Safetensors& st, const std::string& path) {
 bool stored_bf16(const ParamView& p, bool master_weights) { return !master_weights && p.matmul; }
 
 // FNV-1a over each piece's length and bytes (so that no two headers hash the same text): every
-// metadata entry but the checksum, every tensor's entry, then the data.
+// metadata entry but the checksum, every tensor's entry, then the data: format 3 (wide) each
+// tensor's hash_wide, `data` holding the tensors in the data section's order; format 2 the bytes
+// of `data`, pieces of the data section in order.
 std::string seal(const std::map<std::string, std::string>& meta,
-                 const std::map<std::string, TensorInfo>& tensors, const std::vector<Bytes>& data) {
+                 const std::map<std::string, TensorInfo>& tensors, const std::vector<Bytes>& data,
+                 bool wide) {
   uint64_t h = hash64(nullptr, 0);
   auto add = [&](const std::string& s) {
     const uint64_t n = s.size();
@@ -56,7 +62,14 @@ std::string seal(const std::map<std::string, std::string>& meta,
     for (int64_t d : t.shape) shape += std::to_string(d) + ",";
     add(name), add(t.dtype), add(shape), add(strf("%zu,%zu", t.begin, t.end));
   }
-  for (const Bytes& b : data) h = hash64(b.data, b.size, h);  // as over the pieces joined
+  for (const Bytes& b : data) {
+    if (!wide) {
+      h = hash64(b.data, b.size, h);
+      continue;
+    }
+    const uint64_t t = hash_wide(b.data, b.size);
+    h = hash64(&t, sizeof t, h);
+  }
   return strf("%016llx", (unsigned long long)h);
 }
 
@@ -122,9 +135,10 @@ std::string meta(const Safetensors& st, const std::string& path, const std::stri
 
 // What the header alone refuses: another format, another world size.
 void check_header(const Safetensors& st, const std::string& path, int world) {
-  if (meta(st, path, "format") != kFormat)
-    throw UsageError(strf("%s: format '%s', expected '%s'", path.c_str(),
-                          meta(st, path, "format").c_str(), kFormat));
+  const std::string format = meta(st, path, "format");
+  if (format != kFormat && format != kFormat2)
+    throw UsageError(strf("%s: format '%s', expected '%s' or '%s'", path.c_str(), format.c_str(),
+                          kFormat, kFormat2));
   if (std::stoi(meta(st, path, "world_size")) != world)
     throw UsageError(strf("%s: written by %s ranks, this run has %d (each rank's data stream "
                           "is in the checkpoint)", path.c_str(), meta(st, path, "world_size").c_str(),
@@ -184,7 +198,7 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
   w.set("data", data_identity(c));
   w.set("config", config_to_toml(c));
   std::map<std::string, TensorInfo> tensors(w.tensors().begin(), w.tensors().end());
-  w.set("checksum", seal(w.metadata(), tensors, w.data()));
+  w.set("checksum", seal(w.metadata(), tensors, w.data(), true));
   w.write(path);
 }
 
@@ -195,7 +209,16 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
   Safetensors st = Safetensors::read(path);
   auto meta = [&](const std::string& key) { return lmt::meta(st, path, key); };
   check_header(st, path, world);
-  const std::string sum = seal(st.metadata, st.tensors, {{st.data.data(), st.data.size()}});
+  std::vector<Bytes> data{{st.data.data(), st.data.size()}};
+  const bool wide = meta("format") == kFormat;
+  if (wide) {  // each tensor, in the data section's order
+    std::vector<const TensorInfo*> order;
+    for (const auto& [name, t] : st.tensors) order.push_back(&t);
+    std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+    data.clear();
+    for (const TensorInfo* t : order) data.push_back({st.data.data() + t->begin, t->end - t->begin});
+  }
+  const std::string sum = seal(st.metadata, st.tensors, data, wide);
   if (meta("checksum") != sum)
     throw UsageError(strf("%s: corrupted: checksum of header and data %s, expected %s (the "
                           "file was changed after it was written)", path.c_str(), sum.c_str(),

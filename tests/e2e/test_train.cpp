@@ -347,6 +347,30 @@ TEST_CASE("train: torn, truncated, corrupted or mismatched checkpoints are refus
                                "false") != std::string::npos);
 }
 
+TEST_CASE("train: a format-2 checkpoint (its data's checksum taken a byte at a time) still "
+          "resumes; one byte of its data changed is refused") {
+  // Written by the format-2 writer: kTiny in fp32 on the CPU, 2 steps.
+  const std::string old = "tests/e2e/data/format2_step_2.safetensors";
+  REQUIRE(Safetensors::read_header(old).metadata.at("format") == "lmtrain-checkpoint-2");
+  const std::string base = std::string(lmt::test::lmtrain()) + kTiny +
+                           " --set model.precision=fp32 --set run.device=cpu --set train.steps=3"
+                           " --set train.resume=";
+  auto r = run(base + old);
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(r.output.find("step 3/3") != std::string::npos);
+  TempDir dir;
+  std::ifstream f(old, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(f)), {});
+  bytes[bytes.size() - 7] ^= 1;
+  const std::string changed = dir.file("changed.safetensors");
+  std::ofstream(changed, std::ios::binary) << bytes;
+  auto bad = run(base + changed);
+  INFO(bad.output);
+  CHECK(bad.code == 2);
+  CHECK(bad.output.find(changed + ": corrupted: checksum of header and data") != std::string::npos);
+}
+
 TEST_CASE("train: --csv appends rows under one header; a file with another header is refused untouched") {
   TempDir dir;
   std::string csv = dir.file("runs.csv");
