@@ -45,7 +45,8 @@ class SafetensorsWriter {
            std::vector<char> owned);
   void set(const std::string& key, const std::string& value) { metadata_[key] = value; }
   // Written to a temporary name in the same folder, flushed, then renamed over `path`: a reader
-  // sees the old file or the whole new one, never a torn one.
+  // sees the old file or the whole new one, never a torn one. Throws std::runtime_error naming
+  // the file and the system's reason where it cannot.
   void write(const std::string& path) const;
   // The data section: the tensors' bytes in the order they were added.
   const std::vector<Bytes>& data() const { return pieces_; }

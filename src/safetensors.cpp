@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 
 #include "check.hpp"
 
@@ -209,7 +210,7 @@ void SafetensorsWriter::write(const std::string& path) const {
   while (h.size() % 8) h += ' ';  // keeps the data section 8-byte aligned
   std::string tmp = path + strf(".tmp.%d", int(getpid()));
   FILE* f = fopen(tmp.c_str(), "wb");
-  if (!f) LMT_FATAL(strf("cannot write %s: %s", tmp.c_str(), strerror(errno)));
+  if (!f) throw std::runtime_error(strf("cannot write %s: %s", tmp.c_str(), strerror(errno)));
   uint64_t n = h.size();
   bool ok = fwrite(&n, 8, 1, f) == 1 && fwrite(h.data(), 1, h.size(), f) == h.size();
   for (const Bytes& b : pieces_) ok = ok && fwrite(b.data, 1, b.size, f) == b.size;
@@ -218,7 +219,7 @@ void SafetensorsWriter::write(const std::string& path) const {
   if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     remove(tmp.c_str());
-    LMT_FATAL(strf("writing %s failed: %s", path.c_str(), strerror(err)));
+    throw std::runtime_error(strf("writing %s failed: %s", path.c_str(), strerror(err)));
   }
 }
 

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <future>
 
 #include "checkpoint.hpp"
 #include "comm.hpp"
@@ -54,6 +55,10 @@ template <typename T> class Trainer {
   // Keeps the time since `since` out of the steps' clocks; returns it in seconds.
   double leave_out(Clock::time_point since);
   void checkpoint(int64_t done);                   // every rank's state, written by rank 0
+  // Waits for the checkpoint being written, if any (the wait kept out of the steps' time), and
+  // ends the run with its failure; with `poll`, only if it has finished (a failure ends the run
+  // at the next step).
+  void finish_writing(bool poll = false);
   void report();                                   // closing table and CSV row, rank 0
   // One line on rank 0: every rank's bytes under `tag` (what it holds: `what`) at this point.
   void print_rank_memory(MemTag tag, const char* what, const char* when, const std::string& note);
@@ -76,9 +81,13 @@ template <typename T> class Trainer {
   std::unique_ptr<TokenSource> val_file_;
   const TokenSource* held_out_ = nullptr;
   double val_loss_ = NAN, eval_s_ = 0;
-  // The checkpoints written and the time they took, kept out of the steps' time as validation's.
+  // The checkpoints written and the time the steps waited for them, kept out of the steps' time
+  // as validation's: the copy of the state to the host, and a wait for the previous file where a
+  // checkpoint comes before it is written. Rank 0 writes each file (the hash, the write and its
+  // fsync) on a thread of its own beside the steps: writing_.
   int64_t checkpoints_ = 0;
   double checkpoint_s_ = 0;
+  std::future<void> writing_;
   int64_t val_step_ = -1;
   bool fresh_val_ = false;
   Rng rng_;
@@ -327,10 +336,10 @@ template <typename T> double Trainer<T>::leave_out(Clock::time_point since) {
   return std::chrono::duration<double>(took).count();
 }
 
-// Every rank's data Rng and the exact masters and moments, written by rank 0. Collective. Its
-// time is kept out of the steps' clocks (rank 0's holds the write; the others wait for it at the
-// next step's first collective).
+// Every rank's data Rng and the exact masters and moments, copied to the host (collective), then
+// written by rank 0 beside the next steps. The copy's time is kept out of the steps' clocks.
 template <typename T> void Trainer<T>::checkpoint(int64_t done) {
+  finish_writing();  // one file at a time, and each state's host copy only while it is written
   const Clock::time_point t = Clock::now();
   RngState mine = drawn_ ? drawn_from_ : rng_.state();  // before the batch not yet trained on
   std::vector<RngState> all(static_cast<size_t>(rt_.world));
@@ -338,25 +347,43 @@ template <typename T> void Trainer<T>::checkpoint(int64_t done) {
   MPI_CHECK(MPI_Igather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
                         MPI_COMM_WORLD, &req));
   wait_for_peers(&req, "the checkpoint's gather of Rng states");
-  const std::vector<T> params = optimizer_->gather_params(*model_, MPI_COMM_WORLD);
-  const OptimizerState<T> state = optimizer_->gather_state(MPI_COMM_WORLD);
+  std::vector<T> params = optimizer_->gather_params(*model_, MPI_COMM_WORLD);
+  OptimizerState<T> state = optimizer_->gather_state(MPI_COMM_WORLD);
   last_checkpoint_ = checkpoint_path(c_.train.checkpoint_dir, done);
-  if (rt_.is_root()) {
-    save_checkpoint(last_checkpoint_, c_, model_->layout, params, state, done, all, run_id_);
-    printf("checkpoint %s\n", last_checkpoint_.c_str());
-    fflush(stdout);
-  }
+  if (rt_.is_root())
+    writing_ = std::async(std::launch::async, [this, path = last_checkpoint_, done,
+                                               params = std::move(params),
+                                               state = std::move(state), all = std::move(all)] {
+      const Clock::time_point w = Clock::now();
+      save_checkpoint(path, c_, model_->layout, params, state, done, all, run_id_);
+      printf("checkpoint %s (written in %.1f s beside the steps)\n", path.c_str(),
+             seconds_since(w));
+      fflush(stdout);
+    });
   ++checkpoints_, checkpoint_s_ += leave_out(t);
+}
+
+template <typename T> void Trainer<T>::finish_writing(bool poll) {
+  using namespace std::chrono_literals;
+  if (!writing_.valid() || (poll && writing_.wait_for(0s) != std::future_status::ready)) return;
+  const Clock::time_point t = Clock::now();
+  try {
+    writing_.get();
+  } catch (const std::exception& e) {
+    LMT_FATAL(e.what());
+  }
+  checkpoint_s_ += leave_out(t);
 }
 
 template <typename T> int Trainer<T>::run() {
   t0_ = t_interval_ = Clock::now();
   for (int64_t step = first_step_; step < steps_; ++step) {
+    finish_writing(true);
     double gnorm;
     const double lr = learning_rate(c_.optim, step, steps_);
     const StepVerdict verdict = this->step(step, lr, gnorm);
     if (step == first_step_) t_first_ = Clock::now();
-    if (verdict.diverged()) return kExitDiverged;
+    if (verdict.diverged()) return finish_writing(), kExitDiverged;
     const bool last = step + 1 == steps_;
     const int64_t eval_every = c_.train.eval_every;
     const bool eval = held_out_ && (last || (eval_every > 0 && (step + 1) % eval_every == 0));
@@ -366,6 +393,7 @@ template <typename T> int Trainer<T>::run() {
     const bool due = last || (every > 0 && (step + 1) % every == 0);
     if (!c_.train.checkpoint_dir.empty() && (due || verdict.signaled >= 0)) checkpoint(step + 1);
     if (verdict.signaled >= 0) {  // this step is done and saved: stop
+      finish_writing();
       if (rt_.is_root()) {
         fprintf(stderr, "lmtrain: %s (rank %d): stopped after step %lld of %lld; %s\n",
                 signal_name(verdict.signal).c_str(), verdict.signaled, (long long)step + 1,
@@ -379,6 +407,7 @@ template <typename T> int Trainer<T>::run() {
     }
   }
   if (held_out_ && val_step_ != steps_) evaluate(steps_);  // no step ran: as loaded
+  finish_writing();
   report();
   return kExitOk;
 }

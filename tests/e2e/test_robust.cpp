@@ -428,6 +428,24 @@ TEST_CASE("robust: a run of no steps reports no step times and leaves their CSV 
   CHECK(text.find("nan") == std::string::npos);
 }
 
+TEST_CASE("robust: a checkpoint whose file cannot be written (written beside the steps) ends the "
+          "run with its reason and exit code 1, the earlier checkpoint kept, no partial left") {
+  TempDir dir;
+  // A folder where step 4's file goes: its rename fails (train.overwrite lets the run start).
+  REQUIRE(std::filesystem::create_directory(checkpoint_path(dir.path, 4)));
+  auto r = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=6 "
+               "--set train.checkpoint_every=2 --set train.overwrite=1 --set train.checkpoint_dir=" +
+               dir.path);
+  INFO(r.output);
+  CHECK(r.code == kExitFailure);
+  CHECK(r.output.find("writing " + checkpoint_path(dir.path, 4) + " failed: Is a directory") !=
+        std::string::npos);
+  CHECK(r.output.find("== done ==") == std::string::npos);
+  CHECK(std::filesystem::is_regular_file(checkpoint_path(dir.path, 2)));
+  for (auto& e : std::filesystem::directory_iterator(dir.path))
+    CHECK(e.path().string().find(".tmp.") == std::string::npos);
+}
+
 TEST_CASE("robust: the checkpoints' time is shown apart from the steps' in the closing table") {
   TempDir dir;
   auto r = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=4 "
