@@ -79,7 +79,7 @@ struct Config {
     double device_gb = 80.0, act_shard_fraction = 0.0;
   } plan;
   struct Allreduce {  // sizes (MiB): sizes_mb, or if it is empty min_mb, min_mb * factor, ... max_mb
-    std::vector<int64_t> sizes_mb;
+    std::vector<double> sizes_mb;
     double min_mb = 1.0, max_mb = 1000.0, factor = 10.0;
     std::string backend = "nccl";  // nccl (device buffers) | mpi (host buffers)
     std::string dtype = "fp32";    // fp32 | bf16
@@ -100,8 +100,8 @@ struct ConfigField {
   std::string section, key;
   // A list (TOML array) holds at least one element unless empty_ok; each is checked as the scalar
   // would be.
-  std::variant<int64_t*, double*, std::string*, std::vector<int64_t>*, std::vector<std::string>*,
-               ChoiceRef, bool*>
+  std::variant<int64_t*, double*, std::string*, std::vector<int64_t>*, std::vector<double>*,
+               std::vector<std::string>*, ChoiceRef, bool*>
       value;
   double min = 0, max = 0;               // numbers (and their lists): allowed range [min, max]
   bool min_open = false;                 // numbers: min itself excluded
@@ -112,6 +112,9 @@ struct ConfigField {
   std::string name() const { return section + "." + key; }
   std::string to_string() const;  // the value as TOML would write it
 };
+
+// The shortest decimal of %.15g and %.17g that reads back as x exactly ("1", "0.5", "1e+18").
+std::string real_text(double x);
 
 // Every key of `c`, in the documented order (the order of --print-config and of CSV columns).
 std::vector<ConfigField> config_fields(Config& c);

@@ -44,6 +44,10 @@ ConfigField ints_field(const char* s, const char* k, std::vector<int64_t>* v, do
                        double max, const char* doc, bool empty_ok = false) {
   return ConfigField{s, k, v, min, max, false, {}, doc, empty_ok};
 }
+ConfigField reals_field(const char* s, const char* k, std::vector<double>* v, double min,
+                        bool min_open, const char* doc, bool empty_ok = false) {
+  return ConfigField{s, k, v, min, kBig, min_open, {}, doc, empty_ok};
+}
 ConfigField strs_field(const char* s, const char* k, std::vector<std::string>* v,
                        std::vector<std::string> choices, const char* doc) {
   return ConfigField{s, k, v, 0, 0, false, std::move(choices), doc};
@@ -117,6 +121,12 @@ void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::
     range(double(i), x);
     return i;
   };
+  auto real = [&](const toml::node& x) {
+    if (!x.is_number()) bad("a number", &x);
+    const double r = *x.value<double>();
+    range(r, x);
+    return r;
+  };
   auto string = [&](const toml::node& x) {
     if (!x.is_string()) bad("a string", &x);
     std::string s = *x.value<std::string>();
@@ -129,7 +139,7 @@ void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::
   };
   auto list = [&](auto& out, auto&& element) {
     std::string one;  // a lone value where an array belongs: how to write it as one
-    if (v.is_string() || v.is_integer()) one = " (one value: [" + describe(v) + "])";
+    if (v.is_string() || v.is_number()) one = " (one value: [" + describe(v) + "])";
     if (!v.is_array()) bad((f.empty_ok ? "an array" : "a non-empty array") + one);
     if (v.as_array()->empty() && !f.empty_ok) bad("a non-empty array");
     out.clear();
@@ -138,10 +148,7 @@ void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::
   if (auto* p = std::get_if<int64_t*>(&f.value)) {
     **p = integer(v);
   } else if (auto* p = std::get_if<double*>(&f.value)) {
-    if (!v.is_number()) bad("a number");
-    double x = *v.value<double>();
-    range(x, v);
-    **p = x;
+    **p = real(v);
   } else if (auto* p = std::get_if<std::string*>(&f.value)) {
     **p = string(v);
   } else if (auto* p = std::get_if<ChoiceRef>(&f.value)) {
@@ -152,6 +159,8 @@ void set_field(Config& c, const ConfigField& f, const toml::node& v, const std::
     **p = *v.value<bool>();
   } else if (auto* p = std::get_if<std::vector<int64_t>*>(&f.value)) {
     list(**p, integer);
+  } else if (auto* p = std::get_if<std::vector<double>*>(&f.value)) {
+    list(**p, real);
   } else {
     list(*std::get<std::vector<std::string>*>(f.value), string);
   }
@@ -308,7 +317,7 @@ std::vector<ConfigField> config_fields(Config& c) {
                  "memory of one device, GB (1e9 bytes), for the fit and the smallest FSDP degree"),
       real_field("plan", "act_shard_fraction", &c.plan.act_shard_fraction, 0, false, 1,
                  "share of saved activations that FSDP shards too (CS336 2.4(b) assumes 0.5)"),
-      ints_field("allreduce", "sizes_mb", &c.allreduce.sizes_mb, 1, kBig,
+      reals_field("allreduce", "sizes_mb", &c.allreduce.sizes_mb, 0, true,
                  "all-reduce sizes, MiB, increasing; [] (default): the min_mb..max_mb range", true),
       real_field("allreduce", "min_mb", &c.allreduce.min_mb, 0, true, kBig,
                  "smallest all-reduce size, MiB"),
@@ -325,11 +334,16 @@ std::vector<ConfigField> config_fields(Config& c) {
   };
 }
 
+std::string real_text(double x) {
+  std::string s = strf("%.15g", x);
+  if (std::strtod(s.c_str(), nullptr) != x) s = strf("%.17g", x);
+  return s;
+}
+
 std::string ConfigField::to_string() const {
   if (auto* p = std::get_if<int64_t*>(&value)) return std::to_string(**p);
   if (auto* p = std::get_if<double*>(&value)) {
-    std::string s = strf("%.15g", **p);  // shortest of %.15g / %.17g that reads back exactly
-    if (std::strtod(s.c_str(), nullptr) != **p) s = strf("%.17g", **p);
+    std::string s = real_text(**p);
     if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // stays a TOML float
     return s;
   }
@@ -339,6 +353,8 @@ std::string ConfigField::to_string() const {
   std::string out;
   if (auto* p = std::get_if<std::vector<int64_t>*>(&value))
     for (int64_t x : **p) out += (out.empty() ? "" : ", ") + std::to_string(x);
+  else if (auto* p = std::get_if<std::vector<double>*>(&value))
+    for (double x : **p) out += (out.empty() ? "" : ", ") + real_text(x);
   else
     for (auto& s : *std::get<std::vector<std::string>*>(value))
       out += (out.empty() ? "" : ", ") + toml_quoted(s);
@@ -459,11 +475,13 @@ void validate(const Config& c) {
     throw UsageError(strf("%s: allreduce.max_mb = %g: expected at least allreduce.min_mb = %g",
                           at("allreduce.max_mb").c_str(), c.allreduce.max_mb, c.allreduce.min_mb));
   const auto& sizes = c.allreduce.sizes_mb;
+  if (!sizes.empty() && sizes[0] * double(1 << 20) < double(elem))
+    throw UsageError(strf("%s: allreduce.sizes_mb has %g, less than one %s element",
+                          at("allreduce.sizes_mb").c_str(), sizes[0], c.allreduce.dtype.c_str()));
   for (size_t i = 1; i < sizes.size(); ++i)
     if (sizes[i] <= sizes[i - 1])
-      throw UsageError(strf("%s: allreduce.sizes_mb has %lld after %lld: expected increasing sizes",
-                            at("allreduce.sizes_mb").c_str(), (long long)sizes[i],
-                            (long long)sizes[i - 1]));
+      throw UsageError(strf("%s: allreduce.sizes_mb has %g after %g: expected increasing sizes",
+                            at("allreduce.sizes_mb").c_str(), sizes[i], sizes[i - 1]));
   if (m.residual_dtype == Dtype::bf16 && m.precision != Precision::bf16)
     throw UsageError(strf("%s: model.residual_dtype = \"bf16\" needs model.precision = \"bf16\", "
                           "not \"%s\" (%s)",

@@ -58,6 +58,8 @@ CsvRow config_columns(const Config& c) {
       for (auto& s : **p) v += (v.empty() ? "" : " ") + s;
     else if (auto* p = std::get_if<std::vector<int64_t>*>(&f.value))
       for (int64_t x : **p) v += (v.empty() ? "" : " ") + std::to_string(x);
+    else if (auto* p = std::get_if<std::vector<double>*>(&f.value))
+      for (double x : **p) v += (v.empty() ? "" : " ") + real_text(x);
     else v = f.to_string();  // a number or a bool, as TOML writes it
     row.add(f.name(), v);
   }

@@ -28,7 +28,7 @@ double pattern(int rank, size_t i) { return double(int((size_t(rank) * 7 + i) % 
 // Byte sizes: whole elements, each size once, in increasing order (validate() checks that
 // sizes_mb increases).
 std::vector<size_t> sizes_bytes(const Config::Allreduce& a, size_t elem) {
-  std::vector<double> mbs(a.sizes_mb.begin(), a.sizes_mb.end());
+  std::vector<double> mbs = a.sizes_mb;
   if (mbs.empty())
     for (double mb = a.min_mb; mb <= a.max_mb * (1 + 1e-12); mb *= a.factor) mbs.push_back(mb);
   std::vector<size_t> out;

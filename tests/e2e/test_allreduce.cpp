@@ -78,23 +78,24 @@ TEST_CASE("allreduce: mpi backend on 2 ranks, one CSV row per size with exact su
   }
 }
 
-TEST_CASE("allreduce: sizes_mb, when it lists sizes, replaces the min_mb..max_mb range") {
+TEST_CASE("allreduce: sizes_mb, when it lists sizes (a fraction of a MiB too), replaces the "
+          "min_mb..max_mb range") {
   TempDir dir;
   std::string csv = dir.file("allreduce.csv");
-  auto r = run(allreduce(2, "--set allreduce.backend=mpi --set 'allreduce.sizes_mb=[1,3]' "
+  auto r = run(allreduce(2, "--set allreduce.backend=mpi --set 'allreduce.sizes_mb=[0.25,3]' "
                             "--set allreduce.iters=2 --csv " + csv));
   INFO(r.output);
   REQUIRE(r.code == 0);
   auto rows = read_rows(csv);
-  REQUIRE(rows.size() == 3);  // header, 1 MiB, 3 MiB
+  REQUIRE(rows.size() == 3);  // header, 0.25 MiB, 3 MiB
   const auto& h = rows[0];
   auto col = [&](const char* name) {
     return size_t(std::find(h.begin(), h.end(), name) - h.begin());
   };
   REQUIRE(col("size_bytes") < h.size());
   REQUIRE(col("allreduce.sizes_mb") < h.size());
-  CHECK(rows[1][col("allreduce.sizes_mb")] == "1 3");  // a list cell: space-separated
-  CHECK(rows[1][col("size_bytes")] == std::to_string(1 << 20));
+  CHECK(rows[1][col("allreduce.sizes_mb")] == "0.25 3");  // a list cell: space-separated
+  CHECK(rows[1][col("size_bytes")] == std::to_string(1 << 18));
   CHECK(rows[2][col("size_bytes")] == std::to_string(3 << 20));
   CHECK(rows[2][col("wrong")] == "0");
 }
@@ -113,7 +114,9 @@ TEST_CASE("allreduce: bad configs stop every rank with one line and exit code 2"
       {"--set 'allreduce.sizes_mb=[4,2]'",
        "allreduce.sizes_mb has 2 after 4: expected increasing sizes"},
       {"--set 'allreduce.sizes_mb=[0]'",
-       "allreduce.sizes_mb = an array holding 0: expected a number >= 1"},
+       "allreduce.sizes_mb = an array holding 0: expected a number > 0"},
+      {"--set 'allreduce.sizes_mb=[1e-7, 1]'",
+       "allreduce.sizes_mb has 1e-07, less than one fp32 element"},
   };
   for (auto& bad : cases) {
     auto r = run(allreduce(2, "--set allreduce.backend=mpi " + bad.args));

@@ -247,6 +247,7 @@ TEST_CASE("config: changing any single key changes the hash") {
     else if (auto* p = std::get_if<double*>(&f.value)) **p = **p * 2 + 1;
     else if (auto* p = std::get_if<std::string*>(&f.value)) **p += "x";
     else if (auto* p = std::get_if<std::vector<int64_t>*>(&f.value)) (*p)->push_back(1);
+    else if (auto* p = std::get_if<std::vector<double>*>(&f.value)) (*p)->push_back(0.5);
     else if (auto* p = std::get_if<ChoiceRef>(&f.value)) p->set((p->get() + 1) % f.choices.size());
     else if (auto* p = std::get_if<bool*>(&f.value)) **p = !**p;
     else std::get<std::vector<std::string>*>(f.value)->back() += "x";
