@@ -57,7 +57,6 @@ class SafetensorsWriter {
   std::vector<std::pair<std::string, TensorInfo>> tensors_;
   std::map<std::string, std::string> metadata_;
   std::vector<Bytes> pieces_;
-  size_t size_ = 0;
   std::vector<std::vector<char>> owned_;  // moved in: their buffers stay where they are
 };
 

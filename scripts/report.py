@@ -1326,7 +1326,6 @@ def b_optimizer_state(data):
             + source(device, date, cmd, ["optimizer_state.md", "optimizer_state.csv", "optimizer_state.png"]))
 
 
-
 # ---- the README's sample of the default job --------------------------------------------------------
 
 def b_make_run(data):
@@ -1432,6 +1431,7 @@ def main(argv):
                 f.write(new)
         print(f"report.py: {doc}: {len(BLOCK.findall(new))} blocks")
     return status
+
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -209,14 +209,13 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
   Safetensors st = Safetensors::read(path);
   auto meta = [&](const std::string& key) { return lmt::meta(st, path, key); };
   check_header(st, path, world);
-  std::vector<Bytes> data{{st.data.data(), st.data.size()}};
   const bool wide = meta("format") == kFormat;
-  if (wide) {  // each tensor, in the data section's order
-    std::vector<const TensorInfo*> order;
-    for (const auto& [name, t] : st.tensors) order.push_back(&t);
-    std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  std::vector<Bytes> data{{st.data.data(), st.data.size()}};  // format 2: the data section
+  if (wide) {  // format 3: each tensor, in the data section's order
     data.clear();
-    for (const TensorInfo* t : order) data.push_back({st.data.data() + t->begin, t->end - t->begin});
+    for (const auto& [name, t] : st.tensors)
+      data.push_back({st.data.data() + t.begin, t.end - t.begin});
+    std::sort(data.begin(), data.end(), [](Bytes a, Bytes b) { return a.data < b.data; });
   }
   const std::string sum = seal(st.metadata, st.tensors, data, wide);
   if (meta("checksum") != sum)

@@ -181,9 +181,9 @@ template std::vector<int32_t> Safetensors::get(const std::string&, const char*) 
 
 void SafetensorsWriter::add(const std::string& name, const char* dtype, std::vector<int64_t> shape,
                             const void* data, size_t bytes) {
-  tensors_.push_back({name, TensorInfo{dtype, std::move(shape), size_, size_ + bytes}});
+  const size_t begin = tensors_.empty() ? 0 : tensors_.back().second.end;
+  tensors_.push_back({name, TensorInfo{dtype, std::move(shape), begin, begin + bytes}});
   pieces_.push_back({static_cast<const char*>(data), bytes});
-  size_ += bytes;
 }
 
 void SafetensorsWriter::add(const std::string& name, const char* dtype, std::vector<int64_t> shape,
