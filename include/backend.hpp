@@ -110,6 +110,14 @@ template <typename T> class Backend {
 
   virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
+  // Page-locks `bytes` of host memory at p until unpin_host(p), so that copies to and from it run
+  // at the link's speed (cudaHostRegister); false where it could not (they then go as before,
+  // through pageable memory). Nothing to do on the CPU. HostPin (below) holds such memory.
+  virtual bool pin_host(void* p, size_t bytes) {
+    (void)p, (void)bytes;
+    return false;
+  }
+  virtual void unpin_host(void* p) { (void)p; }
   virtual void zero_bytes(void* p, size_t bytes) = 0;
   // Backend memory to backend memory. Unlike the others it leaves the weights' low-precision copy
   // alone: a caller that writes weights with it says so with weights_written().
@@ -311,6 +319,32 @@ template <typename T, typename E = T> class BackendArray {
   Backend<T>* be_;
   E* p_;
   size_t n_;
+};
+
+// A host vector kept from one use to the next and pinned for the backend's copies
+// (Backend::pin_host), as a checkpoint's copy of the state is: a fresh vector's pages cost more
+// than the copy into them (design.md, Checkpoints). hold() sizes it, unpinning it first where that
+// may move it, and pins it where it is not yet.
+template <typename T> class HostPin {
+ public:
+  HostPin() = default;
+  HostPin(const HostPin&) = delete;
+  HostPin& operator=(const HostPin&) = delete;
+  ~HostPin() { release(); }
+  template <typename V> V* hold(Backend<T>& be, std::vector<V>& v, size_t n) {
+    if (v.size() != n) release(), v.resize(n);
+    if (at_ != v.data()) release(), be_ = &be, at_ = v.data(), pinned_ = be.pin_host(at_, n * sizeof(V));
+    return v.data();
+  }
+
+ private:
+  void release() {
+    if (pinned_) be_->unpin_host(at_);
+    at_ = nullptr, pinned_ = false;
+  }
+  Backend<T>* be_ = nullptr;
+  void* at_ = nullptr;
+  bool pinned_ = false;
 };
 
 template <typename T> std::unique_ptr<Backend<T>> make_cpu_backend();

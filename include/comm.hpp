@@ -102,19 +102,14 @@ class Communicator {
 
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
 
+int rank_in(MPI_Comm comm);  // this process's rank in `comm`
+
 // A buffer that the ranks of `comm` hold in parts on the host, whole on rank 0: rank r's part is
-// counts[r] elements of elem_bytes, placed at displacement(r) of `whole` (rank 0's only). Every
-// other rank sends its part point to point, in pieces that fit an MPI count, one rank after
-// another: rank 0 needs host memory for the whole, the others for nothing more. Collective.
+// counts[r] elements of elem_bytes, placed at displacement(r) of `whole` (rank 0's only, whose
+// own part may already be there: part == whole). Every other rank sends its part point to point,
+// in pieces that fit an MPI count, one rank after another: rank 0 needs host memory for the
+// whole, the others for nothing more. Collective.
 void gather_to_root(MPI_Comm comm, const void* part, void* whole, const Counts& counts,
                     size_t elem_bytes);
-template <typename T>
-std::vector<T> gather_to_root(MPI_Comm comm, const std::vector<T>& part, const Counts& counts) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  std::vector<T> whole(rank == 0 ? displacement(counts, int(counts.size())) : 0);
-  gather_to_root(comm, part.data(), whole.data(), counts, sizeof(T));
-  return whole;
-}
 
 }  // namespace lmt

@@ -64,8 +64,13 @@ template <typename T> class Model {
   // Parameters [begin, end) as this rank holds them: the masters, and elsewhere the weights' bf16
   // copy, which is the parameter itself where there is no master (optim.master_weights = false)
   // but under ZeRO-1 the rounding of a master another rank holds (Optimizer::gather_params
-  // brings those).
-  std::vector<T> params_host(size_t begin, size_t end) const;
+  // brings those): into `out`, end - begin elements, or fresh.
+  void params_host(size_t begin, size_t end, T* out) const;
+  std::vector<T> params_host(size_t begin, size_t end) const {
+    std::vector<T> out(end - begin);
+    params_host(begin, end, out.data());
+    return out;
+  }
   std::vector<T> params_host() const { return params_host(0, layout.total); }
   std::vector<T> grads_host() const { return to_host(grads_.data(), layout.total); }
   // The logits of the last evaluate() (forward() leaves their gradient in their place).

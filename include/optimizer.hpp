@@ -69,12 +69,23 @@ template <typename T> struct AdamW {
       else update_bf16_weights(grads, a, b - a, s);
     }
   }
-  // Host copies of the moments this AdamW holds, and its steps.
+  // Host copies of the moments this AdamW holds, and its steps: into `s`, whose moments are
+  // sized for them, or fresh.
+  void state(OptimizerState<T>& s) const {
+    LMT_ASSERT(s.m.size() == m_.size() && s.v.size() == v_.size(),
+               "host copies of the moments sized for another range");
+    s.stored = stored, s.t = t;
+    download_moment(0, s.m.data()), download_moment(1, s.v.data());
+  }
   OptimizerState<T> state() const {
     OptimizerState<T> s{stored, std::vector<char>(m_.size()), std::vector<char>(v_.size()), t};
-    be_.download_bytes(s.m.data(), m_.data(), m_.size());
-    be_.download_bytes(s.v.data(), v_.data(), v_.size());
+    state(s);
     return s;
+  }
+  // One moment's host copy (0: m, 1: v), its n elements' bytes, into `to`.
+  void download_moment(int which, void* to) const {
+    const BackendArray<T, char>& a = which ? v_ : m_;
+    be_.download_bytes(to, a.data(), a.size());
   }
   // Takes its range, [begin, begin + size), of a whole-buffer state stored as this AdamW's.
   void set_state(const OptimizerState<T>& whole, size_t begin = 0) {
@@ -144,9 +155,11 @@ template <typename T> class Optimizer {
   virtual ParamGroup shard() const = 0;
   // Checkpoints, collective over `host` (an MPI communicator of the same ranks in the same
   // order): rank 0 gets the whole state, and every parameter of `model` exact (its master, or
-  // where it has none its bf16 value); the others nothing.
-  virtual OptimizerState<T> gather_state(MPI_Comm host) = 0;
-  virtual std::vector<T> gather_params(const Model<T>& model, MPI_Comm host) = 0;
+  // where it has none its bf16 value), into buffers sized for the whole flat buffer (the moments:
+  // as many elements' bytes as stored) that it keeps from one checkpoint to the next (HostPin);
+  // the others' are left alone.
+  virtual void gather_state(MPI_Comm host, OptimizerState<T>& whole) = 0;
+  virtual void gather_params(const Model<T>& model, MPI_Comm host, std::vector<T>& whole) = 0;
   // Resume: this rank's part of a whole-buffer state.
   virtual void set_state(const OptimizerState<T>& whole) = 0;
 };

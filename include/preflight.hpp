@@ -20,7 +20,7 @@ namespace lmt {
 void prepare_checkpoint_dir(const Config& c);
 
 // Host memory of this node: its ranks' share of the plan (on the CPU backend, the whole model;
-// on the GPU nothing of it) and rank 0's staging of a checkpoint (where one is written) against
+// on the GPU nothing of it) and the checkpoints' host copies (where they are written) against
 // MemAvailable (and the cgroup's limit, where one is set). UsageError with both numbers.
 void check_host_memory(const Config& c, const Runtime& rt, const std::string& device);
 

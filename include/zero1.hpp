@@ -71,9 +71,9 @@ template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
   GradClip clip(double max_norm) override;  // as the unsharded clip_grad_norm
   void step(T* params, double lr, const Config::Optim& o, double grad_scale = 1) override;
   ParamGroup shard() const override { return {begin, end}; }
-  OptimizerState<T> gather_state(MPI_Comm host) override;
-  // Every parameter, exact, on rank 0 (empty elsewhere): each rank's shard as it holds it.
-  std::vector<T> gather_params(const Model<T>& model, MPI_Comm host) override;
+  void gather_state(MPI_Comm host, OptimizerState<T>& whole) override;
+  // Every parameter, exact, on rank 0: each rank's shard as it holds it.
+  void gather_params(const Model<T>& model, MPI_Comm host, std::vector<T>& whole) override;
   void set_state(const OptimizerState<T>& whole) override { opt_.set_state(whole, begin); }
 
   const Counts counts;
@@ -87,6 +87,10 @@ template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
   void wait_exposed(CommHandle& h);  // waits, marking the span as exposed communication
   Handle send_exact(const T* params);
   void take_exact(T* params);
+  // A checkpoint's gather: this rank's part of a buffer of `elem_bytes` elements, copied to the
+  // host by download(to), then sent to rank 0's `whole` (gather_to_root).
+  template <typename Download>
+  void to_root(MPI_Comm host, void* whole, size_t elem_bytes, Download download);
 
   const Counts starts_;                    // where each rank's shard starts
   std::vector<Counts> piece_n_, piece_at_;  // [k][r]: rank r's piece k, size and flat-buffer place
@@ -99,6 +103,8 @@ template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
   BackendArray<T> grad_shard_;       // the reduced gradients of [begin, end)
   BackendArray<T, double> norm_sq_;  // the squared norm, all-reduced where the comm works
   AdamW<T> opt_;                     // moments of [begin, end) only, as optim.state_dtype stores them
+  std::vector<char> part_;           // to_root's host copy of this rank's part (not rank 0's)
+  HostPin<T> part_pin_;
 };
 
 }  // namespace lmt

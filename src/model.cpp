@@ -163,11 +163,10 @@ template <typename T> void Model<T>::set_params(const std::vector<T>& host) {
   }
 }
 
-template <typename T> std::vector<T> Model<T>::params_host(size_t begin, size_t end) const {
-  std::vector<T> out(end - begin);
+template <typename T> void Model<T>::params_host(size_t begin, size_t end, T* out) const {
   std::vector<uint16_t> part;
   for (const Run& r : runs(begin, end, masters)) {
-    T* to = out.data() + (r.begin - begin);
+    T* to = out + (r.begin - begin);
     const size_t n = r.end - r.begin;
     if (r.inside) {
       be.download(to, params_.data() + r.begin, n);
@@ -177,7 +176,6 @@ template <typename T> std::vector<T> Model<T>::params_host(size_t begin, size_t 
     be.download_bytes(part.data(), static_cast<const uint16_t*>(be.weights_bf16()) + r.begin, 2 * n);
     for (size_t i = 0; i < n; ++i) to[i] = T(from_bf16(part[i]));
   }
-  return out;
 }
 
 template <typename T> void Model<T>::set_batch(const int32_t* inputs, const int32_t* targets) {

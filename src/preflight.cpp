@@ -162,8 +162,17 @@ void prepare_checkpoint_dir(const Config& c) {
 
 void check_host_memory(const Config& c, const Runtime& rt, const std::string& device) {
   const double per_rank = device == "cpu" ? double(train_plan(c, rt.world).total()) : 0;
-  // Rank 0 gathers the parameters and both moments, then the writer copies them once more.
-  const double staging = c.train.checkpoint_dir.empty() ? 0 : 2.0 * double(checkpoint_bytes(c));
+  // Rank 0 keeps a host copy of the parameters and both moments from its first checkpoint on,
+  // and rounds the weights without masters to bf16 as it writes them; under zero1 each other rank
+  // keeps a copy of its shard, in the parameters' element size.
+  double staging = 0;
+  if (!c.train.checkpoint_dir.empty()) {
+    const Plan p = train_plan(c, 1);
+    const double n = double(p.param_count);
+    staging = double(checkpoint_bytes(c)) + (c.optim.master_weights ? 0 : 2 * n);
+    if (c.ddp.strategy == Strategy::zero1)
+      staging += double(rt.local_world - 1) * n / rt.world * p.elem_bytes;
+  }
   const double need = per_rank * rt.local_world + staging;
   uint64_t avail = meminfo("MemAvailable");
   const uint64_t room = cgroup_room();
@@ -174,7 +183,7 @@ void check_host_memory(const Config& c, const Runtime& rt, const std::string& de
                                           rt.local_world, human_bytes(per_rank).c_str())
                                    : std::string();
   if (staging > 0)
-    parts += strf("%s%s for rank 0 to stage a checkpoint", parts.empty() ? "" : " + ",
+    parts += strf("%s%s for the checkpoints' host copies", parts.empty() ? "" : " + ",
                   human_bytes(staging).c_str());
   throw UsageError(strf("out of host memory: this run needs %s (%s), %s is available (%s); "
                         "a smaller model or batch, or fewer ranks per node", human_bytes(need).c_str(),

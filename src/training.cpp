@@ -8,12 +8,6 @@
 namespace lmt {
 namespace {
 
-bool is_root(MPI_Comm host) {
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(host, &rank));
-  return rank == 0;
-}
-
 // Every rank holds all of AdamW's state and updates every parameter; ddp.strategy's GradSync
 // (none on one rank) has made the gradients every rank's sum.
 template <typename T> class Replicated : public Optimizer<T> {
@@ -30,11 +24,13 @@ template <typename T> class Replicated : public Optimizer<T> {
     opt_.step(params, model_.grads(), lr, o, grad_scale);
   }
   ParamGroup shard() const override { return {0, model_.layout.total}; }
-  OptimizerState<T> gather_state(MPI_Comm host) override {
-    return is_root(host) ? opt_.state() : OptimizerState<T>{};
+  void gather_state(MPI_Comm host, OptimizerState<T>& whole) override {
+    if (rank_in(host) == 0) opt_.state(whole);
   }
-  std::vector<T> gather_params(const Model<T>& model, MPI_Comm host) override {
-    return is_root(host) ? model.params_host() : std::vector<T>{};
+  void gather_params(const Model<T>& model, MPI_Comm host, std::vector<T>& whole) override {
+    if (!rank_in(host) == 0) return;
+    LMT_ASSERT(whole.size() == model.layout.total, "host copies of the parameters sized for another model");
+    model.params_host(0, whole.size(), whole.data());
   }
   void set_state(const OptimizerState<T>& whole) override { opt_.set_state(whole); }
 

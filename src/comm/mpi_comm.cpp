@@ -159,13 +159,18 @@ std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm) {
   return std::make_unique<MpiCommunicator>(comm);
 }
 
+int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  return rank;
+}
+
 void gather_to_root(MPI_Comm comm, const void* part, void* whole, const Counts& counts,
                     size_t elem_bytes) {
   constexpr size_t kPiece = size_t(1) << 30;  // bytes: a large model's part outgrows an MPI count
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const int rank = rank_in(comm);
   const size_t mine = counts[size_t(rank)] * elem_bytes;
-  if (rank == 0 && mine) std::memcpy(whole, part, mine);  // part 0 comes first
+  if (rank == 0 && mine && part != whole) std::memcpy(whole, part, mine);  // part 0 comes first
   for (int r = 1; r < int(counts.size()); ++r) {
     if (rank != 0 && rank != r) continue;
     char* to = rank == 0 ? static_cast<char*>(whole) + displacement(counts, r) * elem_bytes

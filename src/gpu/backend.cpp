@@ -150,6 +150,13 @@ class CudaBackend : public Backend<float> {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, b, cudaMemcpyDeviceToHost, stream_));
     synchronize();
   }
+  bool pin_host(void* p, size_t b) override {
+    if (b == 0) return false;
+    if (cudaHostRegister(p, b, cudaHostRegisterDefault) == cudaSuccess) return true;
+    (void)cudaGetLastError();  // not an error of the run's: its copies go through pageable memory
+    return false;
+  }
+  void unpin_host(void* p) override { CUDA_CHECK(cudaHostUnregister(p)); }
   void zero_bytes(void* p, size_t b) override {
     touched(p, b);
     CUDA_CHECK(cudaMemsetAsync(p, 0, b, stream_));

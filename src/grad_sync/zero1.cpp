@@ -156,18 +156,34 @@ template <typename T> void Zero1<T>::take_exact(T* params) {
   }
 }
 
+// Rank 0 copies its part straight into the head of `whole` (part 0 comes first); the others into
+// part_, sized for the largest of their parts (the parameters', sizeof(T) bytes an element) so
+// that it is pinned once.
 template <typename T>
-std::vector<T> Zero1<T>::gather_params(const Model<T>& model, MPI_Comm host) {
-  return gather_to_root(host, model.params_host(begin, end), counts);
+template <typename Download>
+void Zero1<T>::to_root(MPI_Comm host, void* whole, size_t elem_bytes, Download download) {
+  const int rank = rank_in(host);
+  void* part = rank == 0 ? whole : part_pin_.hold(be_, part_, counts[size_t(rank)] * sizeof(T));
+  download(part);
+  gather_to_root(host, part, whole, counts, elem_bytes);
 }
 
-template <typename T> OptimizerState<T> Zero1<T>::gather_state(MPI_Comm host) {
-  const OptimizerState<T> mine = opt_.state();
-  // Counted in bytes: each element is state_elem_bytes of them.
-  Counts bytes = counts;
-  for (size_t& b : bytes) b *= state_elem_bytes<T>(mine.stored);
-  return {mine.stored, gather_to_root(host, mine.m, bytes), gather_to_root(host, mine.v, bytes),
-          mine.t};
+template <typename T>
+void Zero1<T>::gather_params(const Model<T>& model, MPI_Comm host, std::vector<T>& whole) {
+  LMT_ASSERT(rank_in(host) != 0 || whole.size() == model.layout.total,
+             "host copies of the parameters sized for another model");
+  to_root(host, whole.data(), sizeof(T),
+          [&](void* to) { model.params_host(begin, end, static_cast<T*>(to)); });
+}
+
+template <typename T> void Zero1<T>::gather_state(MPI_Comm host, OptimizerState<T>& whole) {
+  const size_t eb = state_elem_bytes<T>(opt_.stored);
+  const size_t bytes = displacement(counts, int(counts.size())) * eb;
+  LMT_ASSERT(rank_in(host) != 0 || (whole.m.size() == bytes && whole.v.size() == bytes),
+             "host copies of the moments sized for another buffer");
+  whole.stored = opt_.stored, whole.t = opt_.t;
+  to_root(host, whole.m.data(), eb, [&](void* to) { opt_.download_moment(0, to); });
+  to_root(host, whole.v.data(), eb, [&](void* to) { opt_.download_moment(1, to); });
 }
 
 template class Zero1<float>;

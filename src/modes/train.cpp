@@ -1,4 +1,5 @@
 // train mode: the training loop, its progress lines, checkpoints, closing table and CSV row.
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -84,9 +85,13 @@ template <typename T> class Trainer {
   // The checkpoints written and the time the steps waited for them, kept out of the steps' time
   // as validation's: the copy of the state to the host, and a wait for the previous file where a
   // checkpoint comes before it is written. Rank 0 writes each file (the hash, the write and its
-  // fsync) on a thread of its own beside the steps: writing_.
+  // fsync) on a thread of its own beside the steps (writing_), from its host copy of the state,
+  // kept from one checkpoint to the next and pinned (saved_*: HostPin).
   int64_t checkpoints_ = 0;
   double checkpoint_s_ = 0;
+  std::vector<T> saved_params_;
+  OptimizerState<T> saved_state_;
+  std::array<HostPin<T>, 3> saved_pins_;  // params, m, v
   std::future<void> writing_;
   int64_t val_step_ = -1;
   bool fresh_val_ = false;
@@ -347,17 +352,23 @@ template <typename T> void Trainer<T>::checkpoint(int64_t done) {
   MPI_CHECK(MPI_Igather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
                         MPI_COMM_WORLD, &req));
   wait_for_peers(&req, "the checkpoint's gather of Rng states");
-  std::vector<T> params = optimizer_->gather_params(*model_, MPI_COMM_WORLD);
-  OptimizerState<T> state = optimizer_->gather_state(MPI_COMM_WORLD);
+  if (rt_.is_root()) {
+    const size_t n = model_->layout.total;
+    const size_t moments = n * state_elem_bytes<T>(moments_stored(c_.optim.state_dtype));
+    saved_pins_[0].hold(*backend_, saved_params_, n);
+    saved_pins_[1].hold(*backend_, saved_state_.m, moments);
+    saved_pins_[2].hold(*backend_, saved_state_.v, moments);
+  }
+  optimizer_->gather_params(*model_, MPI_COMM_WORLD, saved_params_);
+  optimizer_->gather_state(MPI_COMM_WORLD, saved_state_);
   last_checkpoint_ = checkpoint_path(c_.train.checkpoint_dir, done);
   if (rt_.is_root())
     writing_ = std::async(std::launch::async, [this, path = last_checkpoint_, done,
-                                               params = std::move(params),
-                                               state = std::move(state), all = std::move(all)] {
+                                               all = std::move(all), copied = seconds_since(t)] {
       const Clock::time_point w = Clock::now();
-      save_checkpoint(path, c_, model_->layout, params, state, done, all, run_id_);
-      printf("checkpoint %s (written in %.1f s beside the steps)\n", path.c_str(),
-             seconds_since(w));
+      save_checkpoint(path, c_, model_->layout, saved_params_, saved_state_, done, all, run_id_);
+      printf("checkpoint %s (copied to the host in %.2f s, written in %.1f s beside the steps)\n",
+             path.c_str(), copied, seconds_since(w));
       fflush(stdout);
     });
   ++checkpoints_, checkpoint_s_ += leave_out(t);

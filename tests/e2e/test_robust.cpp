@@ -97,9 +97,10 @@ TEST_CASE("robust: an unwritable checkpoint directory is refused before step 1, 
 // memory check (check_device_memory) would speak first, and flash attention takes no head dim 2.
 TEST_CASE("robust: a model too big for host memory is refused in seconds with the byte counts") {
   auto t0 = std::chrono::steady_clock::now();
-  auto r = run("timeout 60 " + std::string(lmt::test::lmtrain()) +
-               " --set run.device=cpu --set model.num_layers=100000 --set model.d_model=4096 --set model.d_ff=11008"
-               " --set model.num_heads=32");
+  const std::string big = "timeout 60 " + std::string(lmt::test::lmtrain()) +
+                          " --set run.device=cpu --set model.num_layers=100000 --set model.d_model=4096"
+                          " --set model.d_ff=11008 --set model.num_heads=32";
+  auto r = run(big);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(r.output);
   CHECK(r.code == kExitUsage);
@@ -107,6 +108,14 @@ TEST_CASE("robust: a model too big for host memory is refused in seconds with th
   CHECK(r.output.find(" GiB (1 rank(s) on this node x ") != std::string::npos);
   CHECK(r.output.find(" is available (") != std::string::npos);
   CHECK(s < 10);
+  // With checkpoints, rank 0's host copy of the state is counted too, and nothing is created.
+  TempDir dir;
+  const std::string ckpt = dir.path + "/ckpt";
+  r = run(big + " --set train.checkpoint_dir=" + ckpt);
+  INFO(r.output);
+  CHECK(r.code == kExitUsage);
+  CHECK(r.output.find(" for the checkpoints' host copies), ") != std::string::npos);
+  CHECK(!std::filesystem::exists(ckpt));
 }
 
 TEST_CASE("robust: a batch or context too big for host memory is refused before a byte of it is taken") {

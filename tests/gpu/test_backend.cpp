@@ -748,6 +748,42 @@ TEST_CASE("gpu memory: a sparse allocation maps and counts only its ranges' gran
   CHECK(free2 >= free0 - g / 2);  // given back (other allocations move by less than a granule)
 }
 
+// What kind of memory a host address is to CUDA: registered (pinned) or plain pageable.
+static cudaMemoryType host_kind(const void* p) {
+  cudaPointerAttributes a{};
+  CUDA_CHECK(cudaPointerGetAttributes(&a, p));
+  return a.type;
+}
+
+TEST_CASE("gpu HostPin: a held vector is pinned once while its size holds, takes copies both "
+          "ways exactly, and is pageable again once let go" * doctest::skip(gpu_count() == 0)) {
+  auto gpu = make_cuda_backend();
+  const size_t n = 1000003;  // odd, and more than a staging buffer's pieces
+  const Vec x = randn<double>(n);
+  const std::vector<float> want(x.begin(), x.end());
+  BackendArray<float> d(*gpu, n, MemTag::workspace);
+  gpu->upload(d.data(), want.data(), n);
+  std::vector<float> v;
+  {
+    HostPin<float> pin;
+    float* p = pin.hold(*gpu, v, n);
+    CHECK(p == v.data());
+    CHECK(host_kind(p) == cudaMemoryTypeHost);
+    gpu->download(p, d.data(), n);
+    CHECK(v == want);
+    CHECK(pin.hold(*gpu, v, n) == p);  // the same size: the same memory, still pinned
+    // Another size pins the vector where it now is; an upload from it arrives exactly.
+    float* q = pin.hold(*gpu, v, n / 3);
+    CHECK(host_kind(q) == cudaMemoryTypeHost);
+    for (size_t i = 0; i < n / 3; ++i) q[i] = -want[i];
+    gpu->upload(d.data(), q, n / 3);
+    std::vector<float> back(n / 3);
+    gpu->download(back.data(), d.data(), n / 3);
+    CHECK(back == std::vector<float>(v.begin(), v.end()));
+  }
+  CHECK(host_kind(v.data()) == cudaMemoryTypeUnregistered);
+}
+
 TEST_CASE("gpu model: holding only some fp32 masters (zero1 under bf16), the loss and every "
           "gradient are the whole model's, bit for bit, also after AdamW over its shard" *
           doctest::skip(gpu_count() == 0)) {
