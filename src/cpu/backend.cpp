@@ -272,6 +272,13 @@ std::vector<Run> runs(size_t begin, size_t end, const Ranges& in) {
   return out;
 }
 
+void advise_huge_pages(void* p, size_t bytes) {
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;  // x86-64's and arm64's (4 KiB base) huge page
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (b > a) (void)madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE);  // a hint only
+}
+
 const char* mem_tag_name(MemTag t) {
   static const char* names[] = {"params", "grads", "optimizer", "activations", "workspace"};
   return names[size_t(t)];
