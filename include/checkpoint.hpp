@@ -43,15 +43,17 @@ struct Resumed {
   std::string config;        // its resolved config (config_to_toml; empty: not recorded)
 };
 
-// Loads the parameters into model and the optimizer state into opt; fills this world's Rng
-// states. opt.stored and master_weights say how this run stores the moments and the weights: a
-// checkpoint of another optim.state_dtype or optim.master_weights is refused (no conversion).
-// Throws UsageError (naming the file) for a torn, truncated or corrupted file (its header
-// included), or one written for another model shape, precision, optimizer state dtype, master
-// weights or world size.
+// Loads the parameters into model and the optimizer state into opt (each rank its part of the
+// moments, straight from the mapped file: Safetensors::read); fills this world's Rng states.
+// stored and master_weights say how this run stores the moments and the weights: a checkpoint
+// of another optim.state_dtype or optim.master_weights is refused (no conversion). Throws
+// UsageError (naming the file) for a torn, truncated or corrupted file (its header included),
+// or one written for another model shape, precision, optimizer state dtype, master weights or
+// world size.
 template <typename T>
-Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
-                        bool master_weights, int world, std::vector<RngState>& rngs);
+Resumed load_checkpoint(const std::string& path, Model<T>& model, Optimizer<T>& opt,
+                        Stored stored, bool master_weights, int world,
+                        std::vector<RngState>& rngs);
 
 // The run a checkpoint belongs to (its header's run_id; empty for a file of another format) and
 // its step (-1 where it has none). Reads the header only. UsageError for a file that is not a

@@ -33,6 +33,12 @@ template <typename T> struct OptimizerState {
   std::vector<char> m, v;
   int64_t t = 0;
 };
+// The same where it lies elsewhere (a mapped checkpoint's tensors): what a resume hands over.
+struct OptimizerStateView {
+  Stored stored = Stored::full;
+  const char *m = nullptr, *v = nullptr;
+  int64_t t = 0;
+};
 
 template <typename T> struct AdamW {
   const Stored stored;  // m and v as T, or bf16
@@ -88,11 +94,11 @@ template <typename T> struct AdamW {
     be_.download_bytes(to, a.data(), a.size());
   }
   // Takes its range, [begin, begin + size), of a whole-buffer state stored as this AdamW's.
-  void set_state(const OptimizerState<T>& whole, size_t begin = 0) {
+  void set_state(const OptimizerStateView& whole, size_t begin = 0) {
     LMT_ASSERT(whole.stored == stored, "an optimizer state of another dtype");
     const size_t at = begin * state_elem_bytes<T>(stored);
-    be_.upload_bytes(m_.data(), whole.m.data() + at, m_.size());
-    be_.upload_bytes(v_.data(), whole.v.data() + at, v_.size());
+    be_.upload_bytes(m_.data(), whole.m + at, m_.size());
+    be_.upload_bytes(v_.data(), whole.v + at, v_.size());
     t = whole.t;
   }
 
@@ -161,7 +167,7 @@ template <typename T> class Optimizer {
   virtual void gather_state(MPI_Comm host, OptimizerState<T>& whole) = 0;
   virtual void gather_params(const Model<T>& model, MPI_Comm host, std::vector<T>& whole) = 0;
   // Resume: this rank's part of a whole-buffer state.
-  virtual void set_state(const OptimizerState<T>& whole) = 0;
+  virtual void set_state(const OptimizerStateView& whole) = 0;
 };
 
 // Learning rate for step `step` (0-based) of `total`: linear warm-up over warmup_steps to lr,

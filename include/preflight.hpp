@@ -20,7 +20,8 @@ namespace lmt {
 void prepare_checkpoint_dir(const Config& c);
 
 // Host memory of this node: its ranks' share of the plan (on the CPU backend, the whole model;
-// on the GPU nothing of it) and the checkpoints' host copies (where they are written) against
+// on the GPU nothing of it) and the checkpoints' host memory (the copies written from; the mapped
+// file a resume reads and the parameters each rank unpacks from it) against
 // MemAvailable (and the cgroup's limit, where one is set). UsageError with both numbers.
 void check_host_memory(const Config& c, const Runtime& rt, const std::string& device);
 

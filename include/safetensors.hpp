@@ -4,7 +4,9 @@
 // into the data section) and "__metadata__" to a string -> string map.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,10 +18,30 @@ struct TensorInfo {
   size_t begin = 0, end = 0;
 };
 
+// A file's data section as read() holds it: the file's pages, mapped read-only, so they are the
+// page cache's, shared by every process that reads the file (ranks resuming from one checkpoint
+// on one node hold its bytes once) and read from disk only as far as the page cache lacks them.
+class Section {
+ public:
+  Section() = default;
+  Section(std::shared_ptr<const void> mapping, const char* at, size_t bytes)
+      : mapping_(std::move(mapping)), p_(at), n_(bytes) {}
+  const char* data() const { return p_; }
+  size_t size() const { return n_; }
+  bool operator==(const Section& o) const {
+    return n_ == o.n_ && (n_ == 0 || std::memcmp(p_, o.p_, n_) == 0);
+  }
+
+ private:
+  std::shared_ptr<const void> mapping_;
+  const char* p_ = nullptr;
+  size_t n_ = 0;
+};
+
 struct Safetensors {
   std::map<std::string, TensorInfo> tensors;
   std::map<std::string, std::string> metadata;
-  std::vector<char> data;  // the data section
+  Section data;  // the data section
 
   // Throws UsageError naming the file and what is wrong (missing, truncated, malformed header).
   static Safetensors read(const std::string& path);

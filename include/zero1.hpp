@@ -74,7 +74,7 @@ template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
   void gather_state(MPI_Comm host, OptimizerState<T>& whole) override;
   // Every parameter, exact, on rank 0: each rank's shard as it holds it.
   void gather_params(const Model<T>& model, MPI_Comm host, std::vector<T>& whole) override;
-  void set_state(const OptimizerState<T>& whole) override { opt_.set_state(whole, begin); }
+  void set_state(const OptimizerStateView& whole) override { opt_.set_state(whole, begin); }
 
   const Counts counts;
   const size_t begin, end;  // this rank's shard

@@ -203,8 +203,9 @@ void save_checkpoint(const std::string& path, const Config& c, const ParamLayout
 }
 
 template <typename T>
-Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState<T>& opt,
-                        bool master_weights, int world, std::vector<RngState>& rngs) {
+Resumed load_checkpoint(const std::string& path, Model<T>& model, Optimizer<T>& opt,
+                        Stored stored, bool master_weights, int world,
+                        std::vector<RngState>& rngs) {
   refuse_folder(path);
   Safetensors st = Safetensors::read(path);
   auto meta = [&](const std::string& key) { return lmt::meta(st, path, key); };
@@ -222,11 +223,11 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
     throw UsageError(strf("%s: corrupted: checksum of header and data %s, expected %s (the "
                           "file was changed after it was written)", path.c_str(), sum.c_str(),
                           meta("checksum").c_str()));
-  const Stored stored = checkpoint_state_dtype(st);
-  if (stored != opt.stored)
+  const Stored written = checkpoint_state_dtype(st);
+  if (written != stored)
     throw UsageError(strf("%s: AdamW's moments are stored in %s, this run has optim.state_dtype "
                           "= \"%s\" (resume with the checkpoint's)", path.c_str(),
-                          state_dtype_name(stored), state_dtype_name(opt.stored)));
+                          state_dtype_name(written), state_dtype_name(stored)));
   const bool masters = checkpoint_master_weights(st, path);
   if (masters != master_weights)
     throw UsageError(strf("%s: written with optim.master_weights = %s, this run has %s (resume "
@@ -234,7 +235,6 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
                           master_weights ? "true" : "false"));
   const size_t n = model.layout.total, eb = state_elem_bytes<T>(stored);
   std::vector<T> params(n);
-  opt.m.assign(n * eb, 0), opt.v.assign(n * eb, 0);
   // A tensor of the layout, with the dtype this run stores it in: where its bytes are.
   auto tensor = [&](const std::string& name, const ParamView& p, const char* dt) {
     auto it = st.tensors.find(name);
@@ -266,12 +266,20 @@ Resumed load_checkpoint(const std::string& path, Model<T>& model, OptimizerState
       params[p.offset + i] = T(from_bf16(b));
     }
   }
-  for (auto [prefix, buf] : {std::pair{kMomentM, &opt.m}, {kMomentV, &opt.v}})
+  // Each moment's tensors lie end to end in the layout's order, as save_checkpoint wrote them
+  // (the checksum has shown it did): the whole moment, where it is in the mapped file.
+  auto moment = [&](const std::string& prefix) {
+    const ParamView& first = model.layout.params.front();
+    const char* whole = tensor(prefix + first.name, first, state_tensor_dtype<T>(stored)) -
+                        first.offset * eb;
     for (auto& p : model.layout.params)
-      std::memcpy(buf->data() + p.offset * eb,
-                  tensor(prefix + p.name, p, state_tensor_dtype<T>(stored)), p.numel * eb);
+      if (tensor(prefix + p.name, p, state_tensor_dtype<T>(stored)) != whole + p.offset * eb)
+        throw UsageError(strf("%s: tensor %s%s is not where lmtrain writes it", path.c_str(),
+                              prefix.c_str(), p.name.c_str()));
+    return whole;
+  };
   model.set_params(params);
-  opt.t = std::stoll(meta("adam_t"));
+  opt.set_state({stored, moment(kMomentM), moment(kMomentV), std::stoll(meta("adam_t"))});
   rngs.assign(size_t(world), RngState{});
   for (int r = 0; r < world; ++r) {
     unsigned long long w[4];
@@ -373,9 +381,9 @@ template void save_checkpoint(const std::string&, const Config&, const ParamLayo
 template void save_checkpoint(const std::string&, const Config&, const ParamLayout&,
                               const std::vector<double>&, const OptimizerState<double>&, int64_t,
                               const std::vector<RngState>&, const std::string&);
-template Resumed load_checkpoint(const std::string&, Model<float>&, OptimizerState<float>&, bool,
-                                 int, std::vector<RngState>&);
-template Resumed load_checkpoint(const std::string&, Model<double>&, OptimizerState<double>&,
+template Resumed load_checkpoint(const std::string&, Model<float>&, Optimizer<float>&, Stored,
+                                 bool, int, std::vector<RngState>&);
+template Resumed load_checkpoint(const std::string&, Model<double>&, Optimizer<double>&, Stored,
                                  bool, int, std::vector<RngState>&);
 
 }  // namespace lmt

@@ -165,13 +165,20 @@ void check_host_memory(const Config& c, const Runtime& rt, const std::string& de
   // Rank 0 keeps a host copy of the parameters and both moments from its first checkpoint on,
   // and rounds the weights without masters to bf16 as it writes them; under zero1 each other rank
   // keeps a copy of its shard, in the parameters' element size.
+  // A resume, before that, maps its file (the node's page cache holds it once) and each rank
+  // unpacks the parameters from it.
+  const Plan p = train_plan(c, 1);
+  const double n = double(p.param_count);
   double staging = 0;
   if (!c.train.checkpoint_dir.empty()) {
-    const Plan p = train_plan(c, 1);
-    const double n = double(p.param_count);
     staging = double(checkpoint_bytes(c)) + (c.optim.master_weights ? 0 : 2 * n);
     if (c.ddp.strategy == Strategy::zero1)
       staging += double(rt.local_world - 1) * n / rt.world * p.elem_bytes;
+  }
+  if (!c.train.resume.empty()) {
+    struct stat file {};
+    const double mapped = stat(c.train.resume.c_str(), &file) == 0 ? double(file.st_size) : 0;
+    staging = std::max(staging, mapped + rt.local_world * n * p.elem_bytes);
   }
   const double need = per_rank * rt.local_world + staging;
   uint64_t avail = meminfo("MemAvailable");
@@ -183,7 +190,7 @@ void check_host_memory(const Config& c, const Runtime& rt, const std::string& de
                                           rt.local_world, human_bytes(per_rank).c_str())
                                    : std::string();
   if (staging > 0)
-    parts += strf("%s%s for the checkpoints' host copies", parts.empty() ? "" : " + ",
+    parts += strf("%s%s for checkpoints on the host", parts.empty() ? "" : " + ",
                   human_bytes(staging).c_str());
   throw UsageError(strf("out of host memory: this run needs %s (%s), %s is available (%s); "
                         "a smaller model or batch, or fewer ranks per node", human_bytes(need).c_str(),

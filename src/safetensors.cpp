@@ -1,6 +1,8 @@
 // safetensors reader and writer, with the small JSON subset its header uses.
 #include "safetensors.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -152,8 +154,16 @@ size_t open_and_parse(const std::string& path, std::ifstream& f, Safetensors& st
 Safetensors Safetensors::read(const std::string& path) {
   std::ifstream f;
   Safetensors st;
-  st.data.resize(open_and_parse(path, f, st));
-  f.read(st.data.data(), std::streamsize(st.data.size()));
+  const size_t n = open_and_parse(path, f, st);
+  if (n == 0) return st;
+  const size_t file = size_t(f.tellg()) + n;  // f is at the data section, the file's last n bytes
+  const int fd = open(path.c_str(), O_RDONLY);
+  void* p = fd < 0 ? MAP_FAILED : mmap(nullptr, file, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  const int err = errno;
+  if (fd >= 0) close(fd);  // the mapping keeps the file
+  if (p == MAP_FAILED) throw UsageError(strf("%s: cannot map: %s", path.c_str(), strerror(err)));
+  std::shared_ptr<const void> mapping(p, [file](const void* q) { munmap(const_cast<void*>(q), file); });
+  st.data = Section(std::move(mapping), static_cast<const char*>(p) + (file - n), n);
   return st;
 }
 

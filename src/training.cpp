@@ -32,7 +32,7 @@ template <typename T> class Replicated : public Optimizer<T> {
     LMT_ASSERT(whole.size() == model.layout.total, "host copies of the parameters sized for another model");
     model.params_host(0, whole.size(), whole.data());
   }
-  void set_state(const OptimizerState<T>& whole) override { opt_.set_state(whole); }
+  void set_state(const OptimizerStateView& whole) override { opt_.set_state(whole); }
 
  private:
   Backend<T>& be_;

@@ -150,14 +150,12 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
   std::vector<RngState> rngs;
   agree(rt_, [&] {
     if (!c_.train.resume.empty()) {
-      OptimizerState<T> state;
-      state.stored = moments_stored(c_.optim.state_dtype);  // what the file must hold
-      const Resumed resumed = load_checkpoint(c_.train.resume, *model_, state,
+      const Resumed resumed = load_checkpoint(c_.train.resume, *model_, *optimizer_,
+                                              moments_stored(c_.optim.state_dtype),
                                               c_.optim.master_weights, rt_.world, rngs);
       first_step_ = resumed.step, run_id_ = resumed.run_id;
       mismatch_ = resume_mismatch(c_, resumed);
       check_resume_batch(c_, resumed);
-      optimizer_->set_state(state);
       if (first_step_ > steps_)
         throw UsageError(strf("train.resume = \"%s\" is at step %lld, past train.steps = %lld",
                               c_.train.resume.c_str(), (long long)first_step_, (long long)steps_));
