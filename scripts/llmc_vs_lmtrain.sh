@@ -20,7 +20,9 @@
 # Under CUDA 13, llmc/cuda_utils.cuh's cudaMemAdvise takes cudaMemLocation{cudaMemLocationTypeHost,
 # 0} where it passes cudaCpuDeviceId, and a recent cudnn-frontend also links NVRTC and the driver:
 # NVCC_LDFLAGS="-lcublas -lcublasLt -lcudnn -lnvrtc -lcuda" (plus -lnvidia-ml where nvml.h is
-# installed). The results here used llm.c at commit f1e2ace and cudnn-frontend at 3929da2.
+# installed). The results here used llm.c at commit f1e2ace and cudnn-frontend at 3929da2 (for
+# the H200's call built on a machine without a GPU, with GPU_COMPUTE_CAPABILITY=90, and run with
+# the cuDNN 9 of PyTorch's wheel).
 # Env: LLMC (required), SHAPES ("16x1024 8x1024 4x512"), STEPS (60), WARMUP (10), RUNS (2),
 #      LMTRAIN (build/lmtrain), PYTHON (python3).
 set -euo pipefail
