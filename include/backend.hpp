@@ -341,7 +341,10 @@ template <typename T> class HostPin {
       if (v.capacity() < n) v.reserve(n), advise_huge_pages(v.data(), n * sizeof(V));
       v.resize(n);
     }
-    if (at_ != v.data()) release(), be_ = &be, at_ = v.data(), pinned_ = be.pin_host(at_, n * sizeof(V));
+    if (at_ != v.data()) {
+      release();
+      be_ = &be, at_ = v.data(), pinned_ = be.pin_host(at_, n * sizeof(V));
+    }
     return v.data();
   }
 

@@ -162,7 +162,9 @@ Safetensors Safetensors::read(const std::string& path) {
   const int err = errno;
   if (fd >= 0) close(fd);  // the mapping keeps the file
   if (p == MAP_FAILED) throw UsageError(strf("%s: cannot map: %s", path.c_str(), strerror(err)));
-  std::shared_ptr<const void> mapping(p, [file](const void* q) { munmap(const_cast<void*>(q), file); });
+  std::shared_ptr<const void> mapping(p, [file](const void* q) {
+    munmap(const_cast<void*>(q), file);
+  });
   st.data = Section(std::move(mapping), static_cast<const char*>(p) + (file - n), n);
   return st;
 }

@@ -28,8 +28,9 @@ template <typename T> class Replicated : public Optimizer<T> {
     if (rank_in(host) == 0) opt_.state(whole);
   }
   void gather_params(const Model<T>& model, MPI_Comm host, std::vector<T>& whole) override {
-    if (!rank_in(host) == 0) return;
-    LMT_ASSERT(whole.size() == model.layout.total, "host copies of the parameters sized for another model");
+    if (rank_in(host) != 0) return;
+    LMT_ASSERT(whole.size() == model.layout.total,
+               "host copies of the parameters sized for another model");
     model.params_host(0, whole.size(), whole.data());
   }
   void set_state(const OptimizerStateView& whole) override { opt_.set_state(whole); }
