@@ -43,7 +43,8 @@ struct Safetensors {
   std::map<std::string, std::string> metadata;
   Section data;  // the data section
 
-  // Throws UsageError naming the file and what is wrong (missing, truncated, malformed header).
+  // The header parsed and the data section mapped (Section). Throws UsageError naming the file
+  // and what is wrong (missing, truncated, malformed header, not mappable).
   static Safetensors read(const std::string& path);
   // The header alone (tensors and metadata; data stays empty), checked as read() checks it.
   static Safetensors read_header(const std::string& path);

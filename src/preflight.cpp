@@ -162,10 +162,10 @@ void prepare_checkpoint_dir(const Config& c) {
 
 void check_host_memory(const Config& c, const Runtime& rt, const std::string& device) {
   const double per_rank = device == "cpu" ? double(train_plan(c, rt.world).total()) : 0;
-  // Rank 0 keeps a host copy of the parameters and both moments from its first checkpoint on,
-  // and rounds the weights without masters to bf16 as it writes them; under zero1 each other rank
-  // keeps a copy of its shard, in the parameters' element size.
-  // A resume, before that, maps its file (the node's page cache holds it once) and each rank
+  // Checkpoints on the host: rank 0 keeps a copy of the parameters and both moments from its
+  // first checkpoint on, and rounds the weights without masters to bf16 as it writes them; under
+  // zero1 each other rank keeps a copy of its shard, in the parameters' element size. A resume,
+  // before the first of them, maps its file (the node's page cache holds it once) and each rank
   // unpacks the parameters from it.
   const Plan p = train_plan(c, 1);
   const double n = double(p.param_count);
