@@ -63,6 +63,8 @@ struct CheckpointId {
   int64_t step = -1;
 };
 CheckpointId checkpoint_id(const std::string& path);
+// The same, or nothing (no run_id, step -1) for a file that cannot be read as one.
+CheckpointId checkpoint_id_or_none(const std::string& path);
 
 // train.resume's header, read before anything is allocated: refuses (UsageError) a file that is
 // not an lmtrain checkpoint, one written by another number of ranks, or one of another model
@@ -92,5 +94,10 @@ bool is_checkpoint_name(const std::string& name);
 // The checkpoints in folder `dir`: its step_*.safetensors files as paths, oldest step first; none
 // if it cannot be read.
 std::vector<std::string> checkpoint_files(const std::string& dir);
+// Removes run `run_id`'s checkpoints in `dir` but its newest `keep` (train.keep_checkpoints; 0
+// removes none); another run's, and a file whose header cannot be read, are left alone. Returns
+// the names removed; one that cannot be removed is named in a warning on stderr.
+std::vector<std::string> remove_old_checkpoints(const std::string& dir, const std::string& run_id,
+                                                int64_t keep);
 
 }  // namespace lmt

@@ -41,6 +41,7 @@ struct Config {
     int64_t batch_size = 8, grad_accum = 1, steps = 200, log_every = 20, checkpoint_every = 0;
     std::string checkpoint_dir = "", resume = "";
     int64_t overwrite = 0;  // 1: checkpoints may go where another run's are
+    int64_t keep_checkpoints = 0;  // this run's newest kept in checkpoint_dir (0: all)
     // Validation: every eval_every steps (0: only after the last) the mean loss of eval_batches
     // held-out batches (0: no validation).
     int64_t eval_every = 0, eval_batches = 8;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -112,6 +114,21 @@ std::vector<std::string> checkpoint_files(const std::string& dir) {
     return a.size() != b.size() ? a.size() < b.size() : a < b;
   });
   return paths;
+}
+
+std::vector<std::string> remove_old_checkpoints(const std::string& dir, const std::string& run_id,
+                                                int64_t keep) {
+  std::vector<std::string> mine, removed;
+  if (keep <= 0) return removed;
+  for (const std::string& path : checkpoint_files(dir))
+    if (checkpoint_id_or_none(path).run_id == run_id) mine.push_back(path);
+  for (size_t i = 0; i + size_t(keep) < mine.size(); ++i) {
+    const std::string name = mine[i].substr(dir.size() + 1);
+    if (std::remove(mine[i].c_str()) == 0) removed.push_back(name);
+    else fprintf(stderr, "lmtrain: warning: cannot remove the older checkpoint %s: %s\n",
+                 mine[i].c_str(), strerror(errno));
+  }
+  return removed;
 }
 
 namespace {
@@ -319,6 +336,14 @@ CheckpointId checkpoint_id(const std::string& path) {
   auto run = st.metadata.find("run_id"), step = st.metadata.find("step");
   return {run == st.metadata.end() ? "" : run->second,
           step == st.metadata.end() ? -1 : std::stoll(step->second)};
+}
+
+CheckpointId checkpoint_id_or_none(const std::string& path) {
+  try {
+    return checkpoint_id(path);
+  } catch (const UsageError&) {
+    return {};
+  }
 }
 
 void check_resume_header(const Config& c, int world) {

@@ -238,6 +238,9 @@ std::vector<ConfigField> config_fields(Config& c) {
       int_field("train", "overwrite", &t.overwrite, 0,
                 "1: write checkpoints into a checkpoint_dir holding another run's (a run "
                 "continues its own: the resumed file's); 0: refuse, naming the file", 1),
+      int_field("train", "keep_checkpoints", &t.keep_checkpoints, 0,
+                "this run's newest checkpoints kept in checkpoint_dir: each older one is removed "
+                "once a newer is written (0: keep all)"),
       int_field("train", "eval_every", &t.eval_every, 0,
                 "optimizer steps between validations; one follows the last step in any case "
                 "(0: only that one)"),

@@ -106,11 +106,7 @@ void remove_stale_partials(const Config& c) {
 void refuse_others_checkpoints(const Config& c) {
   const CheckpointId mine = c.train.resume.empty() ? CheckpointId{} : checkpoint_id(c.train.resume);
   for (const std::string& path : checkpoint_files(c.train.checkpoint_dir)) {
-    CheckpointId theirs;
-    try {
-      theirs = checkpoint_id(path);
-    } catch (const UsageError&) {  // unreadable: not this run's
-    }
+    const CheckpointId theirs = checkpoint_id_or_none(path);  // unreadable: not this run's
     if (mine.run_id.empty() || theirs.run_id != mine.run_id)
       throw UsageError(dir_error(c, strf("holds %s of another run%s; set train.overwrite = 1 to "
                                          "write there anyway, or use another directory",

@@ -365,8 +365,13 @@ template <typename T> void Trainer<T>::checkpoint(int64_t done) {
                                                all = std::move(all), copied = seconds_since(t)] {
       const Clock::time_point w = Clock::now();
       save_checkpoint(path, c_, model_->layout, saved_params_, saved_state_, done, all, run_id_);
-      printf("checkpoint %s (copied to the host in %.2f s, written in %.1f s beside the steps)\n",
-             path.c_str(), copied, seconds_since(w));
+      const double wrote = seconds_since(w);
+      std::string removed;
+      for (const std::string& name : remove_old_checkpoints(c_.train.checkpoint_dir, run_id_,
+                                                            c_.train.keep_checkpoints))
+        removed += (removed.empty() ? "; removed " : ", ") + name;
+      printf("checkpoint %s (copied to the host in %.2f s, written in %.1f s beside the steps%s)\n",
+             path.c_str(), copied, wrote, removed.c_str());
       fflush(stdout);
     });
   ++checkpoints_, checkpoint_s_ += leave_out(t);

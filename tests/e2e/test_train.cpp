@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -278,6 +279,45 @@ TEST_CASE("train: tied embeddings checkpoint one [V, d] weight, no LM head, and 
     REQUIRE(sa.tensors.count("token_embeddings.weight") == 1);
     CHECK(sa.tensors.at("token_embeddings.weight").dtype == "F32");  // the embedding reads fp32
   }
+}
+
+TEST_CASE("train: keep_checkpoints keeps the run's newest checkpoints, a resumed run's too, and "
+          "leaves another run's and unreadable files alone") {
+  TempDir dir;
+  const std::string ckpt = dir.path + "/ckpt", base = std::string(lmt::test::lmtrain()) + kTiny +
+                           " --set train.log_every=1 --set train.checkpoint_every=1";
+  auto names = [&] {
+    std::vector<std::string> out;
+    for (const std::string& path : checkpoint_files(ckpt)) out.push_back(path.substr(ckpt.size() + 1));
+    return out;
+  };
+  // Another run's checkpoint (written at step 2 of a run of its own, under a later step's name)
+  // and a file that is not a checkpoint at all, in the folder this run writes to.
+  auto other = run(base + " --set train.steps=2 --set train.checkpoint_dir=" + dir.path + "/other");
+  REQUIRE(other.code == 0);
+  std::filesystem::create_directory(ckpt);
+  std::filesystem::copy_file(checkpoint_path(dir.path + "/other", 2), ckpt + "/step_00000100.safetensors");
+  std::ofstream(ckpt + "/step_00000099.safetensors") << "not a checkpoint";
+  auto r = run(base + " --set train.steps=5 --set train.keep_checkpoints=2 --set train.overwrite=1"
+               " --set train.checkpoint_dir=" + ckpt);
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(names() == std::vector<std::string>{"step_00000004.safetensors", "step_00000005.safetensors",
+                                            "step_00000099.safetensors", "step_00000100.safetensors"});
+  CHECK(r.output.find("beside the steps; removed step_00000001.safetensors)") != std::string::npos);
+  CHECK(r.output.find("beside the steps; removed step_00000003.safetensors)") != std::string::npos);
+  // Resumed, the run is the same one: its older checkpoint goes once two newer are written.
+  r = run(base + " --set train.steps=7 --set train.keep_checkpoints=2 --set train.overwrite=1"
+          " --set train.checkpoint_dir=" + ckpt + " --set train.resume=" + checkpoint_path(ckpt, 5));
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(names() == std::vector<std::string>{"step_00000006.safetensors", "step_00000007.safetensors",
+                                            "step_00000099.safetensors", "step_00000100.safetensors"});
+  // 0, the default, keeps every one.
+  r = run(base + " --set train.steps=3 --set train.checkpoint_dir=" + dir.path + "/all");
+  REQUIRE(r.code == 0);
+  CHECK(checkpoint_files(dir.path + "/all").size() == 3);
+  CHECK(r.output.find("removed") == std::string::npos);
 }
 
 TEST_CASE("train: torn, truncated, corrupted or mismatched checkpoints are refused, never loaded") {
