@@ -34,10 +34,9 @@ Plan train_plan(const Config& c, int world) {
   return make_plan(k);
 }
 
-// Bytes of one checkpoint of c.model (parameters and both moments, each in its dtype; the
-// header is small).
-uint64_t checkpoint_bytes(const Config& c) {
-  const Plan p = train_plan(c, 1);
+// Bytes of one checkpoint of the model of `p`, a one-rank train_plan (parameters and both
+// moments, each in its dtype; the header is small).
+uint64_t checkpoint_bytes(const Plan& p) {
   return p.param_count * uint64_t(p.elem_bytes + 2 * p.moment_bytes);
 }
 
@@ -148,7 +147,8 @@ void prepare_checkpoint_dir(const Config& c) {
   probe_writable(c);
   struct statvfs vfs {};
   if (statvfs(c.train.checkpoint_dir.c_str(), &vfs) == 0) {
-    const double room = double(vfs.f_bavail) * double(vfs.f_frsize), need = double(checkpoint_bytes(c));
+    const double room = double(vfs.f_bavail) * double(vfs.f_frsize);
+    const double need = double(checkpoint_bytes(train_plan(c, 1)));
     if (room < need)
       throw UsageError(dir_error(c, strf("a checkpoint of this model takes %s, the disk has %s free",
                                          human_bytes(need).c_str(), human_bytes(room).c_str())));
@@ -167,7 +167,7 @@ void check_host_memory(const Config& c, const Runtime& rt, const std::string& de
   const double n = double(p.param_count);
   double staging = 0;
   if (!c.train.checkpoint_dir.empty()) {
-    staging = double(checkpoint_bytes(c)) + (c.optim.master_weights ? 0 : 2 * n);
+    staging = double(checkpoint_bytes(p)) + (c.optim.master_weights ? 0 : 2 * n);
     if (c.ddp.strategy == Strategy::zero1)
       staging += double(rt.local_world - 1) * n / rt.world * p.elem_bytes;
   }

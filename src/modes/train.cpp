@@ -360,9 +360,11 @@ template <typename T> void Trainer<T>::checkpoint(int64_t done) {
   optimizer_->gather_params(*model_, MPI_COMM_WORLD, saved_params_);
   optimizer_->gather_state(MPI_COMM_WORLD, saved_state_);
   last_checkpoint_ = checkpoint_path(c_.train.checkpoint_dir, done);
+  const double copied = leave_out(t);
+  ++checkpoints_, checkpoint_s_ += copied;
   if (rt_.is_root())
     writing_ = std::async(std::launch::async, [this, path = last_checkpoint_, done,
-                                               all = std::move(all), copied = seconds_since(t)] {
+                                               all = std::move(all), copied] {
       const Clock::time_point w = Clock::now();
       save_checkpoint(path, c_, model_->layout, saved_params_, saved_state_, done, all, run_id_);
       const double wrote = seconds_since(w);
@@ -374,7 +376,6 @@ template <typename T> void Trainer<T>::checkpoint(int64_t done) {
              path.c_str(), copied, wrote, removed.c_str());
       fflush(stdout);
     });
-  ++checkpoints_, checkpoint_s_ += leave_out(t);
 }
 
 template <typename T> void Trainer<T>::finish_writing(bool poll) {
