@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdint>
@@ -141,17 +142,57 @@ uint64_t cgroup_room() {
 
 }  // namespace
 
+int64_t checkpoints_written(int64_t first, int64_t steps, int64_t every) {
+  if (steps <= first) return 0;
+  if (every <= 0) return 1;
+  return steps / every - first / every + (steps % every != 0);
+}
+
+int64_t checkpoints_added(int64_t written, int64_t existing, int64_t keep) {
+  if (written == 0) return 0;
+  if (keep == 0) return written;
+  return std::max<int64_t>(1, std::min(written + existing, keep + 1) - existing);
+}
+
 void prepare_checkpoint_dir(const Config& c) {
   if (!c.train.overwrite) refuse_others_checkpoints(c);  // before anything is created or removed
   make_dir(c);
   probe_writable(c);
   struct statvfs vfs {};
   if (statvfs(c.train.checkpoint_dir.c_str(), &vfs) == 0) {
+    const CheckpointId resumed = c.train.resume.empty() ? CheckpointId{} : checkpoint_id(c.train.resume);
+    int64_t existing = 0;  // the resumed run's, which keep_checkpoints removes as it goes
+    if (!resumed.run_id.empty())
+      for (const std::string& path : checkpoint_files(c.train.checkpoint_dir))
+        existing += checkpoint_id_or_none(path).run_id == resumed.run_id;
+    const int64_t first = std::max<int64_t>(resumed.step, 0), keep = c.train.keep_checkpoints;
+    const int64_t written = checkpoints_written(first, c.train.steps, c.train.checkpoint_every);
+    const int64_t added = checkpoints_added(written, existing, keep);
     const double room = double(vfs.f_bavail) * double(vfs.f_frsize);
-    const double need = double(checkpoint_bytes(train_plan(c, 1)));
-    if (room < need)
-      throw UsageError(dir_error(c, strf("a checkpoint of this model takes %s, the disk has %s free",
-                                         human_bytes(need).c_str(), human_bytes(room).c_str())));
+    const double one = double(checkpoint_bytes(train_plan(c, 1)));
+    if (room < one * double(added)) {
+      const std::string size = human_bytes(one), free = human_bytes(room);
+      // The largest keep_checkpoints that fits: K + 1 at once, the run's existing ones among them.
+      const int64_t fits = int64_t(room / one) + existing - 1;
+      std::string what;
+      if (added == 1)
+        what = strf("a checkpoint of this model takes %s, the disk has %s free", size.c_str(), free.c_str());
+      else if (keep == 0)
+        what = strf("this run writes %lld checkpoints of %s (%s in all), the disk has %s free; "
+                    "%s", (long long)written, size.c_str(), human_bytes(one * double(written)).c_str(),
+                    free.c_str(), fits >= 1 ? strf("train.keep_checkpoints = %lld keeps the newest "
+                                                   "%lld and fits", (long long)fits, (long long)fits).c_str()
+                                            : "make room, or set train.keep_checkpoints");
+      else
+        what = strf("train.keep_checkpoints = %lld holds up to %lld checkpoints of %s at once "
+                    "(%s), the disk has %s free%s", (long long)keep, (long long)keep + 1,
+                    size.c_str(),
+                    added == keep + 1 ? strf("%s in all", human_bytes(one * double(added)).c_str()).c_str()
+                                      : strf("%lld more than the run's %lld there now: %s", (long long)added,
+                                             (long long)existing, human_bytes(one * double(added)).c_str()).c_str(),
+                    free.c_str(), fits >= 1 ? strf("; %lld fits", (long long)fits).c_str() : "");
+      throw UsageError(dir_error(c, what));
+    }
   }
   remove_stale_partials(c);
 }

@@ -93,6 +93,30 @@ TEST_CASE("robust: an unwritable checkpoint directory is refused before step 1, 
   }
 }
 
+TEST_CASE("robust: checkpoints that would fill the disk are refused before step 1, naming a "
+          "keep_checkpoints that fits") {
+  TempDir dir;
+  const std::string ckpt = dir.path + "/ckpt", base = "timeout 60 " + std::string(lmt::test::lmtrain()) +
+      kTiny + " --set train.steps=1000000000 --set train.checkpoint_every=1 --set train.checkpoint_dir=" + ckpt;
+  // A checkpoint a step for 10^9 steps: no disk holds them all.
+  auto r = run(base);
+  INFO(r.output);
+  CHECK(r.code == kExitUsage);
+  CHECK(r.output.find("train.checkpoint_dir = \"" + ckpt + "\": this run writes 1000000000 "
+                      "checkpoints of ") != std::string::npos);
+  CHECK(r.output.find(" free; train.keep_checkpoints = ") != std::string::npos);
+  CHECK(r.output.find("step ") == std::string::npos);
+  CHECK(checkpoint_files(ckpt).empty());
+  // Keeping the newest 10^9 - 1 of them holds all but one at once: refused the same way.
+  r = run(base + " --set train.keep_checkpoints=999999999");
+  INFO(r.output);
+  CHECK(r.code == kExitUsage);
+  CHECK(r.output.find("train.keep_checkpoints = 999999999 holds up to 1000000000 checkpoints of ") !=
+        std::string::npos);
+  CHECK(r.output.find(" free; ") != std::string::npos);
+  CHECK(r.output.find("step ") == std::string::npos);
+}
+
 // Both on the CPU device: on a GPU machine the default (auto) device is the GPU, whose own
 // memory check (check_device_memory) would speak first, and flash attention takes no head dim 2.
 TEST_CASE("robust: a model too big for host memory is refused in seconds with the byte counts") {
