@@ -249,6 +249,7 @@ template <typename T> class Backend {
   // Timing: mark() records a point in the backend's work (a CUDA event, or the host clock on
   // the CPU); elapsed_ms waits for the later mark and returns the time between the two.
   virtual int mark() = 0;
+  virtual void synchronize() {}  // waits for all work enqueued so far (nothing to wait for on the CPU)
   virtual double elapsed_ms(int from, int to) = 0;
   virtual void clear_marks() = 0;
 
@@ -327,20 +328,22 @@ void advise_huge_pages(void* p, size_t bytes);
 
 // A host vector kept from one use to the next and pinned for the backend's copies
 // (Backend::pin_host), as a checkpoint's copy of the state is: a fresh vector's pages cost more
-// than the copy into them (design.md, Checkpoints). hold() sizes it (on huge pages where it
-// grows), unpinning it first where that may move it, and pins it where it is not yet.
+// than the copy into them (design.md, Checkpoints). hold() sizes it (size(): on huge pages where
+// it grows), unpinning it first where that may move it, and pins it where it is not yet. size()
+// alone may run on another thread beforehand: pinning there would hold up the steps' thread's
+// CUDA calls (it takes the driver's lock: design.md, Checkpoints).
 template <typename T> class HostPin {
  public:
   HostPin() = default;
   HostPin(const HostPin&) = delete;
   HostPin& operator=(const HostPin&) = delete;
   ~HostPin() { release(); }
+  template <typename V> static void size(std::vector<V>& v, size_t n) {
+    if (v.capacity() < n) v.reserve(n), advise_huge_pages(v.data(), n * sizeof(V));
+    v.resize(n);  // every page touched
+  }
   template <typename V> V* hold(Backend<T>& be, std::vector<V>& v, size_t n) {
-    if (v.size() != n) {
-      release();
-      if (v.capacity() < n) v.reserve(n), advise_huge_pages(v.data(), n * sizeof(V));
-      v.resize(n);
-    }
+    if (v.size() != n) release(), size(v, n);
     if (at_ != v.data()) {
       release();
       be_ = &be, at_ = v.data(), pinned_ = be.pin_host(at_, n * sizeof(V));

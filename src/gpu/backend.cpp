@@ -164,7 +164,7 @@ class CudaBackend : public Backend<float> {
   void copy_bytes(void* d, const void* s, size_t b) override {
     CUDA_CHECK(cudaMemcpyAsync(d, s, b, cudaMemcpyDeviceToDevice, stream_));
   }
-  void synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   cudaStream_t stream() const { return stream_; }
 
   int64_t bf16_elems(int64_t n) const override { return (n + 1) / 2; }

@@ -86,12 +86,14 @@ template <typename T> class Trainer {
   // as validation's: the copy of the state to the host, and a wait for the previous file where a
   // checkpoint comes before it is written. Rank 0 writes each file (the hash, the write and its
   // fsync) on a thread of its own beside the steps (writing_), from its host copy of the state,
-  // kept from one checkpoint to the next and pinned (saved_*: HostPin).
+  // kept from one checkpoint to the next and pinned (saved_*: HostPin). Its pages are faulted in
+  // on the writer's thread as the steps begin (hold_saved(false)); the first checkpoint pins them.
   int64_t checkpoints_ = 0;
   double checkpoint_s_ = 0;
   std::vector<T> saved_params_;
   OptimizerState<T> saved_state_;
   std::array<HostPin<T>, 3> saved_pins_;  // params, m, v
+  void hold_saved(bool pin);
   std::future<void> writing_;
   int64_t val_step_ = -1;
   bool fresh_val_ = false;
@@ -112,8 +114,8 @@ template <typename T> class Trainer {
   double interval_loss_ = 0, last_loss_ = NAN;
   int64_t interval_steps_ = 0;
   double exposed_ms_ = 0, comm_ms_ = 0;
-  // t_first_: when this run's first step returned (it also records the CUDA graphs and makes
-  // every first-call choice), the start of the steady steps' time.
+  // t_first_: when this run's first step finished on the device (it also records the CUDA graphs
+  // and makes every first-call choice), the start of the steady steps' time.
   Clock::time_point t0_, t_interval_, t_first_;
 };
 
@@ -350,13 +352,7 @@ template <typename T> void Trainer<T>::checkpoint(int64_t done) {
   MPI_CHECK(MPI_Igather(mine.data(), 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, 0,
                         MPI_COMM_WORLD, &req));
   wait_for_peers(&req, "the checkpoint's gather of Rng states");
-  if (rt_.is_root()) {
-    const size_t n = model_->layout.total;
-    const size_t moments = n * state_elem_bytes<T>(moments_stored(c_.optim.state_dtype));
-    saved_pins_[0].hold(*backend_, saved_params_, n);
-    saved_pins_[1].hold(*backend_, saved_state_.m, moments);
-    saved_pins_[2].hold(*backend_, saved_state_.v, moments);
-  }
+  if (rt_.is_root()) hold_saved(true);
   optimizer_->gather_params(*model_, MPI_COMM_WORLD, saved_params_);
   optimizer_->gather_state(MPI_COMM_WORLD, saved_state_);
   last_checkpoint_ = checkpoint_path(c_.train.checkpoint_dir, done);
@@ -378,6 +374,20 @@ template <typename T> void Trainer<T>::checkpoint(int64_t done) {
     });
 }
 
+template <typename T> void Trainer<T>::hold_saved(bool pin) {
+  const size_t n = model_->layout.total;
+  const size_t moments = n * state_elem_bytes<T>(moments_stored(c_.optim.state_dtype));
+  if (!pin) {
+    HostPin<T>::size(saved_params_, n);
+    HostPin<T>::size(saved_state_.m, moments);
+    HostPin<T>::size(saved_state_.v, moments);
+    return;
+  }
+  saved_pins_[0].hold(*backend_, saved_params_, n);
+  saved_pins_[1].hold(*backend_, saved_state_.m, moments);
+  saved_pins_[2].hold(*backend_, saved_state_.v, moments);
+}
+
 template <typename T> void Trainer<T>::finish_writing(bool poll) {
   using namespace std::chrono_literals;
   if (!writing_.valid() || (poll && writing_.wait_for(0s) != std::future_status::ready)) return;
@@ -392,12 +402,18 @@ template <typename T> void Trainer<T>::finish_writing(bool poll) {
 
 template <typename T> int Trainer<T>::run() {
   t0_ = t_interval_ = Clock::now();
+  if (rt_.is_root() && !c_.train.checkpoint_dir.empty() && first_step_ < steps_)
+    writing_ = std::async(std::launch::async, [this] { hold_saved(false); });
   for (int64_t step = first_step_; step < steps_; ++step) {
     finish_writing(true);
     double gnorm;
     const double lr = learning_rate(c_.optim, step, steps_);
     const StepVerdict verdict = this->step(step, lr, gnorm);
-    if (step == first_step_) t_first_ = Clock::now();
+    if (step == first_step_) {  // its update done, not merely queued: it is not the next step's
+      backend_->synchronize();
+      if (training_.comm) training_.comm->synchronize();
+      t_first_ = Clock::now();
+    }
     if (verdict.diverged()) return finish_writing(), kExitDiverged;
     const bool last = step + 1 == steps_;
     const int64_t eval_every = c_.train.eval_every;
