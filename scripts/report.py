@@ -394,9 +394,12 @@ def b_kernels_bwd(data):
 
 def b_kprof_fwd(data):
     k = replayed_kernels(data, KFLASH)
-    grid = num(e2e(data, "bf16", 5, "xl", 512), "fwd_ms_median")
-    return (f"{f2(grid)} ms (the e2e grid's median, §1.1.3(b), forward launched kernel by kernel); "
-            f"in the profiled run, forward and backward replayed as CUDA graphs, the forward takes "
+    row = e2e(data, "bf16", 5, "xl", 512)
+    grid_dev, prof_dev = row["device_name"], data.provenance(KFLASH)[0].removeprefix("one ")
+    on = ("", "") if grid_dev == prof_dev else (f" on one {grid_dev}", f" on one {prof_dev}")
+    return (f"{f2(num(row, 'fwd_ms_median'))} ms (the e2e grid's median{on[0]}, §1.1.3(b), forward "
+            f"launched kernel by kernel); in the profiled run{on[1]}, forward and backward replayed "
+            f"as CUDA graphs, the forward takes "
             f"{k['fwd_median']:.2f} ms and its kernels {k['forward_total']:.2f} ms, "
             f"{100 * k['forward_total'] / k['fwd_median']:.0f}% of it: from its first kernel's start to "
             f"its last one's end ({k['forward_span']:.2f} ms) the GPU sits idle between kernels for "
