@@ -48,6 +48,14 @@ FLAGS      := $(BUILD)/flags
 FLAGS_NOW  := $(CXX) $(CXXFLAGS) $(LDLIBS)
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(FLAGS) 2>/dev/null)" = '$(FLAGS_NOW)' ] || \
         echo '$(FLAGS_NOW)' > $(FLAGS))
+# The checkout's `git describe` (-dirty where files differ from the commit; "unknown" outside git),
+# which --version prints: written to build/version when it changes, so that only src/version.cpp
+# is compiled again.
+VERSION    := $(BUILD)/version
+VERSION_NOW := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(shell [ "$$(cat $(VERSION) 2>/dev/null)" = '$(VERSION_NOW)' ] || echo '$(VERSION_NOW)' > $(VERSION))
+$(BUILD)/obj/src/version.o: $(VERSION)
+$(BUILD)/obj/src/version.o: CXXFLAGS += -DLMT_VERSION='"$(VERSION_NOW)"'
 
 # Debian packages: to build, to test (PyTorch is the independent reference; matplotlib draws
 # the sweeps' PNGs). tests/slurm/run.sh installs munge and Slurm itself.

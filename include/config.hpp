@@ -125,7 +125,7 @@ std::vector<ConfigField> config_fields(Config& c);
 struct CommandLine {
   Config config;
   std::string csv_path, trace_path;
-  bool print_config = false, help = false;
+  bool print_config = false, help = false, version = false;
 };
 CommandLine parse_command_line(const std::vector<std::string>& args);
 

@@ -522,13 +522,16 @@ std::string usage_text() {
   Config c;
   std::string out =
       "usage: mpirun -np N build/lmtrain [--config FILE]... [--set section.key=value]...\n"
-      "                                  [--csv FILE] [--trace FILE] [--print-config] [--help]\n\n"
+      "                                  [--csv FILE] [--trace FILE] [--print-config] [--help]\n"
+      "                                  [--version]\n\n"
       "  --config FILE   TOML config; several allowed, later files win\n"
       "  --set K=V       override one key (V is TOML; a bare word is a string)\n"
       "  --csv FILE      append one row (every config field and metric) to FILE\n"
       "  --trace FILE    bench mode: write a Chrome-trace JSON (Perfetto) of the timed steps: each\n"
       "                  rank's phases, memory, collectives and waits for them (one file)\n"
-      "  --print-config  print the resolved config and exit\n\nkeys (default, meaning):\n";
+      "  --print-config  print the resolved config and exit\n"
+      "  --version       print the build's version (the git commit it was built from) and exit\n\n"
+      "keys (default, meaning):\n";
   for (auto& f : config_fields(c)) {
     std::string values;  // what a key of a few words accepts, from the table the parser checks
     for (auto& ch : f.choices) values += (values.empty() ? " (values: " : " | ") + ch;
@@ -561,6 +564,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     }
     else if (a == "--print-config") cl.print_config = true;
     else if (a == "--help" || a == "-h") cl.help = true;
+    else if (a == "--version") cl.version = true;
     else throw UsageError(strf("unknown argument '%s' (see --help)", a.c_str()));
   }
   for (auto& o : overrides) apply_override(cl.config, o);

@@ -4,6 +4,7 @@
 #include "exit_codes.hpp"
 #include "modes.hpp"
 #include "runtime.hpp"
+#include "version.hpp"
 #include "watchdog.hpp"
 
 int main(int argc, char** argv) {
@@ -15,6 +16,8 @@ int main(int argc, char** argv) {
     agree(rt, [&] { cl = parse_command_line(std::vector<std::string>(argv + 1, argv + argc)); });
     if (cl.help) {
       if (rt.is_root()) fputs(usage_text().c_str(), stdout);
+    } else if (cl.version) {
+      if (rt.is_root()) printf("lmtrain %s\n", version());
     } else if (cl.print_config) {
       if (rt.is_root()) fputs(config_to_toml(cl.config).c_str(), stdout);
     } else {

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -265,6 +266,19 @@ TEST_CASE("config: --print-config of a valid file exits 0 and prints the overrid
   CHECK(r.output.find("\nsteps = 7\n") != std::string::npos);
   Config expected = parse_command_line({"--config", file, "--set", "train.steps=7"}).config;
   CHECK(config_hash(loaded(dir.file("printed.toml", r.output))) == config_hash(expected));
+}
+
+TEST_CASE("config: --version prints the commit the binary was built from, and exits 0") {
+  auto r = test::run(std::string(test::lmtrain()) + " --version");
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  // What the Makefile recorded (git describe) when it built the binary.
+  std::ifstream f("build/version");
+  std::string recorded;
+  REQUIRE(std::getline(f, recorded));
+  CHECK(r.output == "lmtrain " + recorded + "\n");
+  if (test::run("git rev-parse --git-dir").code == 0)  // built in a checkout: a commit, not "unknown"
+    CHECK(recorded != "unknown");
 }
 
 TEST_CASE("config: --help names every value a key of a few words accepts, on that key's line") {
