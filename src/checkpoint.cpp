@@ -4,15 +4,14 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <thread>
 
 #include "check.hpp"
 #include "hash.hpp"
+#include "host_threads.hpp"
 #include "safetensors.hpp"
 
 namespace lmt {
@@ -51,15 +50,7 @@ bool stored_bf16(const ParamView& p, bool master_weights) { return !master_weigh
 // a second, and xl's checkpoint holds 24 GB.
 std::vector<uint64_t> wide_hashes(const std::vector<Bytes>& data) {
   std::vector<uint64_t> out(data.size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next++) < data.size();) out[i] = hash_wide(data[i].data, data[i].size);
-  };
-  const size_t threads = std::min<size_t>({8, data.size(), std::thread::hardware_concurrency()});
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
+  on_host_threads(data.size(), 8, [&](size_t i) { out[i] = hash_wide(data[i].data, data[i].size); });
   return out;
 }
 

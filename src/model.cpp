@@ -1,12 +1,9 @@
 #include "model.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <thread>
-
-#include <sched.h>
 
 #include "check.hpp"
+#include "host_threads.hpp"
 #include "nvtx.hpp"
 #include "rng.hpp"
 
@@ -91,17 +88,6 @@ std::unique_ptr<BackendArray<T>> Model<T>::carve(std::vector<std::pair<T**, int6
   return arena;
 }
 
-namespace {
-
-// The cores this process may run on (mpirun binds each rank to one core unless told otherwise).
-size_t host_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return size_t(std::max(1, CPU_COUNT(&set)));
-}
-
-}  // namespace
-
 // Truncated normal weights (±3 std), norm gains 1. Each parameter is cut into chunks of 2^20
 // values with a random stream of their own (from the seed, the parameter's index and the chunk's),
 // drawn on all host cores: the values do not depend on the number of threads, and xl's 2 billion
@@ -115,36 +101,28 @@ template <typename T> void Model<T>::init_params(uint64_t seed) {
     for (size_t b = 0; b < layout.params[i].numel; b += kChunk)
       chunks.push_back({i, b, std::min(b + kChunk, layout.params[i].numel)});
   std::vector<T> host(layout.total);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t c; (c = next++) < chunks.size();) {
-      const auto& [i, begin, end] = chunks[c];
-      const ParamView& p = layout.params[i];
-      T* w = host.data() + p.offset;
-      if (p.shape.size() == 1) {
-        std::fill(w + begin, w + end, T(1));
-        continue;
-      }
-      // Tied, the embeddings (the head too) have std 1/sqrt(d_model): the logits start at unit
-      // std, where N(0, 1) would start them at sqrt(d_model) and the head's rule shrinks with
-      // the vocabulary (docs/design.md).
-      const bool embedding = p.name == "token_embeddings.weight";
-      double std = embedding ? 1.0 : std::sqrt(2.0 / double(p.shape[0] + p.shape[1]));
-      if (embedding && cfg.tie_embeddings) std = 1.0 / std::sqrt(double(cfg.d_model));
-      Rng rng(seed, /*stream=*/0x1a17 + ((uint64_t(i) + 1) << 24) + begin / kChunk);
-      for (size_t k = begin; k < end; ++k) {
-        double z;
-        do z = rng.normal();
-        while (std::abs(z) > 3.0);
-        w[k] = T(z * std);
-      }
+  on_host_threads(chunks.size(), chunks.size(), [&](size_t c) {
+    const auto& [i, begin, end] = chunks[c];
+    const ParamView& p = layout.params[i];
+    T* w = host.data() + p.offset;
+    if (p.shape.size() == 1) {
+      std::fill(w + begin, w + end, T(1));
+      return;
     }
-  };
-  size_t workers = std::min(chunks.size(), host_cores());
-  std::vector<std::thread> threads(workers > 1 ? workers - 1 : 0);
-  for (auto& t : threads) t = std::thread(work);
-  work();
-  for (auto& t : threads) t.join();
+    // Tied, the embeddings (the head too) have std 1/sqrt(d_model): the logits start at unit
+    // std, where N(0, 1) would start them at sqrt(d_model) and the head's rule shrinks with
+    // the vocabulary (docs/design.md).
+    const bool embedding = p.name == "token_embeddings.weight";
+    double std = embedding ? 1.0 : std::sqrt(2.0 / double(p.shape[0] + p.shape[1]));
+    if (embedding && cfg.tie_embeddings) std = 1.0 / std::sqrt(double(cfg.d_model));
+    Rng rng(seed, /*stream=*/0x1a17 + ((uint64_t(i) + 1) << 24) + begin / kChunk);
+    for (size_t k = begin; k < end; ++k) {
+      double z;
+      do z = rng.normal();
+      while (std::abs(z) > 3.0);
+      w[k] = T(z * std);
+    }
+  });
   set_params(host);
 }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "checkpoint.hpp"
@@ -103,10 +104,11 @@ void remove_stale_partials(const Config& c) {
 // A checkpoint of another run (another run_id than the resumed file's; any, for a fresh run)
 // would be overwritten, or mixed with this run's; so would one of the resumed run past the step
 // it resumes from (a resume from an older checkpoint would write over the later ones).
-void refuse_others_checkpoints(const Config& c) {
-  const CheckpointId mine = c.train.resume.empty() ? CheckpointId{} : checkpoint_id(c.train.resume);
-  for (const std::string& path : checkpoint_files(c.train.checkpoint_dir)) {
-    const CheckpointId theirs = checkpoint_id_or_none(path);  // unreadable: not this run's
+// `there`: the directory's checkpoints with their ids (none for one that cannot be read: not this
+// run's).
+using Found = std::vector<std::pair<std::string, CheckpointId>>;
+void refuse_others_checkpoints(const Config& c, const CheckpointId& mine, const Found& there) {
+  for (const auto& [path, theirs] : there) {
     if (mine.run_id.empty() || theirs.run_id != mine.run_id)
       throw UsageError(dir_error(c, strf("holds %s of another run%s; set train.overwrite = 1 to "
                                          "write there anyway, or use another directory",
@@ -155,17 +157,18 @@ int64_t checkpoints_added(int64_t written, int64_t existing, int64_t keep) {
 }
 
 void prepare_checkpoint_dir(const Config& c) {
-  if (!c.train.overwrite) refuse_others_checkpoints(c);  // before anything is created or removed
+  const CheckpointId mine = c.train.resume.empty() ? CheckpointId{} : checkpoint_id(c.train.resume);
+  Found there;  // each header read once, for both checks
+  for (const std::string& path : checkpoint_files(c.train.checkpoint_dir))
+    there.emplace_back(path, checkpoint_id_or_none(path));
+  if (!c.train.overwrite) refuse_others_checkpoints(c, mine, there);  // before anything is created
   make_dir(c);
   probe_writable(c);
   struct statvfs vfs {};
   if (statvfs(c.train.checkpoint_dir.c_str(), &vfs) == 0) {
-    const CheckpointId resumed = c.train.resume.empty() ? CheckpointId{} : checkpoint_id(c.train.resume);
     int64_t existing = 0;  // the resumed run's, which keep_checkpoints removes as it goes
-    if (!resumed.run_id.empty())
-      for (const std::string& path : checkpoint_files(c.train.checkpoint_dir))
-        existing += checkpoint_id_or_none(path).run_id == resumed.run_id;
-    const int64_t first = std::max<int64_t>(resumed.step, 0), keep = c.train.keep_checkpoints;
+    for (const auto& [path, theirs] : there) existing += !mine.run_id.empty() && theirs.run_id == mine.run_id;
+    const int64_t first = std::max<int64_t>(mine.step, 0), keep = c.train.keep_checkpoints;
     const int64_t written = checkpoints_written(first, c.train.steps, c.train.checkpoint_every);
     const int64_t added = checkpoints_added(written, existing, keep);
     const double room = double(vfs.f_bavail) * double(vfs.f_frsize);
@@ -175,22 +178,25 @@ void prepare_checkpoint_dir(const Config& c) {
       // The largest keep_checkpoints that fits: K + 1 at once, the run's existing ones among them.
       const int64_t fits = int64_t(room / one) + existing - 1;
       std::string what;
-      if (added == 1)
+      if (added == 1) {
         what = strf("a checkpoint of this model takes %s, the disk has %s free", size.c_str(), free.c_str());
-      else if (keep == 0)
-        what = strf("this run writes %lld checkpoints of %s (%s in all), the disk has %s free; "
-                    "%s", (long long)written, size.c_str(), human_bytes(one * double(written)).c_str(),
-                    free.c_str(), fits >= 1 ? strf("train.keep_checkpoints = %lld keeps the newest "
-                                                   "%lld and fits", (long long)fits, (long long)fits).c_str()
-                                            : "make room, or set train.keep_checkpoints");
-      else
-        what = strf("train.keep_checkpoints = %lld holds up to %lld checkpoints of %s at once "
-                    "(%s), the disk has %s free%s", (long long)keep, (long long)keep + 1,
-                    size.c_str(),
-                    added == keep + 1 ? strf("%s in all", human_bytes(one * double(added)).c_str()).c_str()
-                                      : strf("%lld more than the run's %lld there now: %s", (long long)added,
-                                             (long long)existing, human_bytes(one * double(added)).c_str()).c_str(),
-                    free.c_str(), fits >= 1 ? strf("; %lld fits", (long long)fits).c_str() : "");
+      } else if (keep == 0) {
+        what = strf("this run writes %lld checkpoints of %s (%s in all), the disk has %s free; ",
+                    (long long)written, size.c_str(), human_bytes(one * double(written)).c_str(),
+                    free.c_str());
+        what += fits >= 1 ? strf("train.keep_checkpoints = %lld keeps the newest %lld and fits",
+                                 (long long)fits, (long long)fits)
+                          : "make room, or set train.keep_checkpoints";
+      } else {
+        const std::string at_once = human_bytes(one * double(added));
+        what = strf("train.keep_checkpoints = %lld holds up to %lld checkpoints of %s at once (",
+                    (long long)keep, (long long)keep + 1, size.c_str());
+        what += added == keep + 1 ? at_once + " in all"
+                                  : strf("%lld more than the run's %lld there now: %s", (long long)added,
+                                         (long long)existing, at_once.c_str());
+        what += "), the disk has " + free + " free";
+        if (fits >= 1) what += strf("; %lld fits", (long long)fits);
+      }
       throw UsageError(dir_error(c, what));
     }
   }
