@@ -5,7 +5,7 @@ binary's order for its kind, every old cell kept under its name; a config key th
 its default (the key did not exist when the rows were measured, so they ran as its default
 does), a metric it lacks stays empty. A column the binary no longer writes stops the migration
 with one line: nothing is dropped. A mode this machine cannot run (attention without a GPU)
-keeps its file's metric columns after the current config columns.
+keeps its file's metric columns after the current config columns and RUN_COLUMNS.
 
     dev/migrate_csv.py results/*.csv     # files without a run.mode column are left alone
 
@@ -33,6 +33,8 @@ PROBES = {
     "allreduce": ["--set", "allreduce.backend=mpi", "--set", "allreduce.sizes_mb=[1]",
                   "--set", "allreduce.warmup=0", "--set", "allreduce.iters=1"],
 }
+# What every mode writes between the config and its metrics (report.hpp's run_columns).
+RUN_COLUMNS = ["lmtrain_version"]
 
 
 def header_of(mode):
@@ -64,7 +66,8 @@ def migrate(path, names, defaults, headers):
         mode = modes.pop()
         if mode not in headers:
             headers[mode] = header_of(mode)
-        new = headers[mode] or names + [c for c in old if c not in defaults]
+        new = headers[mode] or names + RUN_COLUMNS + [
+            c for c in old if c not in defaults and c not in RUN_COLUMNS]
     if new == old:
         return "already current"
     gone = [c for c in old if c not in new]

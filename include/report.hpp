@@ -20,6 +20,9 @@ struct CsvRow {
 // value (CSV quoting, not TOML escapes, keeps its commas and quotes), a list its elements
 // separated by spaces.
 CsvRow config_columns(const Config& c);
+// A mode's row begins so: config_columns, then the build that measured it (lmtrain_version,
+// version.hpp's), so that rows from two builds in one file can be told apart.
+CsvRow run_columns(const Config& c);
 
 // Throws UsageError if `path` exists with another header (checked before a run starts, so a long
 // run never ends unable to write its row) or its folder cannot be written.

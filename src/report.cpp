@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "check.hpp"
+#include "version.hpp"
 
 namespace lmt {
 namespace {
@@ -63,6 +64,12 @@ CsvRow config_columns(const Config& c) {
     else v = f.to_string();  // a number or a bool, as TOML writes it
     row.add(f.name(), v);
   }
+  return row;
+}
+
+CsvRow run_columns(const Config& c) {
+  CsvRow row = config_columns(c);
+  row.add("lmtrain_version", version());
   return row;
 }
 

@@ -40,7 +40,7 @@ std::vector<size_t> sizes_bytes(const Config::Allreduce& a, size_t elem) {
 }
 
 CsvRow allreduce_columns(const Config& c) {
-  CsvRow row = config_columns(c);
+  CsvRow row = run_columns(c);
   for (auto name : {"date_utc", "world_size", "device_name", "size_bytes", "count", "type",
                     "redop", "time_us", "time_min_us", "time_max_us", "algbw_gbs", "busbw_gbs",
                     "wrong"})

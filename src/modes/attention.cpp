@@ -44,7 +44,7 @@ struct Measured {
 };
 
 CsvRow attention_columns(const Config& c) {
-  CsvRow row = config_columns(c);
+  CsvRow row = run_columns(c);
   for (auto name : {"date_utc", "device_name", "impl", "dtype", "mask", "batch", "heads",
                     "seq_len", "head_dim", "status", "fwd_ms", "bwd_ms", "fwd_bwd_ms",
                     "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "peak_bytes"})

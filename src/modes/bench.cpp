@@ -36,9 +36,10 @@ double forward_flops(const Config::Model& m, int64_t B, int64_t T) {
          4.0 * L * double(B) * double(T) * double(T) * d;
 }
 
-// The CSV row of a bench run: every config field, then the metrics (filled at the end).
+// The CSV row of a bench run: every config field and the build, then the metrics (filled at the
+// end).
 CsvRow bench_columns(const Config& c) {
-  CsvRow row = config_columns(c);
+  CsvRow row = run_columns(c);
   for (auto name : {"date_utc", "device_used", "device_name"}) row.add(name, "");
   for (auto m : {"fwd", "fwd_bwd", "step"})
     for (auto stat : {"mean", "std", "median", "min", "max"}) row.add(strf("%s_ms_%s", m, stat), "");

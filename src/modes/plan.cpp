@@ -10,7 +10,7 @@ namespace lmt {
 namespace {
 
 CsvRow plan_columns(const Config& c) {
-  CsvRow row = config_columns(c);
+  CsvRow row = run_columns(c);
   for (auto name : {"date_utc", "devices", "global_batch", "param_count", "param_count_device",
                     "params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
                     "workspace_bytes", "total_bytes", "attn_probs_bytes", "flash_lse_bytes",

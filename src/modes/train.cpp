@@ -124,7 +124,7 @@ Trainer<T>::Trainer(const CommandLine& cl, const Runtime& rt, const std::string&
     : cl_(cl), c_(cl.config), rt_(rt), device_(device), B_(c_.train.batch_size),
       T_(c_.model.context_length), accum_(c_.train.grad_accum), steps_(c_.train.steps),
       rng_(data_rng(uint64_t(c_.run.seed), rt.rank)), last_checkpoint_(c_.train.resume),
-      row_(config_columns(c_)) {
+      row_(run_columns(c_)) {
   for (auto name : {"date_utc", "world_size", "device_used", "device_name", "parameters",
                     "steps_run", "final_loss", "loss_floor", "ms_per_step",
                     "ms_per_step_after_first", "tokens_per_s", "wall_s", "compute_ms_per_step",

@@ -424,6 +424,14 @@ TEST_CASE("train: --csv appends rows under one header; a file with another heade
                      0) == 0);
   CHECK(header.find("final_loss") != std::string::npos);
   CHECK(std::count(row1.begin(), row1.end(), ',') == std::count(header.begin(), header.end(), ','));
+  // The config's columns end where the build's begins: what --version prints, beside the metrics.
+  const std::vector<std::string> names = lmt::test::csv_cells(header);
+  const auto at = std::find(names.begin(), names.end(), "lmtrain_version");
+  REQUIRE(at != names.end());
+  CHECK(at[-1].find('.') != std::string::npos);
+  CHECK(at[1] == "date_utc");
+  const std::string version = run(std::string(lmt::test::lmtrain()) + " --version").output;
+  CHECK(version == "lmtrain " + lmt::test::csv_cells(row2).at(size_t(at - names.begin())) + "\n");
   std::string other = dir.file("other.csv", "a,b\n1,2\n");
   auto r = run(std::string(lmt::test::lmtrain()) + kTiny + " --set train.steps=2 --csv " + other);
   CHECK(r.code == 2);
