@@ -166,6 +166,10 @@ template <typename T> class Optimizer {
   // the others' are left alone.
   virtual void gather_state(MPI_Comm host, OptimizerState<T>& whole) = 0;
   virtual void gather_params(const Model<T>& model, MPI_Comm host, std::vector<T>& whole) = 0;
+  // Sizes (pages faulted in, HostPin::size) the host buffers those gathers keep on this rank
+  // beyond rank 0's `whole` ones, which its caller sizes; no MPI or backend calls, so that it
+  // may run on another thread beside the steps.
+  virtual void size_host_copies(int /*rank*/) {}
   // Resume: this rank's part of a whole-buffer state.
   virtual void set_state(const OptimizerStateView& whole) = 0;
 };

@@ -74,6 +74,9 @@ template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
   void gather_state(MPI_Comm host, OptimizerState<T>& whole) override;
   // Every parameter, exact, on rank 0: each rank's shard as it holds it.
   void gather_params(const Model<T>& model, MPI_Comm host, std::vector<T>& whole) override;
+  void size_host_copies(int rank) override {  // to_root's part_, on the ranks other than 0
+    if (rank != 0) HostPin<T>::size(part_, counts[size_t(rank)] * sizeof(T));
+  }
   void set_state(const OptimizerStateView& whole) override { opt_.set_state(whole, begin); }
 
   const Counts counts;

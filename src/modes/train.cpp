@@ -88,6 +88,8 @@ template <typename T> class Trainer {
   // fsync) on a thread of its own beside the steps (writing_), from its host copy of the state,
   // kept from one checkpoint to the next and pinned (saved_*: HostPin). Its pages are faulted in
   // on the writer's thread as the steps begin (hold_saved(false)); the first checkpoint pins them.
+  // Under ZeRO-1 the other ranks' copies of their parts are faulted in so on a thread of their own
+  // (writing_ too, there: Optimizer::size_host_copies).
   int64_t checkpoints_ = 0;
   double checkpoint_s_ = 0;
   std::vector<T> saved_params_;
@@ -402,8 +404,11 @@ template <typename T> void Trainer<T>::finish_writing(bool poll) {
 
 template <typename T> int Trainer<T>::run() {
   t0_ = t_interval_ = Clock::now();
-  if (rt_.is_root() && !c_.train.checkpoint_dir.empty() && first_step_ < steps_)
-    writing_ = std::async(std::launch::async, [this] { hold_saved(false); });
+  if (!c_.train.checkpoint_dir.empty() && first_step_ < steps_)
+    writing_ = std::async(std::launch::async, [this] {
+      if (rt_.is_root()) hold_saved(false);
+      else optimizer_->size_host_copies(rt_.rank);
+    });
   for (int64_t step = first_step_; step < steps_; ++step) {
     finish_writing(true);
     double gnorm;
