@@ -15,7 +15,8 @@ as nothing; scripts/ddp_timeline.py sums a synthetic two-rank trace's step as it
 scripts/optimizer_state.py reports each choice's own run and keeps its log when a later run fails;
 scripts/clocks_table.py summarises the busy samples of an nvidia-smi log; scripts/llmc_table.py
 tabulates each call's runs beside llm.c's; scripts/lib.sh's write_to keeps a table when its script
-fails; scripts/sanitize.sh's verdicts (with a stand-in for compute-sanitizer); dev/gemm_choices.py
+fails; scripts/sanitize.sh's verdicts (with a stand-in for compute-sanitizer); dev/migrate_csv.py
+brings an older CSV to the columns the binary writes, its cells kept; dev/gemm_choices.py
 keeps the choices it should and reproduces cuda/gemm_choices.inc; dev/tune_flash.py stars only a
 candidate timed at every length.
 
@@ -51,6 +52,15 @@ try:  # torch_reference.py as a module, for its attention implementations
     import torch
 except ImportError:
     torch = torch_reference = None
+
+
+def script(path):
+    """A script of the repository (its path from the root) as a module."""
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def rows(path):
@@ -101,9 +111,7 @@ class Sweep(unittest.TestCase):
         self.assertIn("row already in %s on cpu" % self.csv, out)
 
     def test_the_device_a_point_takes_follows_lmtrains_rule(self):
-        spec = importlib.util.spec_from_file_location("sweep", os.path.join(REPO, "scripts/sweep.py"))
-        sweep = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sweep)
+        sweep = script("scripts/sweep.py")
         names = ["run.device", "model.precision"]
         gpus = ["NVIDIA A", "NVIDIA B"]
         for device, precision, ranks, gpu_list, want in [
@@ -492,9 +500,7 @@ class TuneFlash(unittest.TestCase):
     the rows have; one whose sum leaves a length out is listed but not starred."""
 
     def test_only_a_candidate_timed_at_every_length_is_best(self):
-        spec = importlib.util.spec_from_file_location("tune_flash", os.path.join(REPO, "dev/tune_flash.py"))
-        tune = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(tune)
+        tune = script("dev/tune_flash.py")
 
         def row(cand, T, ms, status="ok"):
             return {"kernel": "fwd", "head_dim": "64", "seq_len": str(T), "fwd_ms": str(ms),
@@ -508,6 +514,62 @@ class TuneFlash(unittest.TestCase):
         self.assertEqual(scores, {key("4"): 10.0, key("8"): 0.5, key("2"): 11.0})
         self.assertEqual(set(whole), {key("4"), key("2")})
         self.assertEqual(best, key("4"))
+
+
+class MigrateCsv(unittest.TestCase):
+    """dev/migrate_csv.py: an older file of a mode it can run here takes the binary's header, its
+    cells kept under their names and the build's column empty, and lmtrain appends to it; a mode
+    it cannot run here (attention, which needs a GPU) keeps its metric columns after the config's
+    and the build's."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="lmtrain-migrate-csv-test-")
+        self.env = {**os.environ, "LMTRAIN": os.path.join(REPO, "build/lmtrain")}
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def migrate(self, path):
+        r = subprocess.run([PY, os.path.join(REPO, "dev/migrate_csv.py"), path],
+                           capture_output=True, text=True, cwd=self.dir, env=self.env)
+        self.assertEqual(r.returncode, 0, r.stderr + r.stdout)
+        return r.stdout
+
+    def without(self, path, column):
+        with open(path, newline="") as f:
+            table = list(csv.reader(f))
+        at = table[0].index(column)
+        with open(path, "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows([r[:at] + r[at + 1:] for r in table])
+
+    def test_an_older_file_takes_the_binarys_header_and_rows_append_to_it(self):
+        path = os.path.join(self.dir, "bench.csv")
+        run = [os.path.join(REPO, "build/lmtrain"), *BASE[2:], "--csv", path]
+        self.assertEqual(subprocess.run(run, capture_output=True).returncode, 0)
+        written = rows(path)
+        self.without(path, "lmtrain_version")
+        self.assertIn("added lmtrain_version (empty)", self.migrate(path))
+        migrated = rows(path)
+        self.assertEqual(list(migrated[0]), list(written[0]))
+        self.assertEqual(migrated[0], {**written[0], "lmtrain_version": ""})
+        self.assertIn("already current", self.migrate(path))
+        self.assertEqual(subprocess.run(run, capture_output=True).returncode, 0)
+        self.assertEqual(rows(path)[1]["lmtrain_version"], written[0]["lmtrain_version"])
+        self.assertNotEqual(written[0]["lmtrain_version"], "")
+
+    def test_a_mode_not_run_here_keeps_its_metrics_after_the_build(self):
+        names, values = script("scripts/sweep.py").resolved_config(
+            self.env["LMTRAIN"], ["--set", "run.mode=attention"], "test")
+        metrics = ["date_utc", "device_name", "impl", "fwd_ms"]
+        path = os.path.join(self.dir, "attention.csv")
+        with open(path, "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows(
+                [names + metrics, values + ["2026-01-01T00:00:00Z", "GPU X", "flash", "0.5"]])
+        self.migrate(path)
+        with open(path, newline="") as f:
+            table = list(csv.reader(f))
+        self.assertEqual(table[0], names + ["lmtrain_version"] + metrics)
+        self.assertEqual(table[1], values + ["", "2026-01-01T00:00:00Z", "GPU X", "flash", "0.5"])
 
 
 class GemmChoices(unittest.TestCase):
