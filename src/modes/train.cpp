@@ -88,8 +88,8 @@ template <typename T> class Trainer {
   // fsync) on a thread of its own beside the steps (writing_), from its host copy of the state,
   // kept from one checkpoint to the next and pinned (saved_*: HostPin). Its pages are faulted in
   // on the writer's thread as the steps begin (hold_saved(false)); the first checkpoint pins them.
-  // Under ZeRO-1 the other ranks' copies of their parts are faulted in so on a thread of their own
-  // (writing_ too, there: Optimizer::size_host_copies).
+  // Under ZeRO-1 each other rank faults in its part's host buffer the same way, on a thread of its
+  // own (writing_ there too: Optimizer::size_host_copies).
   int64_t checkpoints_ = 0;
   double checkpoint_s_ = 0;
   std::vector<T> saved_params_;
