@@ -427,7 +427,7 @@ TEST_CASE("train: --csv appends rows under one header; a file with another heade
   // The config's columns end where the build's begins: what --version prints, beside the metrics.
   const std::vector<std::string> names = lmt::test::csv_cells(header);
   const auto at = std::find(names.begin(), names.end(), "lmtrain_version");
-  REQUIRE(at != names.end());
+  REQUIRE((at != names.end() && at != names.begin() && at + 1 != names.end()));
   CHECK(at[-1].find('.') != std::string::npos);
   CHECK(at[1] == "date_utc");
   const std::string version = run(std::string(lmt::test::lmtrain()) + " --version").output;
