@@ -75,7 +75,7 @@ template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
   // Every parameter, exact, on rank 0: each rank's shard as it holds it.
   void gather_params(const Model<T>& model, MPI_Comm host, std::vector<T>& whole) override;
   void size_host_copies(int rank) override {  // to_root's part_, on the ranks other than 0
-    if (rank != 0) HostPin<T>::size(part_, counts[size_t(rank)] * sizeof(T));
+    if (rank != 0) HostPin<T>::size(part_, part_bytes(rank));
   }
   void set_state(const OptimizerStateView& whole) override { opt_.set_state(whole, begin); }
 
@@ -107,6 +107,8 @@ template <typename T> class Zero1 : public BucketedSync, public Optimizer<T> {
   BackendArray<T, double> norm_sq_;  // the squared norm, all-reduced where the comm works
   AdamW<T> opt_;                     // moments of [begin, end) only, as optim.state_dtype stores them
   std::vector<char> part_;           // to_root's host copy of this rank's part (not rank 0's)
+  // part_'s size on `rank`: its part of the parameters, the largest of the buffers it gathers.
+  size_t part_bytes(int rank) const { return counts[size_t(rank)] * sizeof(T); }
   HostPin<T> part_pin_;
 };
 

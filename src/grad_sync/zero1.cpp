@@ -163,7 +163,7 @@ template <typename T>
 template <typename Download>
 void Zero1<T>::to_root(MPI_Comm host, void* whole, size_t elem_bytes, Download download) {
   const int rank = rank_in(host);
-  void* part = rank == 0 ? whole : part_pin_.hold(be_, part_, counts[size_t(rank)] * sizeof(T));
+  void* part = rank == 0 ? whole : part_pin_.hold(be_, part_, part_bytes(rank));
   download(part);
   gather_to_root(host, part, whole, counts, elem_bytes);
 }
