@@ -136,9 +136,10 @@ constexpr Sm90Tiles sm90_fwd_short_tiles([[maybe_unused]] int dh) {
 #endif
 }
 // The shortest (T up to sm90_fwd_shortest_t) take the persistent forward with an entry of their
-// own: blocks of one consumer, two an SM, so that one block's items start and end (its Q and
-// first key tiles awaited, its last P V, its O stored) under the other's matmuls, where the two
-// consumers of sm90_fwd_short_tiles share each item and start and end it together.
+// own: blocks of one consumer, three an SM (key tiles of 64, so that three fit in shared memory;
+// 136 registers a consumer), so that one block's items start and end (its Q and first key tiles
+// awaited, its last P V, its O stored) under the others' matmuls, where the two consumers of
+// sm90_fwd_short_tiles share each item and start and end it together.
 constexpr int64_t sm90_fwd_shortest_t([[maybe_unused]] int dh) {
 #ifdef LMT_FLASH_SM90_FWD_SHORTEST_T  // a tuning build
   return LMT_FLASH_SM90_FWD_SHORTEST_T;
@@ -151,7 +152,7 @@ constexpr Sm90Tiles sm90_fwd_shortest_tiles([[maybe_unused]] int dh) {
   return {LMT_FLASH_SM90_FWD_SHORTEST_GROUPS, LMT_FLASH_SM90_FWD_SHORTEST_TILE,
           LMT_FLASH_SM90_FWD_SHORTEST_BLOCKS};
 #else
-  return {1, 128, 2};
+  return {1, 64, 3};  // (1, 128, 2) took 5-26 % longer at T 256 and 512 (flash_tuning.md)
 #endif
 }
 // The backward at short T (up to sm90_bwd_short_t) has tile entries of its own: blocks of one

@@ -166,7 +166,7 @@ template <int DH, int Upto> struct TmaFwd {
   static constexpr int kGroups = kTiles.groups, BR = 64 * kGroups, BC = kTiles.tile;
   static constexpr int kBlocks = kTiles.blocks;
   // Q buffers: a persistent block's next items' Q tiles arrive (and are rotated) under this one;
-  // three where a block has its SM alone, two where two share one (shared memory).
+  // three where a block has its SM alone, two where blocks share one (shared memory).
   static constexpr int kQStages = !kShort ? 1 : kBlocks > 1 ? 2 : 3;
   using QRing = Ring<kQStages, BR, DH>;
   using KVRing = Ring<Sm90FwdTraits<DH>::kStages, BC, DH>;

@@ -382,7 +382,7 @@ void launch_specialized(const Params& p, int64_t B, int rows, cudaStream_t s, co
 }
 
 // A kernel's work by items: `tiles` row tiles of each of `heads` (B * H) heads. Persistent, the
-// blocks (one or two an SM, all at once) take units of one of two orders, and a block's next
+// blocks (one to three an SM, all at once) take units of one of two orders, and a block's next
 // item's copies run under its current one's last tiles:
 // - pairs: head after head, a unit being the items of rank k and tiles - 1 - k of one head (the
 //   k-th longest and the k-th shortest when causal masking makes them differ; the kernel decides

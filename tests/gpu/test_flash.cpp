@@ -392,17 +392,17 @@ TEST_CASE("flash attention: 150 heads, more tiles than SMs, match fp64" *
 }
 
 // The persistent forward's deals (tma.cuh's Work), at head dim 64 on a GPU of 132 SMs (an H100
-// or H200). Up to T 512 (flash.cuh's sm90_fwd_shortest_t) its items are 64 queries, two blocks
-// an SM: at 2 x 50 heads and T 511, 800 items and 400 pairs over 264 blocks, fewer than two pairs
-// a block, so longest first in rounds, every other round reversed; causal, the 8 blocks that take
-// a fourth item take the 32 shortest (Work::tail). At 2 x 66 heads, 528 pairs: in pairs.
+// or H200). Up to T 512 (flash.cuh's sm90_fwd_shortest_t) its items are 64 queries, three
+// blocks an SM: at 2 x 50 heads and T 511, 800 items and 400 pairs over 396 blocks, fewer than two
+// pairs a block, so longest first in rounds, every other round reversed; causal, the 8 blocks that
+// take a third item take the 24 shortest (Work::tail). At 2 x 99 heads, 792 pairs: in pairs.
 TEST_CASE("flash attention: 2 x 50 heads at T 511, items dealt longest first, match fp64" *
           doctest::skip(gpu_count() == 0)) {
   for (bool causal : {true, false}) check_problem(2, 511, 50, 64, causal, true, 10000.0);
 }
-TEST_CASE("flash attention: 2 x 66 heads at T 511, items dealt in pairs, match fp64" *
+TEST_CASE("flash attention: 2 x 99 heads at T 511, items dealt in pairs, match fp64" *
           doctest::skip(gpu_count() == 0)) {
-  check_problem(2, 511, 66, 64, true, true, 10000.0);
+  check_problem(2, 511, 99, 64, true, true, 10000.0);
 }
 // Past T 512 (up to sm90_short_t) items of 128 queries, a block an SM: at T 600, causal, 2 x 40
 // heads have 400 items and 240 pairs (longest first, the tail deal), 2 x 50 heads 300 pairs.
