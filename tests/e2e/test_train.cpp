@@ -682,8 +682,9 @@ TEST_CASE("train on a GPU: a resumed run continues bit for bit like an uninterru
   }
 }
 
-// On a machine with 2 GPUs: every strategy's checkpoint, gathered over NCCL (zero1's moments and
-// bf16 masters from both ranks' shards), resumes bit for bit.
+// On a machine with 2 GPUs, the gradients synchronised over NCCL: every strategy's checkpoint
+// (zero1's moments and bf16 masters gathered to rank 0 from both ranks' shards, through host
+// memory) resumes bit for bit.
 TEST_CASE("train on 2 GPUs over NCCL: every strategy's checkpoint resumes bit for bit" *
           doctest::skip(lmt::gpu_count() < 2)) {
   for (std::string strategy : {"naive", "flat", "overlap", "bucketed", "zero1"}) {
