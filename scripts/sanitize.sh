@@ -4,9 +4,9 @@
 # synccheck (barriers misused) and initcheck (reads of device memory nothing wrote). Each runs
 #   - attention mode at odd sequence lengths, every FlashAttention head dim, flash and flash-mma
 #     (the mma.sync kernels) and naive, causal and not, bf16 and fp32: every attention kernel;
-#   - attention mode with more query tiles than the GPU has SMs (4 x 50 heads at T 255, 511 and
-#     1023, head dim 64): the persistent forward's blocks (items of 64 queries, three blocks an SM,
-#     up to T 512; of 128 past it) taking several items in turn, longest first and in pairs,
+#   - attention mode with more query tiles than the GPU has SMs (4 x 50 heads at T 255, 1023 and
+#     1100, head dim 64): the persistent forward's blocks (items of 64 queries, three blocks an SM,
+#     up to T 1024; of 128 past it) taking several items in turn, longest first and in pairs,
 #     reusing their Q buffers;
 #   - attention mode's fused backward (flash-fused: causal, head dims 64 and 128, bf16) at odd
 #     lengths up to 16 query tiles a head: its blocks' ordered adds of dQ, their shared tiles of dS
@@ -20,7 +20,7 @@
 #     embedding's); and with 8192 rows a micro-batch under bf16 (128 sequences of 64): W2's
 #     backward fused into SwiGLU's (swiglu_sm90.cu), which the GPU takes from that many rows;
 #   - a few steps of the tiny model with one head of 64 under bf16, at T 300 (96 sequences) and
-#     T 1000 (32): the Hopper forward's persistent kernels (three blocks an SM of one consumer, and
+#     T 1100 (32): the Hopper forward's persistent kernels (three blocks an SM of one consumer, and
 #     a block an SM of two) rotating each item's q by RoPE in shared memory and storing it back,
 #     blocks taking several items.
 # cuBLASLt's own nvjet_* kernels report shared-memory WAR hazards under racecheck that are the
@@ -53,7 +53,7 @@ attention=(--set run.mode=attention --set attention.batch=1 --set attention.head
 attention_racecheck=("${attention[@]}" --set "attention.seq_lens=[77]"
                     --set 'attention.impls=["flash", "flash-mma"]')
 persistent=(--set run.mode=attention --set attention.batch=4 --set attention.heads=50
-            --set "attention.seq_lens=[255, 511, 1023]" --set "attention.head_dims=[64]"
+            --set "attention.seq_lens=[255, 1023, 1100]" --set "attention.head_dims=[64]"
             --set 'attention.impls=["flash"]' --set 'attention.masks=["causal", "none"]'
             --set 'attention.dtypes=["bf16"]' --set attention.warmup=0 --set attention.iters=1)
 fused_attention=(--set run.mode=attention --set attention.batch=2 --set attention.heads=3
@@ -68,7 +68,7 @@ bf16_residual=("${bf16_moments[@]}" --set model.residual_dtype=bf16)
 fused_swiglu=("${train[@]}" --set model.precision=bf16 --set train.batch_size=128)
 rope_shortest=("${train[@]}" --set model.precision=bf16 --set model.num_heads=1
                --set model.context_length=300 --set train.batch_size=96)
-rope_short=("${rope_shortest[@]}" --set model.context_length=1000 --set train.batch_size=32)
+rope_short=("${rope_shortest[@]}" --set model.context_length=1100 --set train.batch_size=32)
 all_runs="attention persistent fused_attention train bf16_moments no_masters bf16_residual"
 all_runs+=" fused_swiglu rope_shortest rope_short"
 runs=${RUNS:-$all_runs}

@@ -141,10 +141,11 @@ constexpr Sm90Tiles sm90_fwd_short_tiles([[maybe_unused]] int dh) {
 // awaited, its last P V, its O stored) under the others' matmuls, where the two consumers of
 // sm90_fwd_short_tiles share each item and start and end it together.
 constexpr int64_t sm90_fwd_shortest_t([[maybe_unused]] int dh) {
-#ifdef LMT_FLASH_SM90_FWD_SHORTEST_T  // a tuning build
+#ifdef LMT_FLASH_SM90_FWD_SHORTEST_T  // a tuning build (it may name dh: "(dh>=128?0:2048)")
   return LMT_FLASH_SM90_FWD_SHORTEST_T;
 #else
-  return dh >= 128 ? 0 : 512;  // 3-9% faster at T 512, 0.5-3.5% slower from 1024 to 4096
+  return dh >= 128 ? 0 : 1024;  // 5-10 % faster at T 1024 (5 % slower at 2 x 12 heads, T 768);
+                                // 3-14 % slower at T 2048 and 4096 (7 % faster at 2 x 16, T 3000)
 #endif
 }
 constexpr Sm90Tiles sm90_fwd_shortest_tiles([[maybe_unused]] int dh) {

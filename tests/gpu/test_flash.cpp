@@ -392,7 +392,7 @@ TEST_CASE("flash attention: 150 heads, more tiles than SMs, match fp64" *
 }
 
 // The persistent forward's deals (tma.cuh's Work), at head dim 64 on a GPU of 132 SMs (an H100
-// or H200). Up to T 512 (flash.cuh's sm90_fwd_shortest_t) its items are 64 queries, three
+// or H200). Up to T 1024 (flash.cuh's sm90_fwd_shortest_t) its items are 64 queries, three
 // blocks an SM: at 2 x 50 heads and T 511, 800 items and 400 pairs over 396 blocks, fewer than two
 // pairs a block, so longest first in rounds, every other round reversed; causal, the 8 blocks that
 // take a third item take the 24 shortest (Work::tail). At 2 x 99 heads, 792 pairs: in pairs.
@@ -404,12 +404,13 @@ TEST_CASE("flash attention: 2 x 99 heads at T 511, items dealt in pairs, match f
           doctest::skip(gpu_count() == 0)) {
   check_problem(2, 511, 99, 64, true, true, 10000.0);
 }
-// Past T 512 (up to sm90_short_t) items of 128 queries, a block an SM: at T 600, causal, 2 x 40
-// heads have 400 items and 240 pairs (longest first, the tail deal), 2 x 50 heads 300 pairs.
-TEST_CASE("flash attention: T 600, items of 128 queries longest first and in pairs, match fp64" *
+// Past T 1024 (up to sm90_short_t) items of 128 queries, a block an SM: at T 1100, causal,
+// 2 x 15 heads have 270 items and 150 pairs (longest first, the tail deal: 6 blocks take the 18
+// shortest), 2 x 30 heads 300 pairs.
+TEST_CASE("flash attention: T 1100, items of 128 queries longest first and in pairs, match fp64" *
           doctest::skip(gpu_count() == 0)) {
-  check_problem(2, 600, 40, 64, true, true, 10000.0);
-  check_problem(2, 600, 50, 64, true, true, 10000.0);
+  check_problem(2, 1100, 15, 64, true, true, 10000.0);
+  check_problem(2, 1100, 30, 64, true, true, 10000.0);
 }
 
 // Past the Hopper kernels' short-T entries at head dim 64 (flash.cuh's sm90_short_t, 4096, and
