@@ -31,9 +31,7 @@
 # cuBLASLt's first calls, which memcheck, with every kernel instrumented, ran clean.)
 # racecheck is by far the slowest tool (the whole attention grid took over 4 minutes on an H100
 # before reaching its last rows), so it takes one odd length and our own attention kernels
-# (flash, flash-mma), which are the ones with shared memory to race on; and of the persistent
-# run, the causal mask alone (both masks took more than 280 s on an H200): each of its deals'
-# kernels is the one the full mask runs too.
+# (flash, flash-mma), which are the ones with shared memory to race on.
 # Prints one line per tool (each run's verdict and seconds) and exits 1 if any tool found an error,
 # or a run's log lacks the tool's closing summary (it did not run under the tool); racecheck's
 # hazards that its summary counts beyond the pairs read here count as ours. Full logs in $LOGS.
@@ -58,7 +56,6 @@ persistent=(--set run.mode=attention --set attention.batch=4 --set attention.hea
             --set "attention.seq_lens=[255, 1023, 1100]" --set "attention.head_dims=[64]"
             --set 'attention.impls=["flash"]' --set 'attention.masks=["causal", "none"]'
             --set 'attention.dtypes=["bf16"]' --set attention.warmup=0 --set attention.iters=1)
-persistent_racecheck=("${persistent[@]}" --set 'attention.masks=["causal"]')
 fused_attention=(--set run.mode=attention --set attention.batch=2 --set attention.heads=3
                  --set "attention.seq_lens=[77, 300, 1000]" --set "attention.head_dims=[64, 128]"
                  --set 'attention.impls=["flash-fused"]' --set 'attention.masks=["causal"]'
@@ -83,7 +80,7 @@ for tool in memcheck racecheck synccheck initcheck; do
   line="" errors=0
   for run in $runs; do
     declare -n args=$run
-    [ "$tool" = racecheck ] && [[ $run == attention || $run == persistent ]] && declare -n args=${run}_racecheck
+    [ "$tool" = racecheck ] && [ "$run" = attention ] && declare -n args=attention_racecheck
     log=$logs/$tool-$run.log
     start=$SECONDS
     "$san" --tool "$tool" --error-exitcode 99 --print-limit 1000 "$bin" "${args[@]}" > "$log" 2>&1

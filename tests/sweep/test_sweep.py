@@ -823,13 +823,13 @@ esac
         r = subprocess.run(["bash", os.path.join(REPO, "scripts/sanitize.sh")], capture_output=True,
                            text=True, cwd=REPO, env=env)
         lines = {l.split()[0]: l for l in r.stdout.splitlines() if l.strip()}
-        called = open(calls).read().splitlines() if os.path.exists(calls) else []
-        return r, lines, called
+        ncalls = len(open(calls).read().splitlines()) if os.path.exists(calls) else 0
+        return r, lines, ncalls
 
     def test_named_runs_alone_and_the_librarys_hazards_left_out(self):
-        r, lines, called = self.run_script("train fused_swiglu", "clean")
+        r, lines, ncalls = self.run_script("train fused_swiglu", "clean")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertEqual(len(called), 8)  # four tools, two runs
+        self.assertEqual(ncalls, 8)  # four tools, two runs
         for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
             self.assertRegex(lines[tool], r"train: clean.*; fused_swiglu: clean")
             self.assertNotIn("attention", lines[tool])
@@ -857,26 +857,11 @@ esac
             self.assertRegex(lines[tool], r"train: clean.*; fused_swiglu: no summary from " + tool)
 
     def test_an_unknown_run_is_one_line_and_exit_2_before_any_run(self):
-        r, _, called = self.run_script("train fused_swigl", "clean")
+        r, _, ncalls = self.run_script("train fused_swigl", "clean")
         self.assertEqual(r.returncode, 2)
         self.assertEqual(len(r.stderr.strip().splitlines()), 1)
         self.assertIn("no run 'fused_swigl'", r.stderr)
-        self.assertEqual(called, [])
-
-    def test_racecheck_takes_the_attention_runs_cut_down(self):
-        # racecheck, the slowest tool: attention at one length, persistent causal alone (a later
-        # --set wins); the other tools take both runs whole.
-        r, _, called = self.run_script("attention persistent", "clean")
-        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertEqual(len(called), 8)
-        for call in called:
-            tool, run = call.split()[1], "persistent" if "heads=50" in call else "attention"
-            last = {k: v for k, v in re.findall(r"--set (attention\.(?:masks|seq_lens))=(\S+)", call)}
-            cut = tool == "racecheck"
-            if run == "persistent":
-                self.assertEqual(last["attention.masks"], '["causal"]' if cut else '["causal",', call)
-            else:
-                self.assertEqual(last["attention.seq_lens"], "[77]" if cut else "[77,", call)
+        self.assertEqual(ncalls, 0)
 
 
 class WriteTo(unittest.TestCase):
