@@ -648,6 +648,14 @@ def att_cell(r, col="fwd_bwd_ms"):
     return r["status"].upper() if r["status"] != "ok" else f"{float(r[col]):.2f}"
 
 
+def kernels_ms(r):
+    """A row's forward and backward kernels' own time, ms (the *_kernel_ms columns), or None
+    where the row predates them."""
+    if r is None or r["status"] != "ok" or not r.get("fwd_kernel_ms") or not r.get("bwd_kernel_ms"):
+        return None
+    return float(r["fwd_kernel_ms"]) + float(r["bwd_kernel_ms"])
+
+
 def att_mem(r):
     if r is None or r["status"] != "ok":
         return "–"
@@ -760,15 +768,20 @@ def b_att_models(data):
             continue
         used += list(r.values())
         ms = [float(a["fwd_ms"]), float(a["bwd_ms"])]
+        ours_k, cudnn_k = kernels_ms(a), kernels_ms(cudnn)
         rows.append([f"{b} × {h}", t, model, " / ".join(f"{x:.4f}" for x in ms),
                      f"{float(a['fwd_tflops']):.0f}", att_cell(r.get("torch sdpa-flash")),
-                     att_cell(cudnn), f"{float(cudnn['fwd_bwd_ms']) / float(a['fwd_bwd_ms']):.1f}×"])
+                     att_cell(cudnn), f"{float(cudnn['fwd_bwd_ms']) / float(a['fwd_bwd_ms']):.1f}×",
+                     f"{ours_k:.4f} / {cudnn_k:.4f}" if ours_k and cudnn_k else "–",
+                     f"{cudnn_k / ours_k:.1f}×" if ours_k and cudnn_k else "–"])
     if not rows:
         raise Missing("attention: no rows at the models' shapes")
     lm = [r for r in used if "device_name" in r]
     tr = [r for r in used if "gpu_name" in r]
     return (table(["B × H", "T", "model", "flash (ours): forward / backward ms", "forward TFLOP/s",
-                   "SDPA flash: both ms", "SDPA cuDNN: both ms", "cuDNN / ours"], rows)
+                   "SDPA flash: both ms", "SDPA cuDNN: both ms", "cuDNN / ours",
+                   "kernels alone, forward + backward: ours / cuDNN ms", "cuDNN / ours, kernels"],
+                  rows)
             + source(f"one {devices(lm)}", f"{dates(lm)} (ours), {dates(tr, 'date')} (PyTorch)",
                      'for s in "4 25 512" "16 25 512" "16 12 1024"; do set -- $s; BATCH=$1 HEADS=$2 '
                      "SEQ_LENS=$3 HEAD_DIMS=64 scripts/attention_vs_torch.sh; done",

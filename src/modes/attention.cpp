@@ -13,11 +13,16 @@
 //          flash-mma: flash on the mma.sync kernels.
 // FLOPs (the convention of FlashAttention's benchmarks, useful work only): forward
 // 4 B H T^2 dh, halved when causal; backward 2.5 x forward.
+// Each call is timed alone between two CUDA events, which holds its launch (about 3.4 us on an
+// H200: results/flash_tuning.md) as well as its kernels; the kernels' own time per call, the GPU
+// busy with them in CUPTI's records (kernel_profile.hpp) over `iters` more calls, is reported
+// beside it (the *_kernel_ms columns).
 #include <cstdio>
 #include <functional>
 
 #include "comm.hpp"
 #include "gpu.hpp"
+#include "kernel_profile.hpp"
 #include "modes.hpp"
 #include "report.hpp"
 #include "rng.hpp"
@@ -40,6 +45,7 @@ struct Point {
 struct Measured {
   std::string status = "ok";  // ok | OOM | n/a
   Stats fwd, bwd, both;
+  double fwd_kernels = 0, bwd_kernels = 0;  // ms a call: the GPU busy with the kernels
   double peak_bytes = 0;
 };
 
@@ -47,7 +53,8 @@ CsvRow attention_columns(const Config& c) {
   CsvRow row = run_columns(c);
   for (auto name : {"date_utc", "device_name", "impl", "dtype", "mask", "batch", "heads",
                     "seq_len", "head_dim", "status", "fwd_ms", "bwd_ms", "fwd_bwd_ms",
-                    "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "peak_bytes"})
+                    "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "peak_bytes", "fwd_kernel_ms",
+                    "bwd_kernel_ms"})
     row.add(name, "");
   return row;
 }
@@ -118,6 +125,14 @@ Measured measure(const Config::Attention& a, const Point& pt) {
     r.bwd = summarize(time_reps<float>(*be, a.warmup, a.iters, run(bwd)));
     std::function<void()> both = [&] { fwd(), bwd(); };
     r.both = summarize(time_reps<float>(*be, a.warmup, a.iters, run(both)));
+    auto kernels = [&](const std::function<void()>& f) {  // after the timing: CUPTI slows launches
+      KernelProfile profile;
+      profile.start();
+      for (int64_t i = 0; i < a.iters; ++i) f();
+      return profile.stop().busy_ms / double(a.iters);
+    };
+    r.fwd_kernels = kernels(fwd);  // the backward then reads the last of these forwards
+    r.bwd_kernels = kernels(bwd);
     r.peak_bytes = double(be->memory().peak);
   } catch (const UsageError& e) {  // out of GPU memory: this point does not fit
     r.status = "OOM";
@@ -142,8 +157,9 @@ int run_attention(const CommandLine& cl, const Runtime& rt, const std::string& d
   printf("== lmtrain attention: batch %lld, heads %lld on %s; median of %lld after %lld warm-up ==\n",
          (long long)a.batch, (long long)a.heads, gpu.c_str(), (long long)a.iters,
          (long long)a.warmup);
-  printf("%-11s %-5s %-7s %6s %4s | %9s %9s %9s | %8s %8s %8s | %10s\n", "impl", "dtype", "mask",
-         "T", "dh", "fwd ms", "bwd ms", "both ms", "fwd TF/s", "bwd TF/s", "both", "peak");
+  printf("%-11s %-5s %-7s %6s %4s | %9s %9s %9s | %8s %8s %8s | %10s | %9s %9s\n", "impl", "dtype",
+         "mask", "T", "dh", "fwd ms", "bwd ms", "both ms", "fwd TF/s", "bwd TF/s", "both", "peak",
+         "fwd kern", "bwd kern");
   for (const auto& dtype : a.dtypes)
     for (const auto& mask : a.masks)
       for (int64_t dh : a.head_dims)
@@ -155,10 +171,12 @@ int run_attention(const CommandLine& cl, const Runtime& rt, const std::string& d
             if (mask == "causal") f /= 2;
             auto tf = [](double flops, const Stats& s) { return flops / (s.median * 1e-3) / 1e12; };
             if (m.status == "ok")
-              printf("%-11s %-5s %-7s %6lld %4lld | %9.3f %9.3f %9.3f | %8.1f %8.1f %8.1f | %10s\n",
+              printf("%-11s %-5s %-7s %6lld %4lld | %9.3f %9.3f %9.3f | %8.1f %8.1f %8.1f | %10s | "
+                     "%9.3f %9.3f\n",
                      impl.c_str(), dtype.c_str(), mask.c_str(), (long long)T, (long long)dh,
                      m.fwd.median, m.bwd.median, m.both.median, tf(f, m.fwd), tf(2.5 * f, m.bwd),
-                     tf(3.5 * f, m.both), human_bytes(m.peak_bytes).c_str());
+                     tf(3.5 * f, m.both), human_bytes(m.peak_bytes).c_str(), m.fwd_kernels,
+                     m.bwd_kernels);
             else
               printf("%-11s %-5s %-7s %6lld %4lld | %s\n", impl.c_str(), dtype.c_str(),
                      mask.c_str(), (long long)T, (long long)dh, m.status.c_str());
@@ -178,6 +196,8 @@ int run_attention(const CommandLine& cl, const Runtime& rt, const std::string& d
               row.set("fwd_tflops", strf("%.2f", tf(f, m.fwd)));
               row.set("bwd_tflops", strf("%.2f", tf(2.5 * f, m.bwd)));
               row.set("fwd_bwd_tflops", strf("%.2f", tf(3.5 * f, m.both)));
+              row.set("fwd_kernel_ms", strf("%.4f", m.fwd_kernels));
+              row.set("bwd_kernel_ms", strf("%.4f", m.bwd_kernels));
             }
             row.set("peak_bytes", strf("%.0f", m.peak_bytes));
             append_csv(cl.csv_path, row);

@@ -45,6 +45,7 @@ import math
 import os
 import statistics
 import struct
+import sys
 import time
 import tomllib
 
@@ -545,6 +546,9 @@ def attention_bench(args):
                             st_b = timed(bwd, args.warmup, args.iters, True)
                             del holder["out"]
                             st_fb = timed(both, args.warmup, args.iters, True)
+                            row["fwd_kernel_ms"] = kernel_ms(fwd, args.iters)  # after the timing:
+                            row["bwd_kernel_ms"] = kernel_ms(bwd, args.iters)  # the profiler slows calls
+                            del holder["out"]
                             torch.cuda.synchronize()
                             f = 4.0 * args.batch * args.heads * T * T * dh / (2 if causal else 1)
                             row.update({"fwd_ms": round(st_f["median"], 4), "bwd_ms": round(st_b["median"], 4),
@@ -573,7 +577,29 @@ def attention_bench(args):
 
 ATTENTION_COLUMNS = ["impl", "dtype", "mask", "batch", "heads", "seq_len", "head_dim", "status", "fwd_ms",
                      "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "peak_bytes",
-                     "gpu_name", "torch", "warmup", "iters", "date"]
+                     "gpu_name", "torch", "warmup", "iters", "date", "fwd_kernel_ms", "bwd_kernel_ms"]
+
+
+def kernel_ms(body, iters):
+    """The GPU's time per call of body over iters calls, without the host's dispatch or the launch
+    that timed() holds: the union of the device's intervals in torch.profiler's records (kernels,
+    copies, memsets), as lmtrain's attention mode reports its own (CUPTI's kernel records)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            body()
+        torch.cuda.synchronize()
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    if not spans:  # the column stays empty
+        print("torch_reference: torch.profiler recorded no GPU activity", file=sys.stderr)
+        return ""
+    busy, start, end = 0.0, *spans[0]
+    for s, e in spans[1:]:
+        if s > end:
+            busy, start = busy + end - start, s
+        end = max(end, e)
+    return round((busy + end - start) / 1e3 / iters, 4)  # us -> ms
 
 
 def main():

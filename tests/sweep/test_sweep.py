@@ -737,6 +737,36 @@ class Report(unittest.TestCase):
         block = text[text.index("<!-- report:torch_model -->"):text.index("<!-- /report:torch_model -->")]
         self.assertIn("n/a (not measured in one call)", block)
 
+    def set_attention(self, name, impl, fwd, bwd):
+        """Sets the kernel columns of the newest row of impl at xl's B 4, H 25, T 512 in name."""
+        path = os.path.join(self.results, name)
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            fields, data = reader.fieldnames, list(reader)
+        hits = [r for r in data if r["impl"] == impl and r["dtype"] == "bf16" and r["mask"] == "causal"
+                and (r["batch"], r["heads"], r["seq_len"], r["head_dim"]) == ("4", "25", "512", "64")]
+        hits[-1].update({"fwd_kernel_ms": fwd, "bwd_kernel_ms": bwd})
+        fields += [k for k in ("fwd_kernel_ms", "bwd_kernel_ms") if k not in fields]
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fields, lineterminator="\n", restval="")
+            w.writeheader()
+            w.writerows(data)
+
+    def test_the_models_attention_table_sets_the_kernels_alone_side_by_side(self):
+        # The last two columns of xl's row: ours and cuDNN's kernels (forward + backward), where
+        # both rows have them; a dash where either lacks them.
+        def xl_row():
+            self.assertEqual(self.report(results=self.results).returncode, 0)
+            with open(os.path.join(self.results, "REPORT.md")) as f:
+                text = f.read()
+            block = text[text.index("<!-- report:att_models -->"):text.index("<!-- /report:att_models -->")]
+            return [l for l in block.splitlines() if l.startswith("| 4 × 25 | 512 |")][0]
+        self.set_attention("attention_lmtrain.csv", "flash", "0.0125", "0.0375")
+        self.set_attention("attention_torch.csv", "sdpa-cudnn", "0.05", "0.15")
+        self.assertTrue(xl_row().endswith("| 0.0500 / 0.2000 | 4.0× |"), xl_row())
+        self.set_attention("attention_torch.csv", "sdpa-cudnn", "", "")
+        self.assertTrue(xl_row().endswith("| – | – |"), xl_row())
+
     def test_a_number_in_the_prose_follows_its_data_too(self):
         # MFU of the largest model at T 512 is an inline number, not a table cell.
         self.set_e2e(("2560", "32"), "mfu", "0.5")
