@@ -535,10 +535,19 @@ def attention_bench(args):
                             def fwd():
                                 holder["out"] = fn(q, k, v)
 
+                            # Each backward writes q's, k's and v's gradients afresh, as a training
+                            # step's does after zero_grad(set_to_none=True) (and lmtrain's attention
+                            # mode's): no kernel adding them to the last call's.
+                            def fresh():
+                                for x in (q, k, v):
+                                    x.grad = None
+
                             def bwd():
+                                fresh()
                                 holder["out"].backward(g, retain_graph=True)
 
                             def both():
+                                fresh()
                                 fn(q, k, v).backward(g)
 
                             st_f = timed(fwd, args.warmup, args.iters, True)
