@@ -2,7 +2,8 @@
 """Markdown table of attention, ours vs PyTorch, from the two attention CSVs (the latest row per
 implementation and shape), with the ratio of our flash to SDPA's flash and cuDNN backends. A column
 for each implementation with rows in the CSVs, in IMPLS's order; a section per GPU (a shape under
-the GPU of its latest row, ours where it has one).
+the GPU of its latest row, ours where it has one); and, for the rows that have them, the kernels'
+own time (forward + backward) of our flash and the two SDPA backends.
 
     scripts/attention_table.py results/attention_lmtrain.csv results/attention_torch.csv > results/attention.md
 """
@@ -38,6 +39,30 @@ def ratio(ours, theirs, col):
     return f"{float(theirs[col]) / float(ours[col]):.2f}×"
 
 
+def kernels(row):
+    """The forward's and backward's kernels' own time, ms, or None (older rows, not ok)."""
+    if row is None or row["status"] != "ok":
+        return None
+    if not (row.get("fwd_kernel_ms") and row.get("bwd_kernel_ms")):
+        return None
+    return float(row["fwd_kernel_ms"]) + float(row["bwd_kernel_ms"])
+
+
+KERNEL_IMPLS = ["lmtrain flash", "torch sdpa-flash", "torch sdpa-cudnn"]
+
+
+def table(title, columns, keys, both, cells_of):
+    """A table of one row per shape key: the shape, then cells_of(both(key)) under columns."""
+    print(f"### {title}\n")
+    print("| dtype | mask | B×H | T | dh | " + " | ".join(columns) + " |")
+    print("|" + "---|" * (5 + len(columns)))
+    for key in keys:
+        dtype, mask, b, h, t, dh = key
+        cells = cells_of(both(key))
+        print(f"| {dtype} | {mask} | {b}×{h} | {t} | {dh} | " + " | ".join(cells) + " |")
+    print()
+
+
 def main(ours_csv, torch_csv):
     ours, torch = latest(ours_csv, "lmtrain "), latest(torch_csv, "torch ")
     present = {i for rows in (*ours.values(), *torch.values()) for i in rows}
@@ -69,22 +94,30 @@ def main(ours_csv, torch_csv):
         print(f"Attention, ours vs PyTorch {tr[0]['torch'] if tr else '(none)'} on one {g} "
               f"({', '.join(sources)}); medians of {iters} runs after {warmup} warm-up; "
               "`scripts/attention_vs_torch.sh`.\n")
+        def both(key):
+            return {**ours.get(key, {}), **torch.get(key, {})}
+
+        ratios = ["SDPA-flash / ours", "cuDNN / ours"]
         for col, title in (("fwd_bwd_ms", "forward + backward, ms"), ("fwd_ms", "forward, ms"),
                            ("bwd_ms", "backward, ms")):
-            print(f"### {title}\n")
-            print("| dtype | mask | B×H | T | dh | " + " | ".join(impls) +
-                  " | SDPA-flash / ours | cuDNN / ours |")
-            print("|" + "---|" * (5 + len(impls) + 2))
-            for key in mine:
-                rows = {**ours.get(key, {}), **torch.get(key, {})}
-                dtype, mask, b, h, t, dh = key
-                cells = [cell(rows.get(i), col) for i in impls]
-                flash = rows.get("lmtrain flash")
-                print(f"| {dtype} | {mask} | {b}×{h} | {t} | {dh} | " + " | ".join(cells) +
-                      f" | {ratio(flash, rows.get('torch sdpa-flash'), col)}"
-                      f" | {ratio(flash, rows.get('torch sdpa-cudnn'), col)} |")
-            print()
-    print("A ratio above 1× means our flash is faster. TFLOP/s and peak memory per row are in the CSVs.")
+            table(title, impls + ratios, mine, both, lambda rows: (
+                [cell(rows.get(i), col) for i in impls] +
+                [ratio(rows.get("lmtrain flash"), rows.get(i), col)
+                 for i in ("torch sdpa-flash", "torch sdpa-cudnn")]))
+        # Each call above is timed alone between two CUDA events: its launch (PyTorch's dispatch
+        # from Python too) is in its time. The kernels alone, where the rows have them:
+        timed = [k for k in mine if any(kernels(both(k).get(i)) for i in KERNEL_IMPLS)]
+        if timed:
+            def kernel_cells(rows):
+                ms = [kernels(rows.get(i)) for i in KERNEL_IMPLS]
+                return ([f"{x:.3f}" if x else "–" for x in ms] +
+                        [f"{x / ms[0]:.2f}×" if x and ms[0] else "–" for x in ms[1:]])
+            table("forward + backward, the kernels alone, ms", KERNEL_IMPLS + ratios, timed, both,
+                  kernel_cells)
+    print("A ratio above 1× means our flash is faster. Each call is timed alone between two CUDA "
+          "events, so its time holds its launch (PyTorch's, its dispatch from Python too); the "
+          "kernels' own time is the GPU's busy time per call in CUPTI's records (ours) or "
+          "torch.profiler's (PyTorch's). TFLOP/s and peak memory per row are in the CSVs.")
 
 
 if __name__ == "__main__":

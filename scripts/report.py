@@ -717,20 +717,36 @@ def b_att_vs_naive(data):
     return span(att_ratios(data, "lmtrain naive"), unit="×")
 
 
+def att_kernel_ratios(data, theirs, part="both", min_t=4096, dims=(64, 128)):
+    """Their kernels' own time over ours (the *_kernel_ms columns; part: fwd, bwd or both), where
+    both rows have it, at head dims 64 and 128 from T 4096."""
+    def ms(r):
+        return kernels_ms(r) if part == "both" else float(r[f"{part}_kernel_ms"] or 0) or None
+    out = []
+    for key, r in attention_rows(data).items():
+        a, b = r.get("lmtrain flash"), r.get(theirs)
+        if (key[4] >= min_t and key[5] in dims and a and b and a["status"] == b["status"] == "ok"
+                and ms(a) and ms(b)):
+            out.append(ms(b) / ms(a))
+    if not out:
+        raise Missing(f"attention: no rows with both lmtrain flash's and {theirs}'s kernel times")
+    return out
+
+
 def b_att_vs_sdpa(data):
-    return span(att_ratios(data, "torch sdpa-flash"), unit="×")
+    return span(att_kernel_ratios(data, "torch sdpa-flash"), unit="×")
 
 
 def b_att_vs_cudnn(data):
-    return span(att_ratios(data, "torch sdpa-cudnn"), unit="×")
+    return span(att_kernel_ratios(data, "torch sdpa-cudnn"), unit="×")
 
 
 def b_att_vs_cudnn_fwd(data):
-    return span(att_ratios(data, "torch sdpa-cudnn", "fwd_ms"), unit="×")
+    return span(att_kernel_ratios(data, "torch sdpa-cudnn", "fwd"), unit="×")
 
 
 def b_att_vs_cudnn_bwd(data):
-    return span(att_ratios(data, "torch sdpa-cudnn", "bwd_ms"), unit="×")
+    return span(att_kernel_ratios(data, "torch sdpa-cudnn", "bwd"), unit="×")
 
 
 def b_att_naive_peak(data):
@@ -751,6 +767,29 @@ def b_att_short(data):
                        if i in r and r[i]["status"] == "ok")
             out.append(best / float(a["fwd_bwd_ms"]))
     return span(out, unit="×")
+
+
+def att_short_kernels(data, head_dims):
+    """b_att_short with the kernels alone (the *_kernel_ms columns, forward + backward), at these
+    head dims."""
+    out = []
+    for key, r in attention_rows(data).items():
+        ours = kernels_ms(r.get("lmtrain flash"))
+        theirs = [kernels_ms(r.get(i)) for i in ("torch sdpa-flash", "torch sdpa-cudnn")]
+        if key[4] <= 1024 and key[5] in head_dims and ours and all(theirs):
+            out.append(min(theirs) / ours)
+    if not out:
+        raise Missing(f"attention: no rows up to T 1024 at head dims {head_dims} with the kernels' "
+                      "own times")
+    return span(out, unit="×")
+
+
+def b_att_short_kernels_wgmma(data):  # flash's Hopper kernels' head dims
+    return att_short_kernels(data, (64, 128))
+
+
+def b_att_short_kernels_mma(data):  # the mma.sync kernels'
+    return att_short_kernels(data, (16, 32))
 
 
 # The models' own attention shapes (head dim 64): (batch, heads, T, the model).

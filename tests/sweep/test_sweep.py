@@ -4,13 +4,14 @@ already in the CSV skipped on a re-run (on the same device only, by lmtrain's ru
 on and the rows a failed run wrote cut from the CSV, bad points refused before any run; the quick
 sweep scripts end to end (the DDP one on 2 ranks, with grad_accum 2 too), and the all-reduce sweep
 on 2 and 4 ranks; scripts/bench_table.py pairs each of our rows with the PyTorch rows measured
-beside it; scripts/mixed_precision.py writes its tables; scripts/memory_timeline.py draws bench
+beside it; scripts/attention_table.py sets the kernels' own times side by side where rows have
+them; scripts/mixed_precision.py writes its tables; scripts/memory_timeline.py draws bench
 --trace's memory counter (and a PyTorch timeline CSV) and prints their peaks; and
 torch_reference.py's FlashAttention-2 in plain PyTorch matches explicit softmax attention, forward
 and gradients, and its allocator-trace reconstruction for bench --mem-timeline gives the right
 running totals and phases (both skipped without torch); scripts/report.py's --check passes on the
 repository and fails on a copy with one data value changed, it sets lmtrain against compiled PyTorch
-only where measured in one call, and its --record refuses a file that is not there or a device read
+only where measured in one call and our attention kernels against cuDNN's where both rows time them, and its --record refuses a file that is not there or a device read
 as nothing; scripts/ddp_timeline.py sums a synthetic two-rank trace's step as it should;
 scripts/optimizer_state.py reports each choice's own run and keeps its log when a later run fails;
 scripts/clocks_table.py summarises the busy samples of an nvidia-smi log; scripts/llmc_table.py
@@ -392,12 +393,15 @@ class AllreduceSweep(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(d, "ar_busbw.png")))
 
 
+def write_rows(path, rows):
+    """A CSV of rows (dicts) under the first row's keys."""
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
 class BenchTable(unittest.TestCase):
-    def write(self, path, rows):
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
 
     def test_each_row_is_paired_with_the_nearest_pytorch_rows_within_ten_minutes(self):
         shape = {"d_model": "64", "num_layers": "2", "precision": "bf16", "context_length": "32",
@@ -411,10 +415,10 @@ class BenchTable(unittest.TestCase):
                                             "peak_mem_step_bytes": str(2**31)}
         with tempfile.TemporaryDirectory() as d:
             o, t = os.path.join(d, "ours.csv"), os.path.join(d, "torch.csv")
-            self.write(o, [ours("flash", "2026-01-01T10:00:00+00:00", "5.0"),
+            write_rows(o, [ours("flash", "2026-01-01T10:00:00+00:00", "5.0"),
                            ours("naive", "2026-01-01T12:00:00+00:00", "8.0"),
                            ours("flash", "2026-01-01T08:00:00+00:00", "6.0")])  # earlier, kept
-            self.write(t, [torch("False", "2026-01-01T09:45:00+00:00", "40.0"),  # 15 min: too far
+            write_rows(t, [torch("False", "2026-01-01T09:45:00+00:00", "40.0"),  # 15 min: too far
                            torch("False", "2026-01-01T10:03:00+00:00", "20.0"),  # nearest
                            torch("True", "2026-01-01T10:11:00+00:00", "10.0"),   # 11 min: too far
                            torch("True", "2026-01-01T11:55:00+00:00", "16.0")])
@@ -427,6 +431,36 @@ class BenchTable(unittest.TestCase):
         self.assertIn("| 6.00 | n/a | n/a | n/a | n/a |", lines[0])
         self.assertIn("| 5.00 | 20.00 | n/a | 4.00x | n/a |", lines[1])
         self.assertIn("| 8.00 | n/a | 16.00 | n/a | 2.00x |", lines[2])
+
+
+class AttentionTable(unittest.TestCase):
+    """scripts/attention_table.py: the kernels-alone table holds the shapes whose rows have the
+    kernels' own times, each implementation's forward + backward and its ratio to ours."""
+
+    def test_the_kernels_alone_table(self):
+        key = {"dtype": "bf16", "mask": "causal", "batch": "1", "heads": "2", "head_dim": "64",
+               "status": "ok", "fwd_ms": "1", "bwd_ms": "2", "fwd_bwd_ms": "3"}
+        ours = lambda t, fk, bk: {**key, "impl": "flash", "seq_len": t, "fwd_kernel_ms": fk,
+                                  "bwd_kernel_ms": bk, "device_name": "GPU X",
+                                  "date_utc": "2026-01-01T00:00:00Z", "attention.iters": "20",
+                                  "attention.warmup": "5"}
+        theirs = lambda impl, t, fk, bk: {**key, "impl": impl, "seq_len": t, "fwd_kernel_ms": fk,
+                                          "bwd_kernel_ms": bk, "gpu_name": "GPU X", "torch": "2",
+                                          "date": "2026-01-01T00:00:00+00:00", "iters": "20",
+                                          "warmup": "5"}
+        with tempfile.TemporaryDirectory() as d:
+            o, t = os.path.join(d, "ours.csv"), os.path.join(d, "torch.csv")
+            write_rows(o, [ours("512", "0.01", "0.03"), ours("1024", "", "")])
+            write_rows(t, [theirs("sdpa-flash", "512", "0.02", "0.06"),
+                                 theirs("sdpa-cudnn", "512", "0.01", "0.05"),
+                                 theirs("sdpa-cudnn", "1024", "0.1", "0.2")])
+            r = subprocess.run([PY, os.path.join(REPO, "scripts/attention_table.py"), o, t],
+                               capture_output=True, text=True, cwd=REPO)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        table = r.stdout[r.stdout.index("the kernels alone"):]
+        self.assertIn("| bf16 | causal | 1×2 | 512 | 64 | 0.040 | 0.080 | 0.060 | 2.00× | 1.50× |", table)
+        # Ours without kernel times at T 1024: the row still shows cuDNN's, with no ratio.
+        self.assertIn("| bf16 | causal | 1×2 | 1024 | 64 | – | – | 0.300 | – | – |", table)
 
 
 LLMC_TOOLS = ("llm.c", "lmtrain train", "lmtrain train bf16 residual", "lmtrain bench")
