@@ -42,6 +42,8 @@ double busy_ms(std::vector<std::pair<uint64_t, uint64_t>> intervals);
 
 class KernelProfile {
  public:
+  // A GPU is visible and CUPTI's activity records are ours to take: not where another tool holds
+  // them (compute-sanitizer, Nsight Compute or Systems), nor without CUDA.
   static bool available();
   void start();  // enables kernel activity records (adds overhead: never inside timed regions)
   KernelSummary stop();  // flushes the records

@@ -91,16 +91,20 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
 }  // namespace
 
 bool KernelProfile::available() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  static const bool ours = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
+    // Under compute-sanitizer, Nsight Compute or Nsight Systems their tool holds CUPTI.
+    const CUptiResult rc = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed);
+    if (rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) return false;
+    CUPTI_CHECK(rc);
+    return true;
+  }();
+  return ours;
 }
 
 void KernelProfile::start() {
-  static bool registered = false;
-  if (!registered) {
-    CUPTI_CHECK(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
-    registered = true;
-  }
+  LMT_ASSERT(available(), "KernelProfile::start without available()");
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_stats.clear();

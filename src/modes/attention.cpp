@@ -45,7 +45,8 @@ struct Point {
 struct Measured {
   std::string status = "ok";  // ok | OOM | n/a
   Stats fwd, bwd, both;
-  double fwd_kernels = 0, bwd_kernels = 0;  // ms a call: the GPU busy with the kernels
+  double fwd_kernels = 0, bwd_kernels = 0;  // ms a call: the GPU busy with the kernels (where
+                                            // KernelProfile::available(), else unmeasured)
   double peak_bytes = 0;
 };
 
@@ -131,8 +132,10 @@ Measured measure(const Config::Attention& a, const Point& pt) {
       for (int64_t i = 0; i < a.iters; ++i) f();
       return profile.stop().busy_ms / double(a.iters);
     };
-    r.fwd_kernels = kernels(fwd);  // the backward then reads the last of these forwards
-    r.bwd_kernels = kernels(bwd);
+    if (KernelProfile::available()) {
+      r.fwd_kernels = kernels(fwd);  // the backward then reads the last of these forwards
+      r.bwd_kernels = kernels(bwd);
+    }
     r.peak_bytes = double(be->memory().peak);
   } catch (const UsageError& e) {  // out of GPU memory: this point does not fit
     r.status = "OOM";
@@ -157,6 +160,9 @@ int run_attention(const CommandLine& cl, const Runtime& rt, const std::string& d
   printf("== lmtrain attention: batch %lld, heads %lld on %s; median of %lld after %lld warm-up ==\n",
          (long long)a.batch, (long long)a.heads, gpu.c_str(), (long long)a.iters,
          (long long)a.warmup);
+  const bool kernels = KernelProfile::available();
+  if (!kernels) printf("no kernel times: another tool (compute-sanitizer, Nsight) holds CUPTI\n");
+  auto kernel_ms = [&](double ms) { return kernels ? strf("%.4f", ms) : std::string(); };
   printf("%-11s %-5s %-7s %6s %4s | %9s %9s %9s | %8s %8s %8s | %10s | %9s %9s\n", "impl", "dtype",
          "mask", "T", "dh", "fwd ms", "bwd ms", "both ms", "fwd TF/s", "bwd TF/s", "both", "peak",
          "fwd kern", "bwd kern");
@@ -172,11 +178,12 @@ int run_attention(const CommandLine& cl, const Runtime& rt, const std::string& d
             auto tf = [](double flops, const Stats& s) { return flops / (s.median * 1e-3) / 1e12; };
             if (m.status == "ok")
               printf("%-11s %-5s %-7s %6lld %4lld | %9.3f %9.3f %9.3f | %8.1f %8.1f %8.1f | %10s | "
-                     "%9.3f %9.3f\n",
+                     "%9s %9s\n",
                      impl.c_str(), dtype.c_str(), mask.c_str(), (long long)T, (long long)dh,
                      m.fwd.median, m.bwd.median, m.both.median, tf(f, m.fwd), tf(2.5 * f, m.bwd),
-                     tf(3.5 * f, m.both), human_bytes(m.peak_bytes).c_str(), m.fwd_kernels,
-                     m.bwd_kernels);
+                     tf(3.5 * f, m.both), human_bytes(m.peak_bytes).c_str(),
+                     kernels ? strf("%.3f", m.fwd_kernels).c_str() : "–",
+                     kernels ? strf("%.3f", m.bwd_kernels).c_str() : "–");
             else
               printf("%-11s %-5s %-7s %6lld %4lld | %s\n", impl.c_str(), dtype.c_str(),
                      mask.c_str(), (long long)T, (long long)dh, m.status.c_str());
@@ -196,8 +203,8 @@ int run_attention(const CommandLine& cl, const Runtime& rt, const std::string& d
               row.set("fwd_tflops", strf("%.2f", tf(f, m.fwd)));
               row.set("bwd_tflops", strf("%.2f", tf(2.5 * f, m.bwd)));
               row.set("fwd_bwd_tflops", strf("%.2f", tf(3.5 * f, m.both)));
-              row.set("fwd_kernel_ms", strf("%.4f", m.fwd_kernels));
-              row.set("bwd_kernel_ms", strf("%.4f", m.bwd_kernels));
+              row.set("fwd_kernel_ms", kernel_ms(m.fwd_kernels));
+              row.set("bwd_kernel_ms", kernel_ms(m.bwd_kernels));
             }
             row.set("peak_bytes", strf("%.0f", m.peak_bytes));
             append_csv(cl.csv_path, row);

@@ -196,7 +196,8 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
 
   // Kernel summary per phase, in untimed repetitions (CUPTI adds overhead).
   std::vector<std::pair<const char*, KernelSummary>> kernels;
-  if (c.bench.kernels > 0 && std::string(be.name()) == "cuda" && KernelProfile::available()) {
+  const bool want_kernels = c.bench.kernels > 0 && std::string(be.name()) == "cuda";
+  if (want_kernels && KernelProfile::available()) {
     KernelProfile prof;
     prof.start();
     model.forward(in.data(), tg.data(), divisor);
@@ -254,6 +255,8 @@ int bench(const CommandLine& cl, const Runtime& rt, std::unique_ptr<Backend<T>> 
     printf("loss after the timed steps %.4f (%s)\n", loss,
            finite ? "finite: the steps computed something"
                   : "not finite: the steps diverged, so their times are not written to a CSV");
+    if (want_kernels && !KernelProfile::available())
+      printf("no kernel summary: another tool (compute-sanitizer, Nsight) holds CUPTI\n");
     for (auto& [phase, summary] : kernels) {
       const std::vector<KernelStat>& list = summary.kernels;
       double total = 0;
