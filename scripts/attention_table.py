@@ -39,13 +39,14 @@ def ratio(ours, theirs, col):
     return f"{float(theirs[col]) / float(ours[col]):.2f}×"
 
 
-def kernels(row):
-    """The forward's and backward's kernels' own time, ms, or None (older rows, not ok)."""
+def kernels(row, parts=("fwd", "bwd")):
+    """The kernels' own time of these parts (forward, backward) summed, ms, or None (older rows,
+    not ok)."""
     if row is None or row["status"] != "ok":
         return None
-    if not (row.get("fwd_kernel_ms") and row.get("bwd_kernel_ms")):
+    if not all(row.get(f"{p}_kernel_ms") for p in parts):
         return None
-    return float(row["fwd_kernel_ms"]) + float(row["bwd_kernel_ms"])
+    return sum(float(row[f"{p}_kernel_ms"]) for p in parts)
 
 
 KERNEL_IMPLS = ["lmtrain flash", "torch sdpa-flash", "torch sdpa-cudnn"]

@@ -648,14 +648,6 @@ def att_cell(r, col="fwd_bwd_ms"):
     return r["status"].upper() if r["status"] != "ok" else f"{float(r[col]):.2f}"
 
 
-def kernels_ms(r):
-    """A row's forward and backward kernels' own time, ms (the *_kernel_ms columns), or None
-    where the row predates them."""
-    if r is None or r["status"] != "ok" or not r.get("fwd_kernel_ms") or not r.get("bwd_kernel_ms"):
-        return None
-    return float(r["fwd_kernel_ms"]) + float(r["bwd_kernel_ms"])
-
-
 def att_mem(r):
     if r is None or r["status"] != "ok":
         return "–"
@@ -720,14 +712,13 @@ def b_att_vs_naive(data):
 def att_kernel_ratios(data, theirs, part="both", min_t=4096, dims=(64, 128)):
     """Their kernels' own time over ours (the *_kernel_ms columns; part: fwd, bwd or both), where
     both rows have it, at head dims 64 and 128 from T 4096."""
-    def ms(r):
-        return kernels_ms(r) if part == "both" else float(r[f"{part}_kernel_ms"] or 0) or None
+    parts = ("fwd", "bwd") if part == "both" else (part,)
     out = []
     for key, r in attention_rows(data).items():
         a, b = r.get("lmtrain flash"), r.get(theirs)
-        if (key[4] >= min_t and key[5] in dims and a and b and a["status"] == b["status"] == "ok"
-                and ms(a) and ms(b)):
-            out.append(ms(b) / ms(a))
+        mine, theirs_ms = attention_table.kernels(a, parts), attention_table.kernels(b, parts)
+        if key[4] >= min_t and key[5] in dims and mine and theirs_ms:
+            out.append(theirs_ms / mine)
     if not out:
         raise Missing(f"attention: no rows with both lmtrain flash's and {theirs}'s kernel times")
     return out
@@ -774,8 +765,9 @@ def att_short_kernels(data, head_dims):
     head dims."""
     out = []
     for key, r in attention_rows(data).items():
-        ours = kernels_ms(r.get("lmtrain flash"))
-        theirs = [kernels_ms(r.get(i)) for i in ("torch sdpa-flash", "torch sdpa-cudnn")]
+        ours = attention_table.kernels(r.get("lmtrain flash"))
+        theirs = [attention_table.kernels(r.get(i))
+                  for i in ("torch sdpa-flash", "torch sdpa-cudnn")]
         if key[4] <= 1024 and key[5] in head_dims and ours and all(theirs):
             out.append(min(theirs) / ours)
     if not out:
@@ -807,7 +799,7 @@ def b_att_models(data):
             continue
         used += list(r.values())
         ms = [float(a["fwd_ms"]), float(a["bwd_ms"])]
-        ours_k, cudnn_k = kernels_ms(a), kernels_ms(cudnn)
+        ours_k, cudnn_k = attention_table.kernels(a), attention_table.kernels(cudnn)
         rows.append([f"{b} × {h}", t, model, " / ".join(f"{x:.4f}" for x in ms),
                      f"{float(a['fwd_tflops']):.0f}", att_cell(r.get("torch sdpa-flash")),
                      att_cell(cudnn), f"{float(cudnn['fwd_bwd_ms']) / float(a['fwd_bwd_ms']):.1f}×",

@@ -464,8 +464,8 @@ __device__ __forceinline__ void for_each_item(const Work& w, F&& f) {
 // first, with the tail deal where it leaves the longest block shorter by the short-T forward's
 // fit (results/flash_tuning.md: on an H100 about 1.17 us an SM a key tile, 2.26 an item, fitted
 // to blocks of two consumers, one an SM, and taken for the shortest entry's too, whose own fit
-// picks the same deals at the shapes tried there); per_sm: the
-// kernel's blocks an SM; key_tiles(k): the key tiles of an item of rank k.
+// picks the same deals at the shapes tried there); per_sm: the kernel's blocks an SM;
+// key_tiles(k): the key tiles of an item of rank k.
 template <typename KeyTiles>
 Work make_work(int heads, int tiles, int per_sm, KeyTiles&& key_tiles) {
   constexpr double kKeyTileUs = 1.17, kItemUs = 2.26;
